@@ -1,0 +1,640 @@
+//! The release gate (`design/gate.md`): a pure function from the baseline,
+//! the state a commit asks for and, optionally, the live state, to one
+//! verdict per changed object. No I/O happens here; the history walker feeds
+//! it and the reporters print what it returns.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::desired::Desired;
+use crate::kind::{Key, Kind};
+use crate::live::{Live, LiveStatus};
+use crate::manifest::Problem;
+use crate::release::{Release, Step, TaggedRelease, step};
+
+/// The operators' condition reasons (contract §3.2), reused so that a refusal
+/// in Git reads the same as what the cluster would have parked on, plus the
+/// few of lockstep's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Reason {
+    VersionParseError,
+    ImageReleaseMismatch,
+    ManifestInvalid,
+    UpgradePathInvalid,
+    DowngradeNotSupported,
+    AbortUnsafe,
+    UpgradeInProgress,
+    UpgradeTargetChanged,
+    ProjectedChildEdited,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::VersionParseError => "VersionParseError",
+            Reason::ImageReleaseMismatch => "ImageReleaseMismatch",
+            Reason::ManifestInvalid => "ManifestInvalid",
+            Reason::UpgradePathInvalid => "UpgradePathInvalid",
+            Reason::DowngradeNotSupported => "DowngradeNotSupported",
+            Reason::AbortUnsafe => "AbortUnsafe",
+            Reason::UpgradeInProgress => "UpgradeInProgress",
+            Reason::UpgradeTargetChanged => "UpgradeTargetChanged",
+            Reason::ProjectedChildEdited => "ProjectedChildEdited",
+        }
+    }
+}
+
+/// What a commit does to an object (what it attempts, when refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transition {
+    Install,
+    Remove,
+    Unchanged,
+    Patch,
+    Upgrade,
+    Abort,
+    Queued,
+    Downgrade,
+    Skip,
+    Retarget,
+    Invalid,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Accepted,
+    Refused,
+    Held,
+}
+
+/// The judgment of one object in one commit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectVerdict {
+    pub kind: Option<Kind>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub file: Arc<str>,
+    pub line: u32,
+    pub projected_by: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub from_image: Option<String>,
+    pub to_image: Option<String>,
+    pub transition: Transition,
+    pub verdict: Verdict,
+    pub reason: Option<Reason>,
+    pub message: String,
+}
+
+impl ObjectVerdict {
+    pub fn key(&self) -> Option<Key> {
+        Some(Key::new(
+            self.kind?,
+            self.namespace.clone()?,
+            self.name.clone()?,
+        ))
+    }
+}
+
+/// Everything the gate needs for one commit. `baseline` and `next` hold the
+/// objects of the files the commit changed (relative to the baseline);
+/// `elsewhere` holds objects of unchanged files that share a key, or a plane,
+/// with them — enough for the cross-file rules without reading the whole tree.
+pub struct CommitInput<'a> {
+    pub baseline: &'a [Desired],
+    pub next: &'a [Desired],
+    pub elsewhere: &'a [Desired],
+    pub problems: &'a [Problem],
+    pub live: Option<&'a Live>,
+}
+
+/// Judges one commit. Objects whose release and image did not change are not
+/// listed unless a rule refuses them.
+pub fn judge_commit(input: &CommitInput<'_>) -> Vec<ObjectVerdict> {
+    let mut out = Vec::new();
+
+    for p in input.problems {
+        out.push(problem_verdict(p));
+    }
+    let refused_by_problem: Vec<Key> = input
+        .problems
+        .iter()
+        .filter_map(|p| p.key.clone())
+        .collect();
+    // A file that did not parse at all hides what it defines: none of its
+    // baseline objects is reported as removed.
+    let unreadable: Vec<&str> = input
+        .problems
+        .iter()
+        .filter(|p| p.key.is_none())
+        .map(|p| &*p.file)
+        .collect();
+
+    // Cross-file rules: one definition per key; projected children are the plane's.
+    let mut defined: BTreeMap<&Key, Vec<&Desired>> = BTreeMap::new();
+    for d in input.next.iter().chain(input.elsewhere) {
+        defined.entry(&d.key).or_default().push(d);
+    }
+    let mut cross: HashMap<*const Desired, ObjectVerdict> = HashMap::new();
+    for (key, defs) in &defined {
+        if defs.len() < 2 {
+            continue;
+        }
+        let projected: Vec<&&Desired> = defs.iter().filter(|d| d.projected_by.is_some()).collect();
+        let standalone: Vec<&&Desired> = defs.iter().filter(|d| d.projected_by.is_none()).collect();
+        let standalone_in_next = standalone
+            .iter()
+            .any(|s| input.next.iter().any(|n| std::ptr::eq(n, **s)));
+        for d in input.next.iter().filter(|d| &&d.key == key) {
+            if d.projected_by.is_some() && !standalone.is_empty() && standalone_in_next {
+                // The standalone document is the one to fix; the plane's child
+                // is judged on its own.
+                continue;
+            }
+            let v = if !projected.is_empty() && !standalone.is_empty() {
+                let (plane, child_doc): (&Desired, &Desired) = if d.projected_by.is_some() {
+                    (d, standalone[0])
+                } else {
+                    (projected[0], d)
+                };
+                let plane_name = plane.projected_by.as_deref().unwrap_or_default();
+                refuse(
+                    d,
+                    None,
+                    Transition::Invalid,
+                    Reason::ProjectedChildEdited,
+                    format!(
+                        "{key} is projected by ControlPlane {}/{plane_name} ({}:{}) and also defined standalone at {}:{}; write the plane, never its children (the operator re-asserts them and would revert the edit)",
+                        plane_ns(plane, input),
+                        plane.file,
+                        plane.line,
+                        child_doc.file,
+                        child_doc.line
+                    ),
+                )
+            } else {
+                let other = defs
+                    .iter()
+                    .find(|o| !std::ptr::eq(**o, d))
+                    .copied()
+                    .unwrap_or(d);
+                refuse(
+                    d,
+                    None,
+                    Transition::Invalid,
+                    Reason::ManifestInvalid,
+                    format!(
+                        "{key} is defined more than once (also at {}:{}); every object must be defined once",
+                        other.file, other.line
+                    ),
+                )
+            };
+            cross.insert(d as *const Desired, v);
+        }
+    }
+
+    let base_by_key: HashMap<&Key, &Desired> =
+        input.baseline.iter().rev().map(|d| (&d.key, d)).collect();
+    let next_keys: HashMap<&Key, ()> = input.next.iter().map(|d| (&d.key, ())).collect();
+
+    for d in input.next {
+        if refused_by_problem.contains(&d.key) {
+            continue;
+        }
+        if let Some(v) = cross.remove(&(d as *const Desired)) {
+            out.push(v);
+            continue;
+        }
+        let base = base_by_key.get(&d.key).copied();
+        if base.is_some_and(|b| b.same_target(d))
+            && base.is_some_and(|b| b.projected_by == d.projected_by)
+        {
+            continue;
+        }
+        let live = input.live.and_then(|l| l.get(&d.key));
+        out.push(judge_object(base, d, live));
+    }
+
+    for b in input.baseline {
+        if next_keys.contains_key(&b.key)
+            || refused_by_problem.contains(&b.key)
+            || unreadable.contains(&&*b.file)
+        {
+            continue;
+        }
+        // A document that failed to parse is refused above; it is not a removal.
+        out.push(ObjectVerdict {
+            transition: Transition::Remove,
+            verdict: Verdict::Accepted,
+            reason: None,
+            message: match &b.projected_by {
+                Some(p) => format!(
+                    "no longer projected by ControlPlane {p}; the operator keeps the running child unless the plane allows its deletion (lockstep never deletes)"
+                ),
+                None => "removed from Git; lockstep never deletes from the cluster, the object keeps running".into(),
+            },
+            to: None,
+            to_image: None,
+            ..base_fields(b, Some(b))
+        });
+    }
+    out
+}
+
+fn plane_ns<'a>(child: &'a Desired, input: &'a CommitInput<'_>) -> &'a str {
+    let plane = child.projected_by.as_deref().unwrap_or_default();
+    input
+        .next
+        .iter()
+        .chain(input.elsewhere)
+        .find(|d| d.key.kind == Kind::ControlPlane && d.key.name == plane && d.file == child.file)
+        .map_or(child.key.namespace.as_str(), |d| d.key.namespace.as_str())
+}
+
+/// A commit is refused when any of its objects is.
+pub fn commit_verdict(objects: &[ObjectVerdict]) -> Verdict {
+    if objects.iter().any(|o| o.verdict == Verdict::Refused) {
+        Verdict::Refused
+    } else {
+        Verdict::Accepted
+    }
+}
+
+fn problem_verdict(p: &Problem) -> ObjectVerdict {
+    ObjectVerdict {
+        kind: p.key.as_ref().map(|k| k.kind),
+        namespace: p.key.as_ref().map(|k| k.namespace.clone()),
+        name: p.key.as_ref().map(|k| k.name.clone()),
+        file: p.file.clone(),
+        line: p.line,
+        projected_by: None,
+        from: None,
+        to: None,
+        from_image: None,
+        to_image: None,
+        transition: Transition::Invalid,
+        verdict: Verdict::Refused,
+        reason: Some(Reason::ManifestInvalid),
+        message: p.message.clone(),
+    }
+}
+
+fn base_fields(d: &Desired, base: Option<&Desired>) -> ObjectVerdict {
+    ObjectVerdict {
+        kind: Some(d.key.kind),
+        namespace: Some(d.key.namespace.clone()),
+        name: Some(d.key.name.clone()),
+        file: d.file.clone(),
+        line: d.line,
+        projected_by: d.projected_by.clone(),
+        from: base.and_then(|b| b.release.clone()),
+        to: d.release.clone(),
+        from_image: base.and_then(|b| b.image.as_ref().map(|i| i.reference())),
+        to_image: d.image.as_ref().map(|i| i.reference()),
+        transition: Transition::Unchanged,
+        verdict: Verdict::Accepted,
+        reason: None,
+        message: String::new(),
+    }
+}
+
+fn accept(d: &Desired, base: Option<&Desired>, t: Transition, message: String) -> ObjectVerdict {
+    ObjectVerdict {
+        transition: t,
+        message,
+        ..base_fields(d, base)
+    }
+}
+
+fn refuse(
+    d: &Desired,
+    base: Option<&Desired>,
+    t: Transition,
+    reason: Reason,
+    message: String,
+) -> ObjectVerdict {
+    ObjectVerdict {
+        transition: t,
+        verdict: Verdict::Refused,
+        reason: Some(reason),
+        message,
+        ..base_fields(d, base)
+    }
+}
+
+/// The rules for one object (gate.md, "Rules for one object in one commit").
+pub fn judge_object(
+    base: Option<&Desired>,
+    d: &Desired,
+    live: Option<&LiveStatus>,
+) -> ObjectVerdict {
+    let mut v = judge_object_inner(base, d, live);
+    if v.verdict == Verdict::Refused {
+        // Point at the field to fix, not just the document.
+        v.line = match v.reason {
+            Some(Reason::ImageReleaseMismatch) => d.image_line,
+            Some(Reason::ManifestInvalid | Reason::ProjectedChildEdited) | None => d.line,
+            Some(_) => d.release_line,
+        };
+    }
+    v
+}
+
+fn judge_object_inner(
+    base: Option<&Desired>,
+    d: &Desired,
+    live: Option<&LiveStatus>,
+) -> ObjectVerdict {
+    let what = d.key.kind;
+    let image_text = d.image.as_ref().map(|i| i.reference()).unwrap_or_default();
+
+    // 1. The release must parse.
+    let rel = match &d.release {
+        None => None,
+        Some(raw) => {
+            let parsed = if what.release_source() == crate::kind::ReleaseSource::ImageTag {
+                TaggedRelease::parse(raw).map(|t| t.release)
+            } else {
+                Release::parse_strict(raw)
+            };
+            match parsed {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    let field = if what.release_source() == crate::kind::ReleaseSource::ImageTag {
+                        "image tag (Keystone's release)"
+                    } else {
+                        "openStackRelease"
+                    };
+                    return refuse(
+                        d,
+                        base,
+                        Transition::Invalid,
+                        Reason::VersionParseError,
+                        format!("{field}: {e}"),
+                    );
+                }
+            }
+        }
+    };
+
+    // 2. Release and image move together: a tag naming a release must name this one.
+    if let (Some(lock), Some(image)) = (&d.lockstep_release, &d.image)
+        && let (Some(tagged), Ok(lock_rel)) = (image.tag_release(), Release::parse_strict(lock))
+        && tagged.release != lock_rel
+    {
+        let whose = if d.projected_by.is_some() {
+            format!("the ControlPlane's openStackRelease is {lock}")
+        } else {
+            format!("openStackRelease is {lock}")
+        };
+        let advice = if d.image_overridden {
+            "; the override replaces the default image verbatim, so bump its tag with the release (the plane's webhook does not check it, the child would park)"
+        } else {
+            "; bump them together"
+        };
+        return refuse(
+            d,
+            base,
+            Transition::Invalid,
+            Reason::ImageReleaseMismatch,
+            format!(
+                "image {image_text} names release {}, but {whose}{advice}",
+                tagged.release
+            ),
+        );
+    }
+
+    // The last good release: Git's baseline, or where Git has none, the cluster's.
+    let base_rel = base.and_then(|b| b.release.as_deref()).and_then(|r| {
+        if what.release_source() == crate::kind::ReleaseSource::ImageTag {
+            TaggedRelease::parse(r).ok().map(|t| t.release)
+        } else {
+            Release::parse_strict(r).ok()
+        }
+    });
+    let live_installed = live
+        .and_then(LiveStatus::installed)
+        .and_then(|s| TaggedRelease::parse(s).ok())
+        .map(|t| t.release);
+    let image_changed = match base {
+        Some(b) => b.image != d.image,
+        None => true,
+    };
+
+    // 3. An upgrade in flight in the cluster decides first.
+    if let (Some(rel), Some(l)) = (rel, live)
+        && let Some(target_raw) = l.in_flight_target()
+        && let Ok(target) = TaggedRelease::parse(target_raw).map(|t| t.release)
+    {
+        let phase = l.phase().unwrap_or("syncing");
+        let installed_text = l.installed().unwrap_or("nothing");
+        if rel == target {
+            // Still heading where the cluster is heading: judge against Git below.
+        } else if Some(rel) == live_installed {
+            if d.projected_by.is_some() || what == Kind::ControlPlane {
+                return refuse(
+                    d,
+                    base,
+                    Transition::Downgrade,
+                    Reason::DowngradeNotSupported,
+                    format!(
+                        "the cluster is upgrading {installed_text} → {target} ({phase}); a projected service has no abort path (the plane re-asserts its children): keep {target} and let lockstep repair forward"
+                    ),
+                );
+            }
+            if !what.has_phase_machine() {
+                return refuse(
+                    d,
+                    base,
+                    Transition::Downgrade,
+                    Reason::DowngradeNotSupported,
+                    format!(
+                        "{what} has no phase machine to abort: its single db sync to {target} may already have migrated the schema; keep {target}"
+                    ),
+                );
+            }
+            if l.phase() == Some("Contracting") {
+                return refuse(
+                    d,
+                    base,
+                    Transition::Abort,
+                    Reason::AbortUnsafe,
+                    format!(
+                        "the cluster is Contracting {installed_text} → {target}; contract is the one non-additive phase, so aborting now is unsafe: let it finish"
+                    ),
+                );
+            }
+            return accept(
+                d,
+                base,
+                Transition::Abort,
+                format!(
+                    "aborts the upgrade {installed_text} → {target} ({phase}); the operator deletes the phase Jobs and returns to {rel}"
+                ),
+            );
+        } else if rel == target.next() {
+            if !image_changed {
+                return refuse(
+                    d,
+                    base,
+                    Transition::Queued,
+                    Reason::ImageReleaseMismatch,
+                    format!(
+                        "release moves to {rel} but the image stays {image_text}; bump the image in the same commit"
+                    ),
+                );
+            }
+            return ObjectVerdict {
+                transition: Transition::Queued,
+                verdict: Verdict::Held,
+                reason: Some(Reason::UpgradeInProgress),
+                message: format!(
+                    "held: the cluster is still upgrading {installed_text} → {target} ({phase}); {rel} is applied once that completes"
+                ),
+                ..base_fields(d, base)
+            };
+        } else {
+            return refuse(
+                d,
+                base,
+                Transition::Retarget,
+                Reason::UpgradeTargetChanged,
+                format!(
+                    "the cluster is upgrading {installed_text} → {target} ({phase}); {rel} is neither the target, the installed release nor the next hop {}: changing the target mid-upgrade stalls it",
+                    target.next()
+                ),
+            );
+        }
+    }
+
+    // 4. Never below what the cluster already runs.
+    if let (Some(rel), Some(inst)) = (rel, live_installed)
+        && rel < inst
+    {
+        return refuse(
+            d,
+            base,
+            Transition::Downgrade,
+            Reason::DowngradeNotSupported,
+            format!(
+                "the cluster already runs {inst} (status.installedRelease); {rel} would be a downgrade"
+            ),
+        );
+    }
+
+    // 5. Against the baseline (or, for an object Git did not have, the cluster).
+    let from = base_rel.or(if base.is_none() { live_installed } else { None });
+    let Some(from) = from else {
+        if base.is_none() {
+            return accept(d, base, Transition::Install, image_text.clone());
+        }
+        // No release on either side (Horizon, digest-pinned Keystone), or a
+        // baseline whose release never parsed: only the image can move.
+        return match (rel, image_changed) {
+            (Some(r), _) => accept(
+                d,
+                base,
+                Transition::Patch,
+                format!("takes release {r} (the baseline had none that parses)"),
+            ),
+            (None, true) => accept(d, base, Transition::Patch, format!("image {image_text}")),
+            (None, false) => accept(d, base, Transition::Unchanged, String::new()),
+        };
+    };
+    let Some(rel) = rel else {
+        // The object had a release and now has none (Keystone moved to a digest).
+        return accept(
+            d,
+            base,
+            Transition::Patch,
+            format!(
+                "pinned by digest {image_text}; the operator freezes its release tracking at {from}"
+            ),
+        );
+    };
+    match step(from, rel) {
+        Step::Same if image_changed => accept(
+            d,
+            base,
+            if base.is_none() {
+                Transition::Install
+            } else {
+                Transition::Patch
+            },
+            format!("image {image_text}"),
+        ),
+        Step::Same => accept(
+            d,
+            base,
+            if base.is_none() {
+                Transition::Install
+            } else {
+                Transition::Unchanged
+            },
+            if base.is_none() {
+                format!("adopts what the cluster already runs ({image_text})")
+            } else {
+                String::new()
+            },
+        ),
+        Step::Next if what == Kind::ControlPlane => accept(
+            d,
+            base,
+            Transition::Upgrade,
+            "every projected service follows".to_owned(),
+        ),
+        Step::Next if !image_changed => refuse(
+            d,
+            base,
+            Transition::Upgrade,
+            Reason::ImageReleaseMismatch,
+            format!(
+                "release moves {from} → {rel} but the image stays {image_text}; bump the image in the same commit (the Jobs would run the old binary as no-ops and promote a release nothing migrated to)"
+            ),
+        ),
+        Step::Next => accept(d, base, Transition::Upgrade, format!("image {image_text}")),
+        Step::Skip => refuse(
+            d,
+            base,
+            Transition::Skip,
+            Reason::UpgradePathInvalid,
+            format!(
+                "{from} → {rel} skips {}; move one release at a time: {from} → {} first, then {rel} in a later commit",
+                skipped(from, rel),
+                from.next()
+            ),
+        ),
+        Step::Down => refuse(
+            d,
+            base,
+            Transition::Downgrade,
+            Reason::DowngradeNotSupported,
+            if d.projected_by.is_some() || what == Kind::ControlPlane {
+                format!(
+                    "{from} → {rel} is a downgrade; a ControlPlane has no abort or downgrade path: keep {from} (repair forward)"
+                )
+            } else {
+                format!("{from} → {rel} is a downgrade; database schemas only move forward")
+            },
+        ),
+    }
+}
+
+/// The releases strictly between `from` and `to`, for the message.
+fn skipped(from: Release, to: Release) -> String {
+    let mut between = Vec::new();
+    let mut r = from.next();
+    while r < to && between.len() < 4 {
+        between.push(r.to_string());
+        r = r.next();
+    }
+    if r < to {
+        between.push("…".into());
+    }
+    between.join(", ")
+}

@@ -1,0 +1,284 @@
+//! The Git edge: revisions, first-parent ranges, tree diffs and blobs, over
+//! libgit2. Everything here is read-only.
+
+use std::path::{Path, PathBuf};
+
+use git2::{DiffOptions, ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum GitError {
+    #[error("cannot open Git repository {path}: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error("unknown revision {rev:?} in {path}: {message}")]
+    UnknownRevision {
+        rev: String,
+        path: PathBuf,
+        message: String,
+    },
+    #[error("Git error while {context}: {message}")]
+    Other { context: String, message: String },
+}
+
+fn other(context: impl Into<String>) -> impl FnOnce(git2::Error) -> GitError {
+    let context = context.into();
+    move |e| GitError::Other {
+        context,
+        message: e.message().to_owned(),
+    }
+}
+
+/// What a tree entry is, as far as lockstep cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Symlink,
+    Submodule,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub oid: Oid,
+    pub kind: EntryKind,
+}
+
+/// One path a diff touched; `None` on the side where it does not exist.
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub path: String,
+    pub old: Option<Entry>,
+    pub new: Option<Entry>,
+}
+
+/// A commit as the reports name it.
+#[derive(Clone, Debug)]
+pub struct CommitInfo {
+    pub id: Oid,
+    pub tree: Oid,
+    pub summary: String,
+}
+
+pub struct GitRepo {
+    repo: Repository,
+    path: PathBuf,
+}
+
+/// A revision resolved to what can be judged from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolved {
+    Commit(Oid),
+    /// A bare tree (e.g. the empty tree), usable as a starting baseline.
+    Tree(Oid),
+}
+
+impl GitRepo {
+    pub fn open(path: &Path) -> Result<Self, GitError> {
+        let repo = Repository::open(path).map_err(|e| GitError::Open {
+            path: path.to_owned(),
+            message: e.message().to_owned(),
+        })?;
+        Ok(Self {
+            repo,
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn raw(&self) -> &Repository {
+        &self.repo
+    }
+
+    pub fn resolve(&self, rev: &str) -> Result<Resolved, GitError> {
+        let unknown = |message: String| GitError::UnknownRevision {
+            rev: rev.to_owned(),
+            path: self.path.clone(),
+            message,
+        };
+        let obj = self
+            .repo
+            .revparse_single(rev)
+            .map_err(|e| unknown(e.message().to_owned()))?;
+        if let Ok(c) = obj.peel_to_commit() {
+            return Ok(Resolved::Commit(c.id()));
+        }
+        match obj.peel(ObjectType::Tree) {
+            Ok(t) => Ok(Resolved::Tree(t.id())),
+            Err(_) => Err(unknown("names neither a commit nor a tree".into())),
+        }
+    }
+
+    pub fn commit(&self, id: Oid) -> Result<CommitInfo, GitError> {
+        let c = self
+            .repo
+            .find_commit(id)
+            .map_err(other(format!("reading commit {id}")))?;
+        Ok(CommitInfo {
+            id,
+            tree: c.tree_id(),
+            summary: String::from_utf8_lossy(c.summary_bytes().unwrap_or_default()).into_owned(),
+        })
+    }
+
+    pub fn first_parent(&self, id: Oid) -> Result<Option<Oid>, GitError> {
+        let c = self
+            .repo
+            .find_commit(id)
+            .map_err(other(format!("reading commit {id}")))?;
+        Ok(c.parent_ids().next())
+    }
+
+    /// The commits of `base..head` along `head`'s first parents, oldest
+    /// first: walking stops at `base` or at any commit `base` already
+    /// contains (so a pull request branched from an older main is judged
+    /// from its own commits only).
+    pub fn first_parent_range(
+        &self,
+        base: Option<Oid>,
+        head: Oid,
+    ) -> Result<Vec<CommitInfo>, GitError> {
+        let mut out = Vec::new();
+        let mut cur = Some(head);
+        while let Some(id) = cur {
+            if let Some(b) = base {
+                if id == b
+                    || self
+                        .repo
+                        .graph_descendant_of(b, id)
+                        .map_err(other("walking history"))?
+                {
+                    break;
+                }
+            }
+            out.push(self.commit(id)?);
+            cur = self.first_parent(id)?;
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// Manifest paths that differ between two trees (`None` = empty tree),
+    /// restricted to `prefixes` when any are given. Cost grows with what
+    /// changed: libgit2 skips subtrees whose ids are equal.
+    pub fn changed_files(
+        &self,
+        old: Option<Oid>,
+        new: Oid,
+        prefixes: &[String],
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Vec<Change>, GitError> {
+        let old_tree = old
+            .map(|o| self.repo.find_tree(o))
+            .transpose()
+            .map_err(other("reading the baseline tree"))?;
+        let new_tree = self
+            .repo
+            .find_tree(new)
+            .map_err(other("reading the commit tree"))?;
+        let mut opts = DiffOptions::new();
+        opts.include_typechange(true).ignore_submodules(false);
+        for p in prefixes {
+            opts.pathspec(p);
+        }
+        let diff = self
+            .repo
+            .diff_tree_to_tree(old_tree.as_ref(), Some(&new_tree), Some(&mut opts))
+            .map_err(other("diffing trees"))?;
+        let mut out = Vec::new();
+        for delta in diff.deltas() {
+            let side = |f: git2::DiffFile<'_>| -> Option<Entry> {
+                if f.id().is_zero() || !f.exists() {
+                    return None;
+                }
+                let kind = match f.mode() {
+                    git2::FileMode::Link => EntryKind::Symlink,
+                    git2::FileMode::Commit => EntryKind::Submodule,
+                    git2::FileMode::Tree => return None,
+                    _ => EntryKind::File,
+                };
+                Some(Entry { oid: f.id(), kind })
+            };
+            let path = delta
+                .new_file()
+                .path()
+                .or_else(|| delta.old_file().path())
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if !wanted(&path) || !under_prefixes(&path, prefixes) {
+                continue;
+            }
+            out.push(Change {
+                path,
+                old: side(delta.old_file()),
+                new: side(delta.new_file()),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every wanted path of a tree, for the rare judgments that need files the
+    /// commit did not touch.
+    pub fn files(
+        &self,
+        tree: Oid,
+        prefixes: &[String],
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Vec<(String, Entry)>, GitError> {
+        let tree = self.repo.find_tree(tree).map_err(other("reading a tree"))?;
+        let mut out = Vec::new();
+        tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+            let name = entry.name().unwrap_or("");
+            let kind = match entry.filemode() {
+                0o120000 => EntryKind::Symlink,
+                0o160000 => EntryKind::Submodule,
+                0o040000 => return TreeWalkResult::Ok,
+                _ => EntryKind::File,
+            };
+            let path = format!("{dir}{name}");
+            if wanted(&path) && under_prefixes(&path, prefixes) {
+                out.push((
+                    path,
+                    Entry {
+                        oid: entry.id(),
+                        kind,
+                    },
+                ));
+            }
+            TreeWalkResult::Ok
+        })
+        .map_err(other("walking a tree"))?;
+        Ok(out)
+    }
+
+    pub fn blob(&self, oid: Oid) -> Result<git2::Blob<'_>, GitError> {
+        self.repo
+            .find_blob(oid)
+            .map_err(other(format!("reading blob {oid}")))
+    }
+}
+
+/// Whether a path lies under one of the prefixes (all paths when none).
+/// A prefix names a directory or a file; `clusters/prod` does not match
+/// `clusters/production`.
+pub fn under_prefixes(path: &str, prefixes: &[String]) -> bool {
+    prefixes.is_empty()
+        || prefixes.iter().any(|p| {
+            let p = p.trim_end_matches('/');
+            p.is_empty()
+                || path == p
+                || (path.starts_with(p) && path.as_bytes().get(p.len()) == Some(&b'/'))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::under_prefixes;
+
+    #[test]
+    fn prefixes_match_whole_components() {
+        let p = vec!["clusters/prod".to_owned()];
+        assert!(under_prefixes("clusters/prod/cp.yaml", &p));
+        assert!(!under_prefixes("clusters/production/cp.yaml", &p));
+        assert!(under_prefixes("anything.yaml", &[]));
+        assert!(under_prefixes("a/b.yaml", &["a/".to_owned()]));
+        assert!(under_prefixes("a/b.yaml", &["a/b.yaml".to_owned()]));
+    }
+}

@@ -1,0 +1,327 @@
+//! Judging a range of Git history commit by commit.
+//!
+//! Each commit is compared with the *baseline tree*: the tree of the newest
+//! accepted commit. A refused commit therefore never moves a baseline, and
+//! the commit that fixes it is judged against the last good state, not
+//! against the mistake. Only the files that differ from the baseline are
+//! read, so the cost of a check grows with the change, not with the
+//! repository; files a commit did not touch are read only when it introduces
+//! an object name that could collide with them (and then only the files that
+//! contain that name).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use git2::Oid;
+use serde::Serialize;
+
+use crate::desired::{Desired, expand, plane_name_for};
+use crate::gate::{self, CommitInput, ObjectVerdict, Verdict};
+use crate::git::{Change, EntryKind, GitError, GitRepo, Resolved};
+use crate::kind::Key;
+use crate::live::Live;
+use crate::manifest::{self, ParsedFile, Problem, Skip};
+
+pub struct CheckOptions {
+    /// Starting baseline; `None` means the head's first parent (or the empty
+    /// tree for a root commit).
+    pub base: Option<String>,
+    pub head: String,
+    pub prefixes: Vec<String>,
+    pub live: Option<Live>,
+    pub max_file_bytes: usize,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        Self {
+            base: None,
+            head: "HEAD".into(),
+            prefixes: Vec::new(),
+            live: None,
+            max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckReport {
+    pub verdict: Verdict,
+    /// The starting baseline (commit or tree id), null for the empty tree.
+    pub base: Option<String>,
+    pub head: String,
+    pub commits: Vec<CommitReport>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommitReport {
+    pub sha: String,
+    pub summary: String,
+    pub verdict: Verdict,
+    pub objects: Vec<ObjectVerdict>,
+    /// Content that is not a Kubernetes object, passed over.
+    pub skipped: Vec<SkipReport>,
+    /// Manifest files this commit changed relative to its baseline.
+    pub files_changed: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SkipReport {
+    pub file: Arc<str>,
+    pub line: u32,
+    pub message: String,
+}
+
+impl From<&Skip> for SkipReport {
+    fn from(s: &Skip) -> Self {
+        Self {
+            file: s.file.clone(),
+            line: s.line,
+            message: s.message.clone(),
+        }
+    }
+}
+
+/// Judges `base..head` of `repo`.
+pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitError> {
+    let head = match repo.resolve(&opts.head)? {
+        Resolved::Commit(c) => c,
+        Resolved::Tree(_) => {
+            return Err(GitError::UnknownRevision {
+                rev: opts.head.clone(),
+                path: repo.raw().path().to_owned(),
+                message: "--head must name a commit".into(),
+            });
+        }
+    };
+    let (base_commit, mut baseline_tree) = match opts.base.as_deref() {
+        // Git's empty tree need not exist in the object database.
+        Some(EMPTY_TREE) => (None, None),
+        Some(rev) => match repo.resolve(rev)? {
+            Resolved::Commit(c) => (Some(c), Some(repo.commit(c)?.tree)),
+            Resolved::Tree(t) => (None, Some(t)),
+        },
+        None => match repo.first_parent(head)? {
+            Some(p) => (Some(p), Some(repo.commit(p)?.tree)),
+            None => (None, None),
+        },
+    };
+    let empty_tree = Oid::from_str(EMPTY_TREE).ok();
+    if baseline_tree == empty_tree {
+        baseline_tree = None;
+    }
+    let base_label = base_commit
+        .map(|c| c.to_string())
+        .or_else(|| baseline_tree.map(|t| t.to_string()));
+    // From a bare tree or from nothing: the whole first-parent history.
+    let commits = repo.first_parent_range(base_commit, head)?;
+
+    let mut walker = Walker {
+        repo,
+        opts,
+        cache: HashMap::new(),
+    };
+    let mut reports = Vec::with_capacity(commits.len());
+    for c in commits {
+        let (objects, skipped, files_changed) = walker.judge(baseline_tree, c.tree)?;
+        let verdict = gate::commit_verdict(&objects);
+        if verdict == Verdict::Accepted {
+            baseline_tree = Some(c.tree);
+        }
+        reports.push(CommitReport {
+            sha: c.id.to_string(),
+            summary: c.summary,
+            verdict,
+            objects,
+            skipped,
+            files_changed,
+        });
+    }
+    let verdict = if reports.iter().any(|r| r.verdict == Verdict::Refused) {
+        Verdict::Refused
+    } else {
+        Verdict::Accepted
+    };
+    Ok(CheckReport {
+        verdict,
+        base: base_label,
+        head: head.to_string(),
+        commits: reports,
+    })
+}
+
+/// Git's well-known empty tree.
+pub const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+
+struct Walker<'a> {
+    repo: &'a GitRepo,
+    opts: &'a CheckOptions,
+    /// Parsed files by (blob, path): a blob is parsed once per run however
+    /// many commits carry it.
+    cache: HashMap<(Oid, Arc<str>), Arc<ParsedFile>>,
+}
+
+impl Walker<'_> {
+    fn parse(&mut self, path: &str, oid: Oid) -> Result<Arc<ParsedFile>, GitError> {
+        let path: Arc<str> = Arc::from(path);
+        if let Some(p) = self.cache.get(&(oid, path.clone())) {
+            return Ok(p.clone());
+        }
+        let blob = self.repo.blob(oid)?;
+        let parsed = Arc::new(manifest::parse_file(
+            &path,
+            blob.content(),
+            self.opts.max_file_bytes,
+        ));
+        self.cache.insert((oid, path), parsed.clone());
+        Ok(parsed)
+    }
+
+    fn side(
+        &mut self,
+        path: &str,
+        entry: Option<&crate::git::Entry>,
+        problems: &mut Vec<Problem>,
+        skipped: &mut Vec<SkipReport>,
+    ) -> Result<Vec<Desired>, GitError> {
+        let Some(e) = entry else {
+            return Ok(Vec::new());
+        };
+        match e.kind {
+            EntryKind::File => {
+                let parsed = self.parse(path, e.oid)?;
+                problems.extend(parsed.problems.iter().cloned());
+                skipped.extend(parsed.skipped.iter().map(SkipReport::from));
+                Ok(expand(&parsed.documents))
+            }
+            EntryKind::Symlink => {
+                problems.push(Problem {
+                    file: Arc::from(path),
+                    line: 1,
+                    key: None,
+                    message: "is a symbolic link; lockstep does not follow links (what the cluster gets could differ from what was judged): commit the file itself".into(),
+                });
+                Ok(Vec::new())
+            }
+            EntryKind::Submodule => {
+                skipped.push(SkipReport {
+                    file: Arc::from(path),
+                    line: 1,
+                    message: "is a submodule; its content is not part of this repository and was not judged".into(),
+                });
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    fn judge(
+        &mut self,
+        baseline_tree: Option<Oid>,
+        tree: Oid,
+    ) -> Result<(Vec<ObjectVerdict>, Vec<SkipReport>, usize), GitError> {
+        let changes: Vec<Change> = self.repo.changed_files(
+            baseline_tree,
+            tree,
+            &self.opts.prefixes,
+            manifest::is_manifest_path,
+        )?;
+        let mut baseline = Vec::new();
+        let mut next = Vec::new();
+        let mut problems = Vec::new();
+        let mut skipped = Vec::new();
+        let mut ignored_problems = Vec::new();
+        let mut ignored_skips = Vec::new();
+        for ch in &changes {
+            // The baseline is taken as given: its own problems are not re-reported.
+            baseline.extend(self.side(
+                &ch.path,
+                ch.old.as_ref(),
+                &mut ignored_problems,
+                &mut ignored_skips,
+            )?);
+            next.extend(self.side(&ch.path, ch.new.as_ref(), &mut problems, &mut skipped)?);
+        }
+
+        let base_keys: BTreeSet<&Key> = baseline.iter().map(|d| &d.key).collect();
+        let new_keys: Vec<&Key> = next
+            .iter()
+            .map(|d| &d.key)
+            .filter(|k| !base_keys.contains(k))
+            .collect();
+        let elsewhere = if new_keys.is_empty() {
+            Vec::new()
+        } else {
+            let changed: BTreeSet<&str> = changes.iter().map(|c| c.path.as_str()).collect();
+            let mut needles: BTreeSet<String> = BTreeSet::new();
+            for k in &new_keys {
+                needles.insert(k.name.clone());
+                if let Some(plane) = plane_name_for(k) {
+                    needles.insert(plane.to_owned());
+                }
+            }
+            let wanted: BTreeSet<Key> = next.iter().map(|d| d.key.clone()).collect();
+            self.lookup(tree, &changed, &needles, &wanted)?
+        };
+
+        let objects = gate::judge_commit(&CommitInput {
+            baseline: &baseline,
+            next: &next,
+            elsewhere: &elsewhere,
+            problems: &problems,
+            live: self.opts.live.as_ref(),
+        });
+        Ok((objects, skipped, changes.len()))
+    }
+
+    /// Objects of files the commit did not change whose keys collide with
+    /// `wanted`. A file can only define an object whose name it contains, so
+    /// only files containing one of the needles are parsed (and, to stay
+    /// closed against YAML escapes such as "\u0070rod", files with a backslash).
+    fn lookup(
+        &mut self,
+        tree: Oid,
+        changed: &BTreeSet<&str>,
+        needles: &BTreeSet<String>,
+        wanted: &BTreeSet<Key>,
+    ) -> Result<Vec<Desired>, GitError> {
+        let finders: Vec<memchr::memmem::Finder<'_>> = needles
+            .iter()
+            .map(|n| memchr::memmem::Finder::new(n.as_bytes()))
+            .collect();
+        let mut out = Vec::new();
+        for (path, entry) in
+            self.repo
+                .files(tree, &self.opts.prefixes, manifest::is_manifest_path)?
+        {
+            if changed.contains(path.as_str()) || entry.kind != EntryKind::File {
+                continue;
+            }
+            let cached = self
+                .cache
+                .get(&(entry.oid, Arc::from(path.as_str())))
+                .cloned();
+            let parsed = match cached {
+                Some(p) => p,
+                None => {
+                    let blob = self.repo.blob(entry.oid)?;
+                    let bytes = blob.content();
+                    let candidate = memchr::memchr(b'\\', bytes).is_some()
+                        || finders.iter().any(|f| f.find(bytes).is_some());
+                    if !candidate {
+                        continue;
+                    }
+                    drop(blob);
+                    self.parse(&path, entry.oid)?
+                }
+            };
+            out.extend(
+                expand(&parsed.documents)
+                    .into_iter()
+                    .filter(|d| wanted.contains(&d.key)),
+            );
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,17 @@
+//! lockstep: a GitOps release gate and reconciler for C5C3 (CobaltCore)
+//! OpenStack-on-Kubernetes control planes.
+//!
+//! The core is pure ([`release`], [`manifest`], [`desired`], [`gate`]); the
+//! edges ([`git`], reading live state) feed it; [`history`] walks commits and
+//! [`report`] prints what the gate decided.
+
+pub mod demo;
+pub mod desired;
+pub mod gate;
+pub mod git;
+pub mod history;
+pub mod kind;
+pub mod live;
+pub mod manifest;
+pub mod release;
+pub mod report;

@@ -1,0 +1,778 @@
+//! Reading the release-relevant part of C5C3 manifests out of YAML files.
+//!
+//! A file is parsed once into a tree that remembers the line of every node,
+//! then only the fields the gate needs are extracted, with the line each came
+//! from. Unknown fields are tolerated (the CRDs grow); documents of other
+//! kinds are ignored; documents that are not Kubernetes objects are skipped
+//! and reported. Anything that could hide a release edit (a syntax error, a
+//! recognised kind with a broken spec, a file that is too big or not UTF-8)
+//! is a problem that refuses the commit: the gate fails closed.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::Spanned;
+
+use crate::kind::{Key, Kind, Recognised};
+use crate::release::ImageRef;
+
+/// Files larger than this are refused rather than read: no real manifest is
+/// this big, and an unbounded read is a denial of service.
+pub const DEFAULT_MAX_FILE_BYTES: usize = 8 * 1024 * 1024;
+
+/// A value and the 1-based line it was written on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Located<T> {
+    pub value: T,
+    pub line: u32,
+}
+
+/// One recognised, well-formed object document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Document {
+    pub key: Key,
+    pub file: Arc<str>,
+    /// The line where the document's content starts.
+    pub line: u32,
+    pub spec: Spec,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Spec {
+    Plane(PlaneSpec),
+    Service(ServiceSpec),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlaneSpec {
+    /// `spec.openStackRelease`, unparsed: the gate judges it.
+    pub release: Located<String>,
+    /// Enabled services, in `Kind::SERVICES` order.
+    pub services: Vec<PlaneService>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlaneService {
+    pub kind: Kind,
+    pub line: u32,
+    /// `services.<svc>.image`: replaces the default image verbatim.
+    pub image: Option<Located<ImageRef>>,
+    /// `services.<svc>.namespace.name`: where the child lives, if not with the plane.
+    pub namespace: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceSpec {
+    /// `spec.openStackRelease` for the kinds that have it.
+    pub release: Option<Located<String>>,
+    pub image: Located<ImageRef>,
+}
+
+/// Something that must refuse the commit (reason `ManifestInvalid`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub file: Arc<str>,
+    pub line: u32,
+    /// The object, when the document got far enough to name one.
+    pub key: Option<Key>,
+    pub message: String,
+}
+
+/// Content that is not a Kubernetes object and was passed over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skip {
+    pub file: Arc<str>,
+    pub line: u32,
+    pub message: String,
+}
+
+/// Everything one file yielded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ParsedFile {
+    pub documents: Vec<Document>,
+    pub problems: Vec<Problem>,
+    pub skipped: Vec<Skip>,
+}
+
+/// Whether a path names a file lockstep reads.
+pub fn is_manifest_path(path: &str) -> bool {
+    path.ends_with(".yaml") || path.ends_with(".yml")
+}
+
+/// Parses one manifest file. Never panics and never fails: what cannot be
+/// read becomes a [`Problem`] naming the file and line.
+pub fn parse_file(path: &str, bytes: &[u8], max_bytes: usize) -> ParsedFile {
+    let file: Arc<str> = Arc::from(path);
+    let mut out = ParsedFile::default();
+    if bytes.len() > max_bytes {
+        out.problems.push(Problem {
+            file,
+            line: 1,
+            key: None,
+            message: format!(
+                "file is {} bytes, over the {max_bytes}-byte limit; split it, or leave it out with --path",
+                bytes.len()
+            ),
+        });
+        return out;
+    }
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let line = line_of_offset(bytes, e.valid_up_to());
+            out.problems.push(Problem {
+                file,
+                line,
+                key: None,
+                message: format!(
+                    "file is not UTF-8 (invalid byte at offset {}); YAML manifests must be UTF-8",
+                    e.valid_up_to()
+                ),
+            });
+            return out;
+        }
+    };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let options = serde_saphyr::options! { with_snippet: false };
+    let docs: Vec<Spanned<Node>> = match serde_saphyr::from_multiple_with_options(text, options) {
+        Ok(d) => d,
+        Err(e) => {
+            let line = e.location().map_or(1, |l| to_line(l.line()));
+            out.problems.push(Problem {
+                file,
+                line,
+                key: None,
+                message: format!("YAML does not parse: {}", first_line(&e.to_string())),
+            });
+            return out;
+        }
+    };
+    for doc in docs {
+        read_document(&file, doc, &mut out);
+    }
+    out
+}
+
+fn read_document(file: &Arc<str>, doc: Spanned<Node>, out: &mut ParsedFile) {
+    let line = to_line(doc.referenced.line());
+    let Node::Map(root) = &doc.value else {
+        out.skipped.push(Skip {
+            file: file.clone(),
+            line,
+            message: format!(
+                "a YAML {} is not a Kubernetes object",
+                doc.value.kind_name()
+            ),
+        });
+        return;
+    };
+    let api_version = get(root, "apiVersion").and_then(|n| n.value.as_str());
+    let kind = get(root, "kind").and_then(|n| n.value.as_str());
+    let (Some(api_version), Some(kind)) = (api_version, kind) else {
+        out.skipped.push(Skip {
+            file: file.clone(),
+            line,
+            message: "mapping without apiVersion and kind is not a Kubernetes object".into(),
+        });
+        return;
+    };
+    let kind = match Kind::recognise(api_version, kind) {
+        None => return, // Not ours: ignored silently, like any other YAML in the repo.
+        Some(Recognised::WrongVersion(k)) => {
+            out.problems.push(Problem {
+                file: file.clone(),
+                line,
+                key: None,
+                message: format!(
+                    "apiVersion {api_version} is not served for {k}; the operators serve only {}",
+                    k.api_version()
+                ),
+            });
+            return;
+        }
+        Some(Recognised::Ours(k)) => k,
+    };
+    let mut ctx = Ctx {
+        file,
+        key: None,
+        problems: Vec::new(),
+    };
+    if let Some(document) = extract(kind, root, line, &mut ctx) {
+        out.documents.push(document);
+    }
+    out.problems.extend(ctx.problems);
+}
+
+/// Collects problems for one document, naming the object once it is known.
+struct Ctx<'a> {
+    file: &'a Arc<str>,
+    key: Option<Key>,
+    problems: Vec<Problem>,
+}
+
+impl Ctx<'_> {
+    fn fail(&mut self, line: u32, message: impl Into<String>) {
+        self.problems.push(Problem {
+            file: self.file.clone(),
+            line,
+            key: self.key.clone(),
+            message: message.into(),
+        });
+    }
+}
+
+fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Document> {
+    let Some(meta) = get(root, "metadata") else {
+        ctx.fail(line, format!("{kind} has no metadata"));
+        return None;
+    };
+    let Node::Map(meta_map) = &meta.value else {
+        ctx.fail(
+            to_line(meta.referenced.line()),
+            "metadata must be a mapping",
+        );
+        return None;
+    };
+    let name = match get(meta_map, "name") {
+        Some(n) => match n.value.as_str() {
+            Some(s) if valid_dns_name(s) => s.to_owned(),
+            Some(s) => {
+                ctx.fail(
+                    to_line(n.referenced.line()),
+                    format!("metadata.name {s:?} is not a valid object name (lower-case RFC 1123, at most 253 characters)"),
+                );
+                return None;
+            }
+            None => {
+                ctx.fail(
+                    to_line(n.referenced.line()),
+                    "metadata.name must be a string",
+                );
+                return None;
+            }
+        },
+        None => {
+            ctx.fail(line, format!("{kind} has no metadata.name"));
+            return None;
+        }
+    };
+    let namespace = match get(meta_map, "namespace") {
+        Some(n) => match n.value.as_str() {
+            Some(s) if valid_dns_label(s) => s.to_owned(),
+            _ => {
+                ctx.fail(
+                    to_line(n.referenced.line()),
+                    "metadata.namespace must be a valid namespace name (lower-case RFC 1123 label)",
+                );
+                return None;
+            }
+        },
+        // All C5C3 kinds are namespaced; kubectl would put a document without
+        // a namespace into "default", and so do we.
+        None => "default".to_owned(),
+    };
+    ctx.key = Some(Key::new(kind, namespace.clone(), name.clone()));
+    let Some(spec) = get(root, "spec") else {
+        ctx.fail(line, format!("{kind} {namespace}/{name} has no spec"));
+        return None;
+    };
+    let Node::Map(spec_map) = &spec.value else {
+        ctx.fail(to_line(spec.referenced.line()), "spec must be a mapping");
+        return None;
+    };
+    let spec_line = to_line(spec.referenced.line());
+    let before = ctx.problems.len();
+    let spec = if kind == Kind::ControlPlane {
+        plane_spec(spec_map, spec_line, ctx).map(Spec::Plane)
+    } else {
+        service_spec(kind, spec_map, spec_line, ctx).map(Spec::Service)
+    };
+    if ctx.problems.len() > before {
+        return None;
+    }
+    Some(Document {
+        key: Key::new(kind, namespace, name),
+        file: ctx.file.clone(),
+        line,
+        spec: spec?,
+    })
+}
+
+fn plane_spec(spec: &Map, spec_line: u32, ctx: &mut Ctx<'_>) -> Option<PlaneSpec> {
+    let release = release_field(spec, spec_line, true, ctx);
+    let mut services = Vec::new();
+    if let Some(svcs) = get(spec, "services") {
+        match &svcs.value {
+            Node::Map(m) => {
+                for svc in Kind::SERVICES {
+                    let Some(entry) = get(m, svc.service()) else {
+                        continue;
+                    };
+                    let entry_line = to_line(entry.referenced.line());
+                    let entry_map = match &entry.value {
+                        Node::Null => continue, // `nova:` with no body is not enabled.
+                        Node::Map(em) => em,
+                        other => {
+                            ctx.fail(
+                                entry_line,
+                                format!(
+                                    "spec.services.{} must be a mapping, not a {}",
+                                    svc.service(),
+                                    other.kind_name()
+                                ),
+                            );
+                            continue;
+                        }
+                    };
+                    let field = format!("spec.services.{}.image", svc.service());
+                    let image = get(entry_map, "image").and_then(|i| image_spec(i, &field, ctx));
+                    let namespace = get(entry_map, "namespace")
+                        .and_then(|n| match &n.value {
+                            Node::Map(nm) => get(nm, "name"),
+                            _ => None,
+                        })
+                        .and_then(|n| n.value.as_str())
+                        .map(str::to_owned);
+                    services.push(PlaneService {
+                        kind: svc,
+                        line: entry_line,
+                        image,
+                        namespace,
+                    });
+                }
+            }
+            Node::Null => {}
+            other => ctx.fail(
+                to_line(svcs.referenced.line()),
+                format!(
+                    "spec.services must be a mapping, not a {}",
+                    other.kind_name()
+                ),
+            ),
+        }
+    }
+    Some(PlaneSpec {
+        release: release?,
+        services,
+    })
+}
+
+fn service_spec(kind: Kind, spec: &Map, spec_line: u32, ctx: &mut Ctx<'_>) -> Option<ServiceSpec> {
+    let release = match kind.release_source() {
+        crate::kind::ReleaseSource::Field => Some(release_field(spec, spec_line, true, ctx)?),
+        _ => None,
+    };
+    let image = match get(spec, "image") {
+        Some(i) => image_spec(i, "spec.image", ctx)?,
+        None => {
+            ctx.fail(spec_line, "spec.image is required");
+            return None;
+        }
+    };
+    Some(ServiceSpec { release, image })
+}
+
+fn release_field(
+    spec: &Map,
+    spec_line: u32,
+    required: bool,
+    ctx: &mut Ctx<'_>,
+) -> Option<Located<String>> {
+    let Some(node) = get(spec, "openStackRelease") else {
+        if required {
+            ctx.fail(spec_line, "spec.openStackRelease is required");
+        }
+        return None;
+    };
+    let line = to_line(node.referenced.line());
+    match &node.value {
+        Node::Str(s) => Some(Located {
+            value: s.clone(),
+            line,
+        }),
+        Node::Float(f) => {
+            ctx.fail(
+                line,
+                format!(
+                    "spec.openStackRelease is the number {f}, not a string; quote it (\"{f}\"): unquoted, 2026.10 and 2026.1 are the same number"
+                ),
+            );
+            None
+        }
+        other => {
+            ctx.fail(
+                line,
+                format!(
+                    "spec.openStackRelease must be a string, not a {}",
+                    other.kind_name()
+                ),
+            );
+            None
+        }
+    }
+}
+
+fn image_spec(node: &Spanned<Node>, field: &str, ctx: &mut Ctx<'_>) -> Option<Located<ImageRef>> {
+    let line = to_line(node.referenced.line());
+    let Node::Map(m) = &node.value else {
+        ctx.fail(
+            line,
+            format!("{field} must be a mapping with repository and tag or digest"),
+        );
+        return None;
+    };
+    let mut string_of = |key: &str| -> Result<Option<&str>, ()> {
+        match get(m, key) {
+            None => Ok(None),
+            Some(n) => match &n.value {
+                Node::Str(s) => Ok(Some(s.as_str())),
+                other => {
+                    ctx.fail(
+                        to_line(n.referenced.line()),
+                        format!(
+                            "{field}.{key} must be a string, not a {}{}",
+                            other.kind_name(),
+                            if matches!(other, Node::Float(_) | Node::Int(_)) {
+                                "; quote it"
+                            } else {
+                                ""
+                            }
+                        ),
+                    );
+                    Err(())
+                }
+            },
+        }
+    };
+    let repository = string_of("repository");
+    let tag = string_of("tag");
+    let digest = string_of("digest");
+    let (Ok(repository), Ok(tag), Ok(digest)) = (repository, tag, digest) else {
+        return None;
+    };
+    // Point at the pin (tag or digest): that is the line a release bump edits.
+    let pin_line = get(m, "tag")
+        .or_else(|| get(m, "digest"))
+        .map_or(line, |n| to_line(n.referenced.line()));
+    match ImageRef::new(repository, tag, digest) {
+        Ok(image) => Some(Located {
+            value: image,
+            line: pin_line,
+        }),
+        Err(e) => {
+            ctx.fail(line, format!("{field}: {e}"));
+            None
+        }
+    }
+}
+
+/// RFC 1123 subdomain, as Kubernetes requires of most object names.
+fn valid_dns_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(valid_dns_label_loose)
+}
+
+/// RFC 1123 label, as Kubernetes requires of namespace names.
+fn valid_dns_label(s: &str) -> bool {
+    s.len() <= 63 && valid_dns_label_loose(s)
+}
+
+fn valid_dns_label_loose(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+fn to_line(l: u64) -> u32 {
+    u32::try_from(l).unwrap_or(u32::MAX).max(1)
+}
+
+fn line_of_offset(bytes: &[u8], offset: usize) -> u32 {
+    let newlines = memchr::memchr_iter(b'\n', &bytes[..offset.min(bytes.len())]).count();
+    u32::try_from(newlines + 1).unwrap_or(u32::MAX)
+}
+
+fn first_line(s: &str) -> &str {
+    let s = s.strip_prefix("error: ").unwrap_or(s);
+    s.lines().next().unwrap_or(s)
+}
+
+type Map = Vec<(String, Spanned<Node>)>;
+
+fn get<'a>(map: &'a Map, key: &str) -> Option<&'a Spanned<Node>> {
+    map.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
+/// A YAML node with the location of each child, enough to point a person at
+/// the line to fix.
+#[derive(Debug)]
+pub(crate) enum Node {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(String),
+    /// Sequences are read through (they must parse) but never kept: no
+    /// release-relevant field lives in one.
+    Seq,
+    Map(Map),
+}
+
+impl Node {
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Node::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn kind_name(&self) -> &'static str {
+        match self {
+            Node::Null => "null",
+            Node::Bool(_) => "boolean",
+            Node::Int(_) => "integer",
+            Node::Float(_) => "number",
+            Node::Str(_) => "string",
+            Node::Seq => "sequence",
+            Node::Map(_) => "mapping",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct NodeVisitor;
+        impl<'de> Visitor<'de> for NodeVisitor {
+            type Value = Node;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any YAML value")
+            }
+            fn visit_unit<E>(self) -> Result<Node, E> {
+                Ok(Node::Null)
+            }
+            fn visit_none<E>(self) -> Result<Node, E> {
+                Ok(Node::Null)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+                Node::deserialize(d)
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
+                Ok(Node::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
+                Ok(Node::Int(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
+                Ok(Node::Int(v.into()))
+            }
+            fn visit_i128<E>(self, v: i128) -> Result<Node, E> {
+                Ok(Node::Int(v))
+            }
+            fn visit_u128<E>(self, v: u128) -> Result<Node, E> {
+                Ok(i128::try_from(v).map_or(Node::Float(v as f64), Node::Int))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
+                Ok(Node::Float(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Node, E> {
+                Ok(Node::Str(v.to_owned()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Node, E> {
+                Ok(Node::Str(v))
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<Node, E> {
+                Ok(Node::Str(String::from_utf8_lossy(v).into_owned()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Node, A::Error> {
+                while a.next_element::<Node>()?.is_some() {}
+                Ok(Node::Seq)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Node, A::Error> {
+                let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0));
+                while let Some(k) = a.next_key::<KeyText>()? {
+                    v.push((k.0, a.next_value()?));
+                }
+                Ok(Node::Map(v))
+            }
+        }
+        d.deserialize_any(NodeVisitor)
+    }
+}
+
+/// Mapping keys as text: YAML allows `1: x` or `true: y`; Kubernetes objects
+/// never use them, but reading them must not fail the whole file.
+struct KeyText(String);
+
+impl<'de> Deserialize<'de> for KeyText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let node = Node::deserialize(d)?;
+        Ok(KeyText(match node {
+            Node::Str(s) => s,
+            Node::Int(i) => i.to_string(),
+            Node::Float(f) => f.to_string(),
+            Node::Bool(b) => b.to_string(),
+            Node::Null => "null".to_owned(),
+            Node::Seq | Node::Map(_) => "<complex key>".to_owned(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::release::Pin;
+
+    fn parse(text: &str) -> ParsedFile {
+        parse_file("f.yaml", text.as_bytes(), DEFAULT_MAX_FILE_BYTES)
+    }
+
+    const GLANCE: &str = "apiVersion: glance.openstack.c5c3.io/v1alpha1
+kind: Glance
+metadata:
+  name: glance
+  namespace: image
+spec:
+  openStackRelease: \"2026.1\"
+  image:
+    repository: ghcr.io/c5c3/glance
+    tag: \"2026.1\"
+";
+
+    #[test]
+    fn reads_a_service_with_lines() {
+        let p = parse(&format!("# comment\n---\n{GLANCE}"));
+        assert!(p.problems.is_empty(), "{:?}", p.problems);
+        let d = &p.documents[0];
+        assert_eq!(d.key, Key::new(Kind::Glance, "image", "glance"));
+        assert_eq!(d.line, 3);
+        let Spec::Service(s) = &d.spec else { panic!() };
+        assert_eq!(s.release.as_ref().unwrap().value, "2026.1");
+        assert_eq!(s.release.as_ref().unwrap().line, 9);
+        assert_eq!(s.image.value.pin, Pin::Tag("2026.1".into()));
+    }
+
+    #[test]
+    fn multi_document_and_foreign_kinds() {
+        let text = format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: image\n---\n{GLANCE}---\n- a list\n---\njust: a map\n"
+        );
+        let p = parse(&text);
+        assert_eq!(p.documents.len(), 1);
+        assert_eq!(p.documents[0].line, 6);
+        assert_eq!(p.skipped.len(), 2);
+        assert!(p.skipped[0].message.contains("sequence"));
+        assert_eq!(p.skipped[0].line, 17);
+        assert_eq!(p.skipped[1].line, 19);
+    }
+
+    #[test]
+    fn unquoted_release_is_refused_with_advice() {
+        let p = parse(&GLANCE.replace("\"2026.1\"\n  image", "2026.1\n  image"));
+        assert!(p.documents.is_empty());
+        assert_eq!(p.problems[0].line, 7);
+        assert!(p.problems[0].message.contains("quote it"));
+        assert_eq!(
+            p.problems[0].key,
+            Some(Key::new(Kind::Glance, "image", "glance"))
+        );
+    }
+
+    #[test]
+    fn both_tag_and_digest() {
+        let text = GLANCE.replace(
+            "tag: \"2026.1\"",
+            &format!("tag: \"2026.1\"\n    digest: sha256:{}", "0".repeat(64)),
+        );
+        let p = parse(&text);
+        assert_eq!(p.problems.len(), 1);
+        assert!(p.problems[0].message.contains("both"), "{:?}", p.problems);
+        assert_eq!(p.problems[0].line, 9);
+    }
+
+    #[test]
+    fn missing_fields_and_bad_shapes() {
+        for (edit, expect) in [
+            ("  name: glance\n", "no metadata.name"),
+            (
+                "  openStackRelease: \"2026.1\"\n",
+                "openStackRelease is required",
+            ),
+            (
+                "  image:\n    repository: ghcr.io/c5c3/glance\n    tag: \"2026.1\"\n",
+                "spec.image is required",
+            ),
+        ] {
+            let p = parse(&GLANCE.replace(edit, ""));
+            assert!(
+                p.problems.iter().any(|x| x.message.contains(expect)),
+                "{edit:?}: {:?}",
+                p.problems
+            );
+            assert!(p.documents.is_empty());
+        }
+        let p = parse(&GLANCE.replace("v1alpha1", "v1beta1"));
+        assert!(
+            p.problems[0]
+                .message
+                .contains("only glance.openstack.c5c3.io/v1alpha1")
+        );
+    }
+
+    #[test]
+    fn syntax_error_names_the_line() {
+        let p = parse("a: 1\nb: [1, 2\nc: 3\n");
+        assert_eq!(p.problems.len(), 1);
+        assert_eq!(p.problems[0].line, 3);
+        assert!(p.problems[0].message.starts_with("YAML does not parse"));
+    }
+
+    #[test]
+    fn bombs_big_files_and_binary_are_problems() {
+        let mut bomb = String::from("a: &a [x,x,x,x,x,x,x,x,x,x]\n");
+        for (i, c) in "bcdefghij".chars().enumerate() {
+            let prev = (b'a' + i as u8) as char;
+            bomb.push_str(&format!(
+                "{c}: &{c} [{}]\n",
+                vec![format!("*{prev}"); 10].join(",")
+            ));
+        }
+        let p = parse(&bomb);
+        assert_eq!(p.problems.len(), 1, "{:?}", p);
+        let p = parse_file("big.yaml", &vec![b'#'; 100], 10);
+        assert!(p.problems[0].message.contains("limit"));
+        let p = parse_file("bin.yaml", b"a: 1\nb: \xff\xfe\n", 1000);
+        assert_eq!(p.problems[0].line, 2);
+        assert!(p.problems[0].message.contains("UTF-8"));
+    }
+
+    #[test]
+    fn plane_services_and_overrides() {
+        let text = "apiVersion: c5c3.io/v1alpha1
+kind: ControlPlane
+metadata: {name: prod, namespace: openstack}
+spec:
+  openStackRelease: \"2026.1\"
+  services:
+    keystone: {}
+    horizon:
+    glance:
+      namespace: {name: images}
+    placement:
+      image: {repository: registry.example.internal/placement, tag: \"2026.1\"}
+    octavia: {}
+";
+        let p = parse(text);
+        assert!(p.problems.is_empty(), "{:?}", p.problems);
+        let Spec::Plane(pl) = &p.documents[0].spec else {
+            panic!()
+        };
+        let kinds: Vec<_> = pl.services.iter().map(|s| s.kind).collect();
+        assert_eq!(kinds, vec![Kind::Keystone, Kind::Glance, Kind::Placement]);
+        assert_eq!(pl.services[1].namespace.as_deref(), Some("images"));
+        assert_eq!(pl.services[2].image.as_ref().unwrap().line, 12);
+        assert_eq!(p.documents[0].line, 1);
+    }
+}

@@ -1,0 +1,132 @@
+//! Rendering check reports for people (text) and machines (JSON).
+
+use std::fmt::Write as _;
+
+use crate::gate::{ObjectVerdict, Transition, Verdict};
+use crate::history::{CheckReport, CommitReport};
+
+pub fn json(report: &CheckReport) -> String {
+    // Serialising plain data structures cannot fail.
+    serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+pub fn text(report: &CheckReport) -> String {
+    let mut s = String::new();
+    let n = report.commits.len();
+    let base = report
+        .base
+        .as_deref()
+        .map_or_else(|| "the empty tree".to_owned(), short);
+    let _ = writeln!(
+        s,
+        "lockstep check {}..{}: {n} commit{} judged against {base}",
+        report.base.as_deref().map_or("∅".to_owned(), short),
+        short(&report.head),
+        if n == 1 { "" } else { "s" },
+    );
+    if n == 0 {
+        let _ = writeln!(s, "  nothing to judge: head is the base");
+    }
+    for c in &report.commits {
+        commit_text(&mut s, c);
+    }
+    let refused = report
+        .commits
+        .iter()
+        .filter(|c| c.verdict == Verdict::Refused)
+        .count();
+    let held: usize = report
+        .commits
+        .iter()
+        .flat_map(|c| &c.objects)
+        .filter(|o| o.verdict == Verdict::Held)
+        .count();
+    let _ = write!(
+        s,
+        "verdict: {}",
+        if refused > 0 { "REFUSED" } else { "accepted" }
+    );
+    if refused > 0 {
+        let _ = write!(
+            s,
+            " ({refused} of {n} commits refused; nothing of a refused commit is applied)"
+        );
+    }
+    if held > 0 {
+        let _ = write!(
+            s,
+            " ({held} object hop{} held until the cluster finishes its current upgrade)",
+            if held == 1 { "" } else { "s" }
+        );
+    }
+    s.push('\n');
+    s
+}
+
+fn commit_text(s: &mut String, c: &CommitReport) {
+    let mark = match c.verdict {
+        Verdict::Refused => "REFUSED ",
+        _ => "accepted",
+    };
+    let _ = writeln!(s, "{mark} {} {}", short(&c.sha), c.summary);
+    if c.objects.is_empty() {
+        let _ = writeln!(
+            s,
+            "         no C5C3 object changed relative to the last accepted commit ({} manifest file{} differ)",
+            c.files_changed,
+            if c.files_changed == 1 { "" } else { "s" }
+        );
+    }
+    for o in &c.objects {
+        object_text(s, o);
+    }
+    for k in &c.skipped {
+        let _ = writeln!(s, "         skipped {}:{}: {}", k.file, k.line, k.message);
+    }
+}
+
+fn object_text(s: &mut String, o: &ObjectVerdict) {
+    let who = match (&o.kind, &o.namespace, &o.name) {
+        (Some(k), Some(ns), Some(n)) => format!("{k} {ns}/{n}"),
+        _ => "file".to_owned(),
+    };
+    let via = o
+        .projected_by
+        .as_deref()
+        .map(|p| format!(" (via ControlPlane {p})"))
+        .unwrap_or_default();
+    let hop = match (&o.from, &o.to) {
+        (Some(f), Some(t)) if f != t => format!(" {f} → {t}"),
+        (None, Some(t)) => format!(" {t}"),
+        (Some(f), None) if o.transition == Transition::Remove => format!(" {f}"),
+        (Some(f), Some(_)) => format!(" {f}"),
+        _ => String::new(),
+    };
+    match o.verdict {
+        Verdict::Refused => {
+            let reason = o.reason.map(|r| r.as_str()).unwrap_or("refused");
+            let _ = writeln!(s, "  ✗ {who}{via}{hop}: {reason}");
+            let _ = writeln!(s, "      {}:{}: {}", o.file, o.line, o.message);
+        }
+        Verdict::Held => {
+            let _ = writeln!(s, "  ⏸ {who}{via}{hop}: held (UpgradeInProgress)");
+            let _ = writeln!(s, "      {}", o.message);
+        }
+        Verdict::Accepted => {
+            let t = serde_json::to_value(o.transition)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let detail = if o.message.is_empty() {
+                String::new()
+            } else {
+                format!(" — {}", o.message)
+            };
+            let _ = writeln!(s, "  ✓ {t} {who}{via}{hop}{detail}");
+        }
+    }
+}
+
+fn short(sha: &str) -> String {
+    sha.chars().take(10).collect()
+}

@@ -1,0 +1,158 @@
+//! Test support: real Git repositories built with the git CLI, and manifests
+//! derived from the example fleet so that every fixture stays valid against
+//! the upstream CRD schemas (checked in `crd_schema.rs`).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/fleet");
+
+pub fn example(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(EXAMPLES).join(rel)).expect("example file")
+}
+
+/// A standalone Nova manifest at `release` with image tag `tag`.
+pub fn nova(name: &str, release: &str, tag: &str) -> String {
+    example("standalone/compute/nova.yaml")
+        .replacen("name: nova\n", &format!("name: {name}\n"), 1)
+        .replacen(
+            "openStackRelease: \"2026.1\"",
+            &format!("openStackRelease: \"{release}\""),
+            1,
+        )
+        .replacen("tag: \"2026.1\"", &format!("tag: \"{tag}\""), 1)
+}
+
+/// The digest-pinned standalone Glance (plus its backend) at `release`.
+pub fn glance_digest(release: &str, digest_hex: char) -> String {
+    let text = example("standalone/image/glance.yaml");
+    let start = text.find("sha256:").expect("digest in example") + 7;
+    let old = &text[start..start + 64];
+    text.replacen(old, &digest_hex.to_string().repeat(64), 1)
+        .replacen(
+            "openStackRelease: \"2026.1\"",
+            &format!("openStackRelease: \"{release}\""),
+            1,
+        )
+}
+
+/// The staging ControlPlane (keystone, glance, placement, horizon) at `release`.
+pub fn staging(release: &str) -> String {
+    example("clusters/staging/controlplane.yaml").replacen(
+        "openStackRelease: \"2026.1\"",
+        &format!("openStackRelease: \"{release}\""),
+        1,
+    )
+}
+
+/// The prod ControlPlane at `release` with its placement override tagged `override_tag`.
+pub fn prod(release: &str, override_tag: &str) -> String {
+    example("clusters/prod/controlplane.yaml")
+        .replacen(
+            "openStackRelease: \"2026.1\"",
+            &format!("openStackRelease: \"{release}\""),
+            1,
+        )
+        .replacen("tag: \"2026.1\"", &format!("tag: \"{override_tag}\""), 1)
+}
+
+pub struct FleetRepo {
+    pub dir: tempfile::TempDir,
+}
+
+impl FleetRepo {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = Self { dir };
+        r.git(&["init", "-q", "-b", "main"]);
+        r.git(&["config", "user.name", "Fleet Tester"]);
+        r.git(&["config", "user.email", "fleet@example.invalid"]);
+        r.git(&["config", "commit.gpgsign", "false"]);
+        r
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn git(&self, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(self.path())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .expect("git runs");
+        assert!(
+            out.status.success(),
+            "git {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    pub fn write(&self, rel: &str, content: impl AsRef<[u8]>) -> &Self {
+        let p = self.path().join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, content).expect("write");
+        self
+    }
+
+    pub fn remove(&self, rel: &str) -> &Self {
+        std::fs::remove_file(self.path().join(rel)).expect("remove");
+        self
+    }
+
+    /// Commits everything; returns the new commit id.
+    pub fn commit(&self, message: &str) -> String {
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "--allow-empty", "-m", message]);
+        self.git(&["rev-parse", "HEAD"])
+    }
+}
+
+pub fn lockstep_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_lockstep"))
+}
+
+pub fn lockstep(args: &[&str]) -> Output {
+    Command::new(lockstep_bin())
+        .args(args)
+        .output()
+        .expect("lockstep runs")
+}
+
+/// Runs `lockstep check -o json` and returns (exit code, parsed JSON).
+pub fn check_json(repo: &FleetRepo, extra: &[&str]) -> (i32, serde_json::Value) {
+    let path = repo.path().to_string_lossy().into_owned();
+    let mut args = vec!["check", "--repo", &path, "-o", "json"];
+    args.extend_from_slice(extra);
+    let out = lockstep(&args);
+    let code = out.status.code().unwrap_or(-1);
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (code, json)
+}
+
+/// The objects of the last judged commit.
+pub fn last_objects(json: &serde_json::Value) -> Vec<serde_json::Value> {
+    json["commits"]
+        .as_array()
+        .and_then(|c| c.last())
+        .and_then(|c| c["objects"].as_array())
+        .cloned()
+        .unwrap_or_default()
+}
+
+pub fn find<'a>(objects: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_json::Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in {objects:#?}"))
+}

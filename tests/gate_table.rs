@@ -1,0 +1,430 @@
+//! Every row of the gate table (design/gate.md), on the pure gate: manifests
+//! in, verdicts out, no Git and no cluster.
+
+mod common;
+
+use common::{glance_digest, nova, prod, staging};
+use lockstep::desired::{Desired, expand};
+use lockstep::gate::{
+    CommitInput, ObjectVerdict, Reason, Transition, Verdict, commit_verdict, judge_commit,
+};
+use lockstep::live::{Live, parse_live};
+use lockstep::manifest::{DEFAULT_MAX_FILE_BYTES, Problem, parse_file};
+
+struct Side {
+    desired: Vec<Desired>,
+    problems: Vec<Problem>,
+}
+
+fn side(files: &[(&str, &str)]) -> Side {
+    let mut desired = Vec::new();
+    let mut problems = Vec::new();
+    for (name, text) in files {
+        let p = parse_file(name, text.as_bytes(), DEFAULT_MAX_FILE_BYTES);
+        desired.extend(expand(&p.documents));
+        problems.extend(p.problems);
+    }
+    Side { desired, problems }
+}
+
+fn judge_live(
+    base: &[(&str, &str)],
+    next: &[(&str, &str)],
+    live: Option<&Live>,
+) -> Vec<ObjectVerdict> {
+    let b = side(base);
+    let n = side(next);
+    judge_commit(&CommitInput {
+        baseline: &b.desired,
+        next: &n.desired,
+        elsewhere: &[],
+        problems: &n.problems,
+        live,
+    })
+}
+
+fn judge(base: &[(&str, &str)], next: &[(&str, &str)]) -> Vec<ObjectVerdict> {
+    judge_live(base, next, None)
+}
+
+fn one(v: &[ObjectVerdict], kind: &str, name: &str) -> ObjectVerdict {
+    v.iter()
+        .find(|o| o.kind.map(|k| k.as_str()) == Some(kind) && o.name.as_deref() == Some(name))
+        .cloned()
+        .unwrap_or_else(|| panic!("no {kind} {name} in {v:#?}"))
+}
+
+fn live_nova(installed: &str, target: &str, phase: &str) -> Live {
+    parse_live(
+        "live.yaml",
+        &format!(
+            "apiVersion: v1\nkind: List\nitems:\n- apiVersion: nova.openstack.c5c3.io/v1alpha1\n  kind: Nova\n  metadata: {{name: nova, namespace: compute, generation: 3}}\n  status: {{installedRelease: \"{installed}\", targetRelease: \"{target}\", upgradePhase: \"{phase}\"}}\n"
+        ),
+    )
+    .expect("live parses")
+}
+
+const F: &str = "nova.yaml";
+
+#[test]
+fn new_object_is_installed() {
+    let v = judge(&[], &[(F, &nova("nova", "2026.1", "2026.1"))]);
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(
+        (o.transition, o.verdict, o.reason),
+        (Transition::Install, Verdict::Accepted, None)
+    );
+    assert_eq!(o.to.as_deref(), Some("2026.1"));
+}
+
+#[test]
+fn removed_object_is_accepted_and_never_deleted() {
+    let v = judge(&[(F, &nova("nova", "2026.1", "2026.1"))], &[]);
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(
+        (o.transition, o.verdict),
+        (Transition::Remove, Verdict::Accepted)
+    );
+    assert!(o.message.contains("never deletes"), "{}", o.message);
+}
+
+#[test]
+fn unparseable_release_is_version_parse_error() {
+    for bad in ["2026.3", "latest", "2026", "26.1"] {
+        let v = judge(
+            &[(F, &nova("nova", "2026.1", "2026.1"))],
+            &[(F, &nova("nova", bad, "2026.1"))],
+        );
+        let o = one(&v, "Nova", "nova");
+        assert_eq!(o.reason, Some(Reason::VersionParseError), "{bad}");
+        assert_eq!(o.verdict, Verdict::Refused);
+        assert_eq!(o.line, 7, "points at openStackRelease");
+    }
+}
+
+#[test]
+fn tag_naming_another_release_is_image_release_mismatch() {
+    let v = judge(
+        &[(F, &nova("nova", "2026.1", "2026.1"))],
+        &[(F, &nova("nova", "2026.2", "2026.1-p3"))],
+    );
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(o.reason, Some(Reason::ImageReleaseMismatch));
+    assert_eq!(o.line, 10, "points at the image tag");
+    // A tag that is not a release (an upstream version) is not compared.
+    let v = judge(
+        &[(F, &nova("nova", "2026.1", "2026.1"))],
+        &[(F, &nova("nova", "2026.1", "33.0.0"))],
+    );
+    assert_eq!(one(&v, "Nova", "nova").transition, Transition::Patch);
+}
+
+#[test]
+fn both_or_neither_tag_and_digest_is_manifest_invalid() {
+    let both = nova("nova", "2026.1", "2026.1").replace(
+        "    tag: \"2026.1\"",
+        &format!("    tag: \"2026.1\"\n    digest: sha256:{}", "a".repeat(64)),
+    );
+    let neither = nova("nova", "2026.1", "2026.1").replace("    tag: \"2026.1\"", "");
+    for text in [both, neither] {
+        let v = judge(&[(F, &nova("nova", "2026.1", "2026.1"))], &[(F, &text)]);
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert_eq!(v[0].reason, Some(Reason::ManifestInvalid));
+        assert_eq!(v[0].name.as_deref(), Some("nova"), "the object is named");
+        assert!(
+            v[0].message
+                .contains("exactly one of image.tag or image.digest")
+        );
+        assert_eq!(commit_verdict(&v), Verdict::Refused);
+    }
+}
+
+#[test]
+fn same_release_new_image_is_a_patch_and_same_image_is_unchanged() {
+    let base = nova("nova", "2026.1", "2026.1");
+    let v = judge(&[(F, &base)], &[(F, &nova("nova", "2026.1", "2026.1-p1"))]);
+    assert_eq!(one(&v, "Nova", "nova").transition, Transition::Patch);
+    // Unchanged objects are not listed (a comment-only edit changes nothing).
+    let v = judge(&[(F, &base)], &[(F, &format!("# reviewed\n{base}"))]);
+    assert!(v.is_empty(), "{v:#?}");
+    assert_eq!(commit_verdict(&v), Verdict::Accepted);
+}
+
+#[test]
+fn next_release_with_new_image_is_an_upgrade() {
+    let v = judge(
+        &[(F, &nova("nova", "2026.2", "2026.2"))],
+        &[(F, &nova("nova", "2027.1", "2027.1"))],
+    );
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(
+        (o.transition, o.verdict),
+        (Transition::Upgrade, Verdict::Accepted)
+    );
+    assert_eq!(
+        (o.from.as_deref(), o.to.as_deref()),
+        (Some("2026.2"), Some("2027.1"))
+    );
+}
+
+#[test]
+fn next_release_with_unchanged_image_is_refused() {
+    // Only a digest can stay unchanged across a bump without a tag mismatch.
+    let v = judge(
+        &[(F, &glance_digest("2026.1", 'a'))],
+        &[(F, &glance_digest("2026.2", 'a'))],
+    );
+    let o = one(&v, "Glance", "glance");
+    assert_eq!(
+        (o.verdict, o.reason),
+        (Verdict::Refused, Some(Reason::ImageReleaseMismatch))
+    );
+    assert!(o.message.contains("no-ops"), "{}", o.message);
+    // With the digest bumped too it is an upgrade.
+    let v = judge(
+        &[(F, &glance_digest("2026.1", 'a'))],
+        &[(F, &glance_digest("2026.2", 'b'))],
+    );
+    assert_eq!(one(&v, "Glance", "glance").transition, Transition::Upgrade);
+}
+
+#[test]
+fn skip_level_is_upgrade_path_invalid() {
+    let v = judge(
+        &[(F, &nova("nova", "2025.2", "2025.2"))],
+        &[(F, &nova("nova", "2026.2", "2026.2"))],
+    );
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(
+        (o.transition, o.reason),
+        (Transition::Skip, Some(Reason::UpgradePathInvalid))
+    );
+    assert!(o.message.contains("skips 2026.1"), "{}", o.message);
+}
+
+#[test]
+fn lower_release_is_downgrade_not_supported() {
+    let v = judge(
+        &[(F, &nova("nova", "2026.2", "2026.2"))],
+        &[(F, &nova("nova", "2026.1", "2026.1"))],
+    );
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(
+        (o.transition, o.reason),
+        (Transition::Downgrade, Some(Reason::DowngradeNotSupported))
+    );
+}
+
+#[test]
+fn standalone_abort_in_flight_is_accepted() {
+    let live = live_nova("2026.1", "2026.2", "Migrating");
+    let v = judge_live(
+        &[(F, &nova("nova", "2026.2", "2026.2"))],
+        &[(F, &nova("nova", "2026.1", "2026.1"))],
+        Some(&live),
+    );
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(
+        (o.transition, o.verdict),
+        (Transition::Abort, Verdict::Accepted)
+    );
+}
+
+#[test]
+fn abort_while_contracting_is_abort_unsafe() {
+    let live = live_nova("2026.1", "2026.2", "Contracting");
+    let v = judge_live(
+        &[(F, &nova("nova", "2026.2", "2026.2"))],
+        &[(F, &nova("nova", "2026.1", "2026.1"))],
+        Some(&live),
+    );
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(
+        (o.verdict, o.reason),
+        (Verdict::Refused, Some(Reason::AbortUnsafe))
+    );
+}
+
+#[test]
+fn projected_service_or_plane_set_back_is_refused() {
+    let v = judge(
+        &[("cp.yaml", &staging("2026.2"))],
+        &[("cp.yaml", &staging("2026.1"))],
+    );
+    for (kind, name) in [
+        ("ControlPlane", "staging"),
+        ("Glance", "staging-glance"),
+        ("Keystone", "staging-keystone"),
+    ] {
+        let o = one(&v, kind, name);
+        assert_eq!(o.reason, Some(Reason::DowngradeNotSupported), "{kind}");
+    }
+    // Even while a child is upgrading, there is no abort through the plane.
+    let live = parse_live(
+        "l",
+        "apiVersion: glance.openstack.c5c3.io/v1alpha1\nkind: Glance\nmetadata: {name: staging-glance, namespace: openstack-staging}\nstatus: {installedRelease: \"2026.1\", targetRelease: \"2026.2\", upgradePhase: Expanding}\n",
+    )
+    .expect("live");
+    let v = judge_live(
+        &[("cp.yaml", &staging("2026.2"))],
+        &[("cp.yaml", &staging("2026.1"))],
+        Some(&live),
+    );
+    let o = one(&v, "Glance", "staging-glance");
+    assert_eq!(o.reason, Some(Reason::DowngradeNotSupported));
+    assert!(o.message.contains("no abort path"), "{}", o.message);
+}
+
+#[test]
+fn next_hop_during_an_upgrade_is_held() {
+    let live = live_nova("2026.1", "2026.2", "RollingUpdate");
+    let v = judge_live(
+        &[(F, &nova("nova", "2026.2", "2026.2"))],
+        &[(F, &nova("nova", "2027.1", "2027.1"))],
+        Some(&live),
+    );
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(
+        (o.transition, o.verdict, o.reason),
+        (
+            Transition::Queued,
+            Verdict::Held,
+            Some(Reason::UpgradeInProgress)
+        )
+    );
+    // Held objects do not refuse the commit.
+    assert_eq!(commit_verdict(&v), Verdict::Accepted);
+}
+
+#[test]
+fn third_release_during_an_upgrade_is_upgrade_target_changed() {
+    let live = live_nova("2026.1", "2026.2", "Expanding");
+    let v = judge_live(
+        &[(F, &nova("nova", "2026.2", "2026.2"))],
+        &[(F, &nova("nova", "2027.2", "2027.2"))],
+        Some(&live),
+    );
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(
+        (o.transition, o.reason),
+        (Transition::Retarget, Some(Reason::UpgradeTargetChanged))
+    );
+}
+
+#[test]
+fn release_below_the_live_installed_one_is_refused() {
+    let live = live_nova("2026.2", "", "");
+    // Git still says 2026.1 (someone upgraded out of band); a patch at 2026.1 would downgrade.
+    let v = judge_live(
+        &[(F, &nova("nova", "2026.1", "2026.1"))],
+        &[(F, &nova("nova", "2026.1", "2026.1-p1"))],
+        Some(&live),
+    );
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(o.reason, Some(Reason::DowngradeNotSupported));
+    assert!(o.message.contains("already runs 2026.2"), "{}", o.message);
+}
+
+#[test]
+fn projected_child_also_standalone_is_refused() {
+    let child = glance_digest("2026.1", 'a')
+        .replacen("name: glance ", "name: staging-glance ", 1)
+        .replacen("namespace: image", "namespace: openstack-staging", 1);
+    let v = judge(
+        &[("cp.yaml", &staging("2026.1"))],
+        &[("cp.yaml", &staging("2026.1")), ("child.yaml", &child)],
+    );
+    let o = one(&v, "Glance", "staging-glance");
+    assert_eq!(o.reason, Some(Reason::ProjectedChildEdited));
+    assert_eq!(
+        o.projected_by, None,
+        "the standalone document is the one refused"
+    );
+    assert!(o.message.contains("cp.yaml"), "{}", o.message);
+}
+
+#[test]
+fn duplicate_documents_are_manifest_invalid() {
+    let n = nova("nova", "2026.1", "2026.1");
+    let v = judge(&[], &[("a.yaml", &n), ("b.yaml", &n)]);
+    assert_eq!(v.len(), 2);
+    assert!(v.iter().all(|o| o.reason == Some(Reason::ManifestInvalid)));
+    assert!(v[0].message.contains("defined more than once"));
+}
+
+#[test]
+fn unparseable_document_names_file_and_line() {
+    let broken = nova("nova", "2026.1", "2026.1").replace("  image:\n", "  image: [\n");
+    let v = judge(&[(F, &nova("nova", "2026.1", "2026.1"))], &[(F, &broken)]);
+    assert_eq!(v.len(), 1, "a broken file is not a removal: {v:#?}");
+    assert_eq!(v[0].reason, Some(Reason::ManifestInvalid));
+    assert_eq!(&*v[0].file, F);
+    assert!(v[0].line > 1);
+}
+
+#[test]
+fn plane_rules_run_on_each_child_image() {
+    // prod moves to 2026.2 but its placement override still says 2026.1.
+    let v = judge(
+        &[("p.yaml", &prod("2026.1", "2026.1"))],
+        &[("p.yaml", &prod("2026.2", "2026.1"))],
+    );
+    assert_eq!(commit_verdict(&v), Verdict::Refused);
+    let o = one(&v, "Placement", "prod-placement");
+    assert_eq!(o.reason, Some(Reason::ImageReleaseMismatch));
+    assert!(o.message.contains("override"), "{}", o.message);
+    assert_eq!(o.projected_by.as_deref(), Some("prod"));
+    assert_eq!(one(&v, "Nova", "prod-nova").transition, Transition::Upgrade);
+    // Both together: every child upgrades.
+    let v = judge(
+        &[("p.yaml", &prod("2026.1", "2026.1"))],
+        &[("p.yaml", &prod("2026.2", "2026.2"))],
+    );
+    assert_eq!(commit_verdict(&v), Verdict::Accepted);
+    assert_eq!(
+        v.iter()
+            .filter(|o| o.transition == Transition::Upgrade)
+            .count(),
+        9
+    );
+}
+
+#[test]
+fn plane_skip_level_is_refused_although_its_webhook_admits_it() {
+    let v = judge(
+        &[("cp.yaml", &staging("2026.1"))],
+        &[("cp.yaml", &staging("2027.1"))],
+    );
+    assert_eq!(
+        one(&v, "ControlPlane", "staging").reason,
+        Some(Reason::UpgradePathInvalid)
+    );
+    assert_eq!(
+        one(&v, "Horizon", "staging-horizon").reason,
+        Some(Reason::UpgradePathInvalid)
+    );
+}
+
+#[test]
+fn keystone_release_is_its_tag() {
+    let ks = |tag: &str| {
+        format!(
+            "apiVersion: keystone.openstack.c5c3.io/v1alpha1\nkind: Keystone\nmetadata: {{name: keystone, namespace: identity}}\nspec:\n  image:\n    repository: ghcr.io/c5c3/keystone\n    tag: \"{tag}\"\n"
+        )
+    };
+    let v = judge(&[("k.yaml", &ks("2026.1"))], &[("k.yaml", &ks("2026.2"))]);
+    assert_eq!(
+        one(&v, "Keystone", "keystone").transition,
+        Transition::Upgrade
+    );
+    let v = judge(&[("k.yaml", &ks("2026.1"))], &[("k.yaml", &ks("2027.1"))]);
+    assert_eq!(
+        one(&v, "Keystone", "keystone").reason,
+        Some(Reason::UpgradePathInvalid)
+    );
+    let v = judge(&[("k.yaml", &ks("2026.1"))], &[("k.yaml", &ks("latest"))]);
+    assert_eq!(
+        one(&v, "Keystone", "keystone").reason,
+        Some(Reason::VersionParseError)
+    );
+}
