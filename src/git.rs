@@ -73,6 +73,10 @@ pub enum Resolved {
 
 impl GitRepo {
     pub fn open(path: &Path) -> Result<Self, GitError> {
+        // libgit2 re-hashes every object it reads; git itself trusts its
+        // object database (integrity is checked when objects arrive, on
+        // fetch). Skipping the re-hash halves the cost of a small check.
+        git2::opts::strict_hash_verification(false);
         let repo = Repository::open(path).map_err(|e| GitError::Open {
             path: path.to_owned(),
             message: e.message().to_owned(),
@@ -138,21 +142,38 @@ impl GitRepo {
         let mut out = Vec::new();
         let mut cur = Some(head);
         while let Some(id) = cur {
-            if let Some(b) = base {
-                if id == b
+            if let Some(b) = base
+                && (id == b
                     || self
                         .repo
                         .graph_descendant_of(b, id)
-                        .map_err(other("walking history"))?
-                {
-                    break;
-                }
+                        .map_err(other("walking history"))?)
+            {
+                break;
             }
             out.push(self.commit(id)?);
             cur = self.first_parent(id)?;
         }
         out.reverse();
         Ok(out)
+    }
+
+    /// `base` itself when it is an ancestor of `head` (or `head`), else the
+    /// merge base of the two; `base` when they share no history.
+    pub fn fork_point(&self, base: Oid, head: Oid) -> Result<Oid, GitError> {
+        if base == head
+            || self
+                .repo
+                .graph_descendant_of(head, base)
+                .map_err(other("walking history"))?
+        {
+            return Ok(base);
+        }
+        match self.repo.merge_base(base, head) {
+            Ok(m) => Ok(m),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(base),
+            Err(e) => Err(other("finding the merge base")(e)),
+        }
     }
 
     /// Manifest paths that differ between two trees (`None` = empty tree),

@@ -100,7 +100,13 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
         // Git's empty tree need not exist in the object database.
         Some(EMPTY_TREE) => (None, None),
         Some(rev) => match repo.resolve(rev)? {
-            Resolved::Commit(c) => (Some(c), Some(repo.commit(c)?.tree)),
+            // A pull request whose target branch moved on since it forked is
+            // judged from the fork point (like a three-dot diff): the target's
+            // newer commits are not the pull request's to answer for.
+            Resolved::Commit(c) => {
+                let start = repo.fork_point(c, head)?;
+                (Some(start), Some(repo.commit(start)?.tree))
+            }
             Resolved::Tree(t) => (None, Some(t)),
         },
         None => match repo.first_parent(head)? {
@@ -152,15 +158,29 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
     })
 }
 
+/// Whether YAML text could hold a name that is not written out literally:
+/// hex escapes (`"\x70rod"`, `"\u0070rod"`), an escaped line break inside a
+/// double-quoted scalar (`"pr\<newline>od"`), or a `!!binary` scalar. Other
+/// escapes (`\n`, `\t`, `\.`, ...) cannot produce the characters of an object
+/// name, so a regex in a comment does not make a file a candidate.
+fn may_spell_names_in_disguise(bytes: &[u8]) -> bool {
+    memchr::memchr_iter(b'\\', bytes)
+        .any(|i| matches!(bytes.get(i + 1), Some(b'x' | b'u' | b'U' | b'\n' | b'\r')))
+        || memchr::memmem::find(bytes, b"binary").is_some()
+}
+
 /// Git's well-known empty tree.
 pub const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+
+/// A blob at a path (the path is part of what a parse reports).
+type CacheKey = (Oid, Arc<str>);
 
 struct Walker<'a> {
     repo: &'a GitRepo,
     opts: &'a CheckOptions,
     /// Parsed files by (blob, path): a blob is parsed once per run however
     /// many commits carry it.
-    cache: HashMap<(Oid, Arc<str>), Arc<ParsedFile>>,
+    cache: HashMap<CacheKey, Arc<ParsedFile>>,
 }
 
 impl Walker<'_> {
@@ -177,6 +197,63 @@ impl Walker<'_> {
         ));
         self.cache.insert((oid, path), parsed.clone());
         Ok(parsed)
+    }
+
+    /// Parses many files at once, spreading the YAML work over the cores:
+    /// blobs are read sequentially (libgit2 handles are not shared across
+    /// threads), parsing is pure.
+    fn parse_many<'p>(
+        &mut self,
+        items: impl Iterator<Item = (&'p str, Oid)>,
+    ) -> Result<(), GitError> {
+        let mut todo: Vec<(Arc<str>, Oid, Vec<u8>)> = Vec::new();
+        for (path, oid) in items {
+            let path: Arc<str> = Arc::from(path);
+            if self.cache.contains_key(&(oid, path.clone())) {
+                continue;
+            }
+            let blob = self.repo.blob(oid)?;
+            todo.push((path, oid, blob.content().to_vec()));
+        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if todo.len() < 64 || threads < 2 {
+            for (path, oid, bytes) in todo {
+                let parsed = manifest::parse_file(&path, &bytes, self.opts.max_file_bytes);
+                self.cache.insert((oid, path), Arc::new(parsed));
+            }
+            return Ok(());
+        }
+        let max = self.opts.max_file_bytes;
+        let chunk = todo.len().div_ceil(threads);
+        let results: Vec<Vec<(CacheKey, Arc<ParsedFile>)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = todo
+                .chunks(chunk)
+                .map(|part| {
+                    scope.spawn(move || {
+                        part.iter()
+                            .map(|(path, oid, bytes)| {
+                                (
+                                    (*oid, path.clone()),
+                                    Arc::new(manifest::parse_file(path, bytes, max)),
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            // A parser thread that panicked is a bug; its files are parsed
+            // again below on this thread, so the run stays correct.
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        for part in results {
+            self.cache.extend(part);
+        }
+        for (path, oid, bytes) in todo {
+            self.cache
+                .entry((oid, path.clone()))
+                .or_insert_with(|| Arc::new(manifest::parse_file(&path, &bytes, max)));
+        }
+        Ok(())
     }
 
     fn side(
@@ -227,6 +304,14 @@ impl Walker<'_> {
             &self.opts.prefixes,
             manifest::is_manifest_path,
         )?;
+        self.parse_many(changes.iter().flat_map(|ch| {
+            [(&ch.path, ch.old.as_ref()), (&ch.path, ch.new.as_ref())]
+                .into_iter()
+                .filter_map(|(p, e)| {
+                    e.filter(|e| e.kind == EntryKind::File)
+                        .map(|e| (p.as_str(), e.oid))
+                })
+        }))?;
         let mut baseline = Vec::new();
         let mut next = Vec::new();
         let mut problems = Vec::new();
@@ -278,7 +363,7 @@ impl Walker<'_> {
     /// Objects of files the commit did not change whose keys collide with
     /// `wanted`. A file can only define an object whose name it contains, so
     /// only files containing one of the needles are parsed (and, to stay
-    /// closed against YAML escapes such as "\u0070rod", files with a backslash).
+    /// closed, files that could spell a name some other way).
     fn lookup(
         &mut self,
         tree: Oid,
@@ -307,8 +392,8 @@ impl Walker<'_> {
                 None => {
                     let blob = self.repo.blob(entry.oid)?;
                     let bytes = blob.content();
-                    let candidate = memchr::memchr(b'\\', bytes).is_some()
-                        || finders.iter().any(|f| f.find(bytes).is_some());
+                    let candidate = finders.iter().any(|f| f.find(bytes).is_some())
+                        || may_spell_names_in_disguise(bytes);
                     if !candidate {
                         continue;
                     }

@@ -5,6 +5,12 @@
 //! edges ([`git`], reading live state) feed it; [`history`] walks commits and
 //! [`report`] prints what the gate decided.
 
+// Input never panics the library: errors name the file, line and rule.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 pub mod demo;
 pub mod desired;
 pub mod gate;

@@ -741,11 +741,32 @@ spec:
         }
         let p = parse(&bomb);
         assert_eq!(p.problems.len(), 1, "{:?}", p);
-        let p = parse_file("big.yaml", &vec![b'#'; 100], 10);
+        let p = parse_file("big.yaml", &[b'#'; 100], 10);
         assert!(p.problems[0].message.contains("limit"));
         let p = parse_file("bin.yaml", b"a: 1\nb: \xff\xfe\n", 1000);
         assert_eq!(p.problems[0].line, 2);
         assert!(p.problems[0].message.contains("UTF-8"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..400)) {
+            let _ = parse_file("f.yaml", &bytes, 1000);
+        }
+
+        #[test]
+        fn mutated_manifests_never_panic(cut in 0usize..200, junk in "[ :\\-\\[\\]{}'\"#&*!|>\\n\\ta-z0-9]{0,12}") {
+            let mut text = GLANCE.to_owned();
+            let at = text.char_indices().map(|(i, _)| i).nth(cut % GLANCE.len()).unwrap_or(0);
+            text.insert_str(at, &junk);
+            let p = parse_file("f.yaml", text.as_bytes(), 1 << 20);
+            // Whatever is read is whole: a named object with a valid image.
+            for d in &p.documents {
+                proptest::prop_assert!(!d.key.name.is_empty());
+                proptest::prop_assert!(matches!(&d.spec, Spec::Service(s) if !s.image.value.repository.is_empty()));
+            }
+            proptest::prop_assert!(p.problems.iter().all(|x| x.line >= 1 && !x.message.is_empty()));
+        }
     }
 
     #[test]

@@ -1,0 +1,843 @@
+//! `lockstep check` end to end: real Git repositories built with the git
+//! CLI, the real binary, its exit codes, JSON and text.
+
+mod common;
+
+use common::{
+    FleetRepo, check_json, find, glance_digest, last_objects, lockstep, nova, prod, staging,
+};
+use serde_json::Value;
+
+const NOVA: &str = "standalone/compute/nova.yaml";
+const GLANCE: &str = "standalone/image/glance.yaml";
+const STAGING: &str = "clusters/staging/controlplane.yaml";
+const PROD: &str = "clusters/prod/controlplane.yaml";
+
+fn live_file(repo: &FleetRepo, yaml: &str) -> String {
+    let p = repo.path().join("../live.yaml");
+    let p = std::path::absolute(&p).expect("abs");
+    std::fs::write(&p, yaml).expect("write live");
+    p.to_string_lossy().into_owned()
+}
+
+fn live_item(
+    kind: &str,
+    group: &str,
+    ns: &str,
+    name: &str,
+    installed: &str,
+    target: &str,
+    phase: &str,
+) -> String {
+    format!(
+        "- apiVersion: {group}/v1alpha1\n  kind: {kind}\n  metadata: {{name: {name}, namespace: {ns}, generation: 2}}\n  status:\n    installedRelease: \"{installed}\"\n    targetRelease: \"{target}\"\n    upgradePhase: \"{phase}\"\n"
+    )
+}
+
+struct Row {
+    name: &'static str,
+    base: Vec<(&'static str, String)>,
+    next: Vec<(&'static str, String)>,
+    live: Option<String>,
+    expect: (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        Value,
+    ),
+    code: i32,
+}
+
+/// Every row of the gate table, through Git and the binary.
+#[test]
+fn every_gate_row_through_git_and_the_cli() {
+    let nova_live = |i: &str, t: &str, p: &str| {
+        format!(
+            "apiVersion: v1\nkind: List\nitems:\n{}",
+            live_item("Nova", "nova.openstack.c5c3.io", "compute", "nova", i, t, p)
+        )
+    };
+    let rows = vec![
+        Row {
+            name: "install",
+            base: vec![],
+            next: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            live: None,
+            expect: ("Nova", "nova", "install", "accepted", Value::Null),
+            code: 0,
+        },
+        Row {
+            name: "remove",
+            base: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            next: vec![],
+            live: None,
+            expect: ("Nova", "nova", "remove", "accepted", Value::Null),
+            code: 0,
+        },
+        Row {
+            name: "parse",
+            base: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            next: vec![(NOVA, nova("nova", "2026.x", "2026.1"))],
+            live: None,
+            expect: (
+                "Nova",
+                "nova",
+                "invalid",
+                "refused",
+                "VersionParseError".into(),
+            ),
+            code: 1,
+        },
+        Row {
+            name: "tag mismatch",
+            base: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            next: vec![(NOVA, nova("nova", "2026.2", "2026.1"))],
+            live: None,
+            expect: (
+                "Nova",
+                "nova",
+                "invalid",
+                "refused",
+                "ImageReleaseMismatch".into(),
+            ),
+            code: 1,
+        },
+        Row {
+            name: "both pins",
+            base: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            next: vec![(
+                NOVA,
+                nova("nova", "2026.1", "2026.1").replace(
+                    "    tag: \"2026.1\"",
+                    &format!("    tag: \"2026.1\"\n    digest: sha256:{}", "d".repeat(64)),
+                ),
+            )],
+            live: None,
+            expect: (
+                "Nova",
+                "nova",
+                "invalid",
+                "refused",
+                "ManifestInvalid".into(),
+            ),
+            code: 1,
+        },
+        Row {
+            name: "patch",
+            base: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            next: vec![(NOVA, nova("nova", "2026.1", "2026.1-p1"))],
+            live: None,
+            expect: ("Nova", "nova", "patch", "accepted", Value::Null),
+            code: 0,
+        },
+        Row {
+            name: "upgrade",
+            base: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            next: vec![(NOVA, nova("nova", "2026.2", "2026.2"))],
+            live: None,
+            expect: ("Nova", "nova", "upgrade", "accepted", Value::Null),
+            code: 0,
+        },
+        Row {
+            name: "unchanged image",
+            base: vec![(GLANCE, glance_digest("2026.1", 'e'))],
+            next: vec![(GLANCE, glance_digest("2026.2", 'e'))],
+            live: None,
+            expect: (
+                "Glance",
+                "glance",
+                "upgrade",
+                "refused",
+                "ImageReleaseMismatch".into(),
+            ),
+            code: 1,
+        },
+        Row {
+            name: "skip",
+            base: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            next: vec![(NOVA, nova("nova", "2027.1", "2027.1"))],
+            live: None,
+            expect: (
+                "Nova",
+                "nova",
+                "skip",
+                "refused",
+                "UpgradePathInvalid".into(),
+            ),
+            code: 1,
+        },
+        Row {
+            name: "downgrade",
+            base: vec![(NOVA, nova("nova", "2026.2", "2026.2"))],
+            next: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            live: None,
+            expect: (
+                "Nova",
+                "nova",
+                "downgrade",
+                "refused",
+                "DowngradeNotSupported".into(),
+            ),
+            code: 1,
+        },
+        Row {
+            name: "abort",
+            base: vec![(NOVA, nova("nova", "2026.2", "2026.2"))],
+            next: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            live: Some(nova_live("2026.1", "2026.2", "Expanding")),
+            expect: ("Nova", "nova", "abort", "accepted", Value::Null),
+            code: 0,
+        },
+        Row {
+            name: "abort unsafe",
+            base: vec![(NOVA, nova("nova", "2026.2", "2026.2"))],
+            next: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            live: Some(nova_live("2026.1", "2026.2", "Contracting")),
+            expect: ("Nova", "nova", "abort", "refused", "AbortUnsafe".into()),
+            code: 1,
+        },
+        Row {
+            name: "plane set back",
+            base: vec![(STAGING, staging("2026.2"))],
+            next: vec![(STAGING, staging("2026.1"))],
+            live: None,
+            expect: (
+                "Glance",
+                "staging-glance",
+                "downgrade",
+                "refused",
+                "DowngradeNotSupported".into(),
+            ),
+            code: 1,
+        },
+        Row {
+            name: "held",
+            base: vec![(NOVA, nova("nova", "2026.2", "2026.2"))],
+            next: vec![(NOVA, nova("nova", "2027.1", "2027.1"))],
+            live: Some(nova_live("2026.1", "2026.2", "Migrating")),
+            expect: ("Nova", "nova", "queued", "held", "UpgradeInProgress".into()),
+            code: 0,
+        },
+        Row {
+            name: "retarget",
+            base: vec![(NOVA, nova("nova", "2026.2", "2026.2"))],
+            next: vec![(NOVA, nova("nova", "2027.2", "2027.2"))],
+            live: Some(nova_live("2026.1", "2026.2", "Migrating")),
+            expect: (
+                "Nova",
+                "nova",
+                "retarget",
+                "refused",
+                "UpgradeTargetChanged".into(),
+            ),
+            code: 1,
+        },
+        Row {
+            name: "live newer",
+            base: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            next: vec![(NOVA, nova("nova", "2026.1", "2026.1-p2"))],
+            live: Some(nova_live("2026.2", "", "")),
+            expect: (
+                "Nova",
+                "nova",
+                "downgrade",
+                "refused",
+                "DowngradeNotSupported".into(),
+            ),
+            code: 1,
+        },
+        Row {
+            name: "projected child edited",
+            base: vec![(STAGING, staging("2026.1"))],
+            next: vec![
+                (STAGING, staging("2026.1")),
+                (
+                    "standalone/child.yaml",
+                    nova("staging-glance", "2026.1", "2026.1")
+                        .replace("nova.openstack.c5c3.io", "glance.openstack.c5c3.io")
+                        .replace("kind: Nova", "kind: Glance")
+                        .replace("namespace: compute", "namespace: openstack-staging"),
+                ),
+            ],
+            live: None,
+            expect: (
+                "Glance",
+                "staging-glance",
+                "invalid",
+                "refused",
+                "ProjectedChildEdited".into(),
+            ),
+            code: 1,
+        },
+        Row {
+            name: "duplicate",
+            base: vec![],
+            next: vec![
+                (NOVA, nova("nova", "2026.1", "2026.1")),
+                ("copy/nova.yaml", nova("nova", "2026.1", "2026.1")),
+            ],
+            live: None,
+            expect: (
+                "Nova",
+                "nova",
+                "invalid",
+                "refused",
+                "ManifestInvalid".into(),
+            ),
+            code: 1,
+        },
+    ];
+    for row in rows {
+        let repo = FleetRepo::new();
+        for (f, t) in &row.base {
+            repo.write(f, t);
+        }
+        repo.write("README.md", "fleet\n");
+        repo.commit("base");
+        for (f, _) in &row.base {
+            if !row.next.iter().any(|(n, _)| n == f) {
+                repo.remove(f);
+            }
+        }
+        for (f, t) in &row.next {
+            repo.write(f, t);
+        }
+        repo.commit(row.name);
+        let live = row.live.as_ref().map(|l| live_file(&repo, l));
+        let mut extra = vec![];
+        if let Some(l) = &live {
+            extra.extend(["--live", l.as_str()]);
+        }
+        let (code, json) = check_json(&repo, &extra);
+        assert_eq!(code, row.code, "{}: exit code; {json:#}", row.name);
+        let objects = last_objects(&json);
+        let (kind, name, transition, verdict, reason) = &row.expect;
+        let o = find(&objects, kind, name);
+        assert_eq!(o["transition"], *transition, "{}: {o:#}", row.name);
+        assert_eq!(o["verdict"], *verdict, "{}: {o:#}", row.name);
+        assert_eq!(o["reason"], *reason, "{}: {o:#}", row.name);
+        assert!(
+            o["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{}: {o:#}",
+            row.name
+        );
+        assert!(
+            o["file"].as_str().is_some_and(|f| f.ends_with(".yaml")),
+            "{}: {o:#}",
+            row.name
+        );
+        assert!(o["line"].as_u64().is_some_and(|l| l >= 1));
+    }
+}
+
+#[test]
+fn json_has_the_documented_shape() {
+    let repo = FleetRepo::new();
+    repo.write(PROD, prod("2026.1", "2026.1"))
+        .write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("fleet");
+    repo.write(PROD, prod("2026.2", "2026.2"));
+    let sha = repo.commit("prod to 2026.2");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(json["verdict"], "accepted");
+    let commits = json["commits"].as_array().expect("commits");
+    assert_eq!(commits.len(), 1);
+    assert_eq!(commits[0]["sha"], sha.as_str());
+    assert_eq!(commits[0]["verdict"], "accepted");
+    let objects = commits[0]["objects"].as_array().expect("objects");
+    assert_eq!(objects.len(), 9, "the plane and its eight children");
+    for o in objects {
+        for key in [
+            "kind",
+            "namespace",
+            "name",
+            "file",
+            "line",
+            "projectedBy",
+            "from",
+            "to",
+            "transition",
+            "verdict",
+            "reason",
+            "message",
+        ] {
+            assert!(o.get(key).is_some(), "missing {key} in {o:#}");
+        }
+    }
+    let plane = find(objects, "ControlPlane", "prod");
+    assert_eq!(plane["projectedBy"], Value::Null);
+    assert_eq!(
+        (plane["from"].as_str(), plane["to"].as_str()),
+        (Some("2026.1"), Some("2026.2"))
+    );
+    let child = find(objects, "Placement", "prod-placement");
+    assert_eq!(child["projectedBy"], "prod");
+    assert_eq!(child["namespace"], "openstack");
+    assert_eq!(
+        child["toImage"],
+        "registry.example.internal/mirror/c5c3/placement:2026.2"
+    );
+}
+
+#[test]
+fn a_chain_of_hops_is_accepted_one_commit_each() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let base = repo.commit("nova at 2026.1");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova 2026.2");
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+    repo.commit("nova 2027.1");
+    let (code, json) = check_json(&repo, &["--base", &base]);
+    assert_eq!(code, 0, "{json:#}");
+    let commits = json["commits"].as_array().expect("commits");
+    assert_eq!(commits.len(), 2);
+    let hops: Vec<(String, String)> = commits
+        .iter()
+        .map(|c| {
+            let o = &c["objects"][0];
+            (
+                o["from"].as_str().unwrap_or("").to_owned(),
+                o["to"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        hops,
+        vec![
+            ("2026.1".into(), "2026.2".into()),
+            ("2026.2".into(), "2027.1".into())
+        ]
+    );
+}
+
+#[test]
+fn a_refused_commit_never_moves_the_baseline() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"))
+        .write(STAGING, staging("2026.1"));
+    let base = repo.commit("fleet");
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+    repo.commit("skip");
+    // The fix also carries an unrelated valid change made meanwhile.
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"))
+        .write(STAGING, staging("2026.2"));
+    repo.commit("fix");
+    let (code, json) = check_json(&repo, &["--base", &base]);
+    assert_eq!(code, 1, "the skip stays refused");
+    let commits = json["commits"].as_array().expect("commits");
+    assert_eq!(commits[0]["verdict"], "refused");
+    assert_eq!(commits[1]["verdict"], "accepted");
+    let fix = commits[1]["objects"].as_array().expect("objects");
+    let n = find(fix, "Nova", "nova");
+    assert_eq!(
+        n["from"], "2026.1",
+        "judged against the last good state, not the mistake"
+    );
+    assert_eq!(n["transition"], "upgrade");
+    // Judging only the fix (base = the refused commit) sees 2027.1 → 2026.2 as a downgrade:
+    // which is why ranges must start at an accepted commit.
+    let (code, _) = check_json(&repo, &["--base", "HEAD~1"]);
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn exit_code_two_for_usage_and_unreadable_input() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("fleet");
+    let path = repo.path().to_string_lossy().into_owned();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["check", "--repo", &path, "--head", "no-such-rev"],
+            "no-such-rev",
+        ),
+        (
+            vec!["check", "--repo", &path, "--base", "deadbeef"],
+            "deadbeef",
+        ),
+        (
+            vec!["check", "--repo", "/nonexistent/fleet"],
+            "/nonexistent/fleet",
+        ),
+        (
+            vec!["check", "--repo", &path, "--live", "/nonexistent/live.yaml"],
+            "live.yaml",
+        ),
+        (vec!["check", "--repo", &path, "--bogus"], "--bogus"),
+        (vec!["check", "--repo", &path, "-o", "xml"], "xml"),
+    ];
+    for (args, names) in cases {
+        let out = lockstep(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(names),
+            "{args:?}: stderr should name {names:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout");
+    }
+    let not_repo = tempfile::tempdir().expect("tmp");
+    let out = lockstep(&["check", "--repo", &not_repo.path().to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(2));
+    let bad_live = live_file(&repo, "items: [\n");
+    let out = lockstep(&["check", "--repo", &path, "--live", &bad_live]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("live.yaml"));
+}
+
+#[test]
+fn text_output_names_file_line_rule_and_fix() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("fleet");
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+    repo.write("notes/list.yaml", "- just\n- a list\n");
+    repo.commit("jump");
+    let out = lockstep(&["check", "--repo", &repo.path().to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("REFUSED"), "{text}");
+    assert!(text.contains("UpgradePathInvalid"), "{text}");
+    assert!(text.contains(&format!("{NOVA}:7:")), "{text}");
+    assert!(
+        text.contains("2026.1 → 2026.2 first"),
+        "the fix is spelled out: {text}"
+    );
+    assert!(
+        text.contains("skipped notes/list.yaml:1"),
+        "skips are mentioned: {text}"
+    );
+}
+
+#[test]
+fn path_prefixes_limit_what_is_judged() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"))
+        .write(STAGING, staging("2026.1"));
+    repo.commit("fleet");
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"))
+        .write(STAGING, staging("2026.2"));
+    repo.commit("both");
+    let (code, json) = check_json(&repo, &["--path", "clusters"]);
+    assert_eq!(code, 0, "{json:#}");
+    assert!(last_objects(&json).iter().all(|o| {
+        o["file"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("clusters/"))
+    }));
+    let (code, _) = check_json(
+        &repo,
+        &["--path", "clusters", "--path", "standalone/compute"],
+    );
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn a_pull_request_is_judged_on_its_own_commits() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"))
+        .write(STAGING, staging("2026.1"));
+    repo.commit("fleet");
+    repo.git(&["checkout", "-q", "-b", "upgrade-staging"]);
+    repo.write(STAGING, staging("2026.2"));
+    repo.commit("staging to 2026.2");
+    repo.git(&["checkout", "-q", "main"]);
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova to 2026.2 on main");
+    let (code, json) = check_json(&repo, &["--base", "main", "--head", "upgrade-staging"]);
+    assert_eq!(code, 0, "{json:#}");
+    let commits = json["commits"].as_array().expect("commits");
+    assert_eq!(commits.len(), 1, "only the pull request's commit");
+    assert_eq!(commits[0]["summary"], "staging to 2026.2");
+    // Judged from the fork point: main's newer nova is not a "downgrade" in the PR.
+    assert!(
+        commits[0]["objects"]
+            .as_array()
+            .expect("objects")
+            .iter()
+            .all(|o| o["kind"] != "Nova")
+    );
+    let fork = repo.git(&["merge-base", "main", "upgrade-staging"]);
+    assert_eq!(json["base"], fork.as_str());
+}
+
+#[test]
+fn bad_input_refuses_with_file_and_line_never_panics() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("fleet");
+    let mut bomb = String::from("a: &a [x,x,x,x,x,x,x,x,x,x]\n");
+    for (i, c) in "bcdefghij".chars().enumerate() {
+        let prev = (b'a' + i as u8) as char;
+        bomb.push_str(&format!(
+            "{c}: &{c} [{}]\n",
+            vec![format!("*{prev}"); 10].join(",")
+        ));
+    }
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "broken/syntax.yaml",
+            b"apiVersion: v1\nkind: [\n".to_vec(),
+            "YAML does not parse",
+        ),
+        (
+            "broken/binary.yaml",
+            b"kind: Nova\nname: \xff\xfe\n".to_vec(),
+            "not UTF-8",
+        ),
+        ("broken/bomb.yaml", bomb.into_bytes(), "budget"),
+        (
+            "broken/big.yaml",
+            format!("# {}\n", "x".repeat(5000)).into_bytes(),
+            "limit",
+        ),
+        (
+            "broken/nometa.yml",
+            b"apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: Nova\nspec: {}\n".to_vec(),
+            "no metadata",
+        ),
+    ];
+    for (file, bytes, expect) in &cases {
+        let r = FleetRepo::new();
+        r.write(NOVA, nova("nova", "2026.1", "2026.1"));
+        r.commit("fleet");
+        r.write(file, bytes);
+        r.commit("bad");
+        let (code, json) = check_json(&r, &["--max-file-bytes", "4096"]);
+        assert_eq!(code, 1, "{file}: {json:#}");
+        let objects = last_objects(&json);
+        let o = objects
+            .iter()
+            .find(|o| o["file"] == *file)
+            .unwrap_or_else(|| panic!("{file}: {json:#}"));
+        assert_eq!(o["reason"], "ManifestInvalid");
+        assert!(
+            o["message"].as_str().is_some_and(|m| m.contains(expect)),
+            "{file}: {o:#}"
+        );
+        assert!(o["line"].as_u64().is_some_and(|l| l >= 1));
+    }
+    // A symlink named like a manifest is refused: what it points at was not judged.
+    std::os::unix::fs::symlink(
+        "../standalone/compute/nova.yaml",
+        repo.path().join("link.yaml"),
+    )
+    .expect("symlink");
+    repo.commit("link");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1);
+    let objs = last_objects(&json);
+    let o = find_file(&objs, "link.yaml");
+    assert!(
+        o["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("symbolic link"))
+    );
+}
+
+fn find_file<'a>(objects: &'a [Value], file: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["file"] == file)
+        .unwrap_or_else(|| panic!("{file}: {objects:#?}"))
+}
+
+#[test]
+fn collisions_with_files_the_commit_did_not_touch_are_found() {
+    let repo = FleetRepo::new();
+    repo.write(STAGING, staging("2026.1"))
+        .write(NOVA, nova("nova", "2026.1", "2026.1"));
+    for i in 0..30 {
+        repo.write(
+            &format!("other/n{i}.yaml"),
+            nova(&format!("n{i}"), "2026.1", "2026.1"),
+        );
+    }
+    repo.commit("fleet");
+    // A second Nova named like one in an untouched file.
+    repo.write("more/nova.yaml", nova("n7", "2026.1", "2026.1"));
+    repo.commit("dup");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1, "{json:#}");
+    let objs = last_objects(&json);
+    let o = find(&objs, "Nova", "n7");
+    assert_eq!(o["reason"], "ManifestInvalid");
+    assert!(
+        o["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("other/n7.yaml")),
+        "{o:#}"
+    );
+
+    // A name spelled with a YAML escape in an untouched file is still found.
+    repo.remove("more/nova.yaml");
+    repo.write(
+        "other/disguised.yaml",
+        nova("nova", "2026.1", "2026.1")
+            .replacen("name: nova\n", "name: \"dis\\u0067uised\"\n", 1)
+            .replace("namespace: compute", "namespace: hidden"),
+    );
+    repo.commit("an escaped name");
+    repo.write(
+        "more/plain.yaml",
+        nova("disguised", "2026.1", "2026.1").replace("namespace: compute", "namespace: hidden"),
+    );
+    repo.commit("the same name, plainly");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1, "{json:#}");
+    let objs = last_objects(&json);
+    let o = find(&objs, "Nova", "disguised");
+    assert!(
+        o["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("other/disguised.yaml")),
+        "{o:#}"
+    );
+    repo.remove("more/plain.yaml")
+        .remove("other/disguised.yaml");
+    repo.commit("clean up");
+
+    // A standalone child of a plane defined in an untouched file.
+    repo.write(
+        "more/keystone.yaml",
+        "apiVersion: keystone.openstack.c5c3.io/v1alpha1\nkind: Keystone\nmetadata: {name: staging-keystone, namespace: openstack-staging}\nspec:\n  image: {repository: ghcr.io/c5c3/keystone, tag: \"2026.1\"}\n",
+    );
+    repo.commit("child");
+    let (code, json) = check_json(&repo, &["--base", "HEAD~2"]);
+    assert_eq!(code, 1, "{json:#}");
+    let objs = last_objects(&json);
+    let o = find(&objs, "Keystone", "staging-keystone");
+    assert_eq!(o["reason"], "ProjectedChildEdited");
+
+    // A new plane whose child already exists standalone in an untouched file.
+    let r2 = FleetRepo::new();
+    r2.write(
+        "standalone/prod-nova.yaml",
+        nova("prod-nova", "2026.1", "2026.1").replace("namespace: compute", "namespace: openstack"),
+    );
+    r2.commit("a standalone nova that a plane will project");
+    r2.write(PROD, prod("2026.1", "2026.1"));
+    r2.commit("add prod");
+    let (code, json) = check_json(&r2, &[]);
+    assert_eq!(code, 1, "{json:#}");
+    let objs = last_objects(&json);
+    let o = find(&objs, "Nova", "prod-nova");
+    assert_eq!(o["reason"], "ProjectedChildEdited");
+    assert_eq!(o["projectedBy"], "prod");
+}
+
+#[test]
+fn root_commits_bare_repositories_and_empty_ranges() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("first");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        json["base"],
+        Value::Null,
+        "a root commit is judged from the empty tree"
+    );
+    assert_eq!(
+        find(&last_objects(&json), "Nova", "nova")["transition"],
+        "install"
+    );
+
+    let (code, json) = check_json(&repo, &["--base", "HEAD"]);
+    assert_eq!(code, 0);
+    assert_eq!(json["commits"].as_array().map(Vec::len), Some(0));
+
+    let bare = tempfile::tempdir().expect("tmp");
+    let out = std::process::Command::new("git")
+        .args([
+            "clone",
+            "-q",
+            "--bare",
+            &repo.path().to_string_lossy(),
+            &bare.path().join("f.git").to_string_lossy(),
+        ])
+        .output()
+        .expect("git clone");
+    assert!(out.status.success());
+    let out = lockstep(&[
+        "check",
+        "--repo",
+        &bare.path().join("f.git").to_string_lossy(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn no_object_of_ours_is_accepted_and_says_so() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("fleet");
+    repo.write(
+        "platform/ns.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: extra}\n",
+    );
+    repo.commit("namespace");
+    let out = lockstep(&["check", "--repo", &repo.path().to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no C5C3 object changed"));
+}
+
+#[test]
+fn the_demo_walks_its_story() {
+    let out = lockstep(&["demo", "-o", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let verdicts: Vec<&str> = json["commits"]
+        .as_array()
+        .expect("commits")
+        .iter()
+        .map(|c| c["verdict"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            "accepted", "accepted", "refused", "refused", "accepted", "refused", "accepted"
+        ]
+    );
+    let reasons: Vec<Value> = json["commits"]
+        .as_array()
+        .expect("commits")
+        .iter()
+        .map(|c| c["objects"][0]["reason"].clone())
+        .collect();
+    assert_eq!(reasons[2], "UpgradePathInvalid");
+    assert_eq!(reasons[3], "ImageReleaseMismatch");
+    assert_eq!(reasons[5], "DowngradeNotSupported");
+
+    let keep = tempfile::tempdir().expect("tmp");
+    let dir = keep.path().join("demo");
+    let out = lockstep(&["demo", "--keep", &dir.to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("UpgradePathInvalid") && text.contains("standalone/compute/nova.yaml:7"),
+        "{text}"
+    );
+    // The kept repository is a real one the git CLI reads.
+    let log = std::process::Command::new("git")
+        .args(["log", "--oneline"])
+        .current_dir(&dir)
+        .output()
+        .expect("git");
+    assert_eq!(String::from_utf8_lossy(&log.stdout).lines().count(), 7);
+}
