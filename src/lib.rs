@@ -13,6 +13,7 @@
 
 pub mod demo;
 pub mod desired;
+pub mod forge;
 pub mod gate;
 pub mod git;
 pub mod history;
@@ -21,3 +22,5 @@ pub mod live;
 pub mod manifest;
 pub mod release;
 pub mod report;
+pub mod secret;
+pub mod webhook;

@@ -7,9 +7,12 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 
+use lockstep::forge::delivery::{Outcome, RetryPolicy};
+use lockstep::forge::{self, AnyForge, ForgeKind, ForgeSpec};
 use lockstep::gate::Verdict;
 use lockstep::git::GitRepo;
 use lockstep::history::{CheckOptions, check};
+use lockstep::secret::Secret;
 use lockstep::{demo, live, manifest, report};
 
 #[derive(Parser)]
@@ -54,6 +57,8 @@ enum Command {
         /// Refuse manifest files larger than this.
         #[arg(long, default_value_t = manifest::DEFAULT_MAX_FILE_BYTES, value_name = "BYTES")]
         max_file_bytes: usize,
+        #[command(flatten)]
+        report: ReportArgs,
     },
     /// Build a throwaway repository from the embedded example fleet, walk a
     /// scripted history through the gate and print what a user would see.
@@ -64,6 +69,69 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ReportTo {
+    Github,
+    Gitlab,
+    Gitea,
+    Notes,
+}
+
+/// Where verdicts go as commit statuses.
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// Post each judged commit's verdict as a commit status.
+    #[arg(long, value_enum, value_name = "HOST")]
+    report: Option<ReportTo>,
+    /// This cluster's name: statuses go under lockstep/<cluster>, so clusters never overwrite each other.
+    #[arg(long, env = "LOCKSTEP_CLUSTER", default_value = "default")]
+    cluster: String,
+    /// API base (GitHub Enterprise: https://HOST/api/v3) or server URL (GitLab, Gitea).
+    #[arg(long, env = "LOCKSTEP_FORGE_URL", value_name = "URL")]
+    forge_url: Option<String>,
+    /// owner/name (GitLab: the project path or id) [default: from the origin remote].
+    #[arg(long, env = "LOCKSTEP_FORGE_REPO", value_name = "REPO")]
+    forge_repo: Option<String>,
+    /// File holding the API token (a mounted Secret).
+    #[arg(long, env = "LOCKSTEP_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Environment variable holding the API token.
+    #[arg(long, default_value = "LOCKSTEP_TOKEN", value_name = "VAR")]
+    token_env: String,
+    /// Link shown with each status (your CI job, say).
+    #[arg(long, value_name = "URL")]
+    target_url: Option<String>,
+    /// With --report notes: push refs/notes/lockstep to this remote afterwards.
+    #[arg(long, value_name = "REMOTE")]
+    push_notes: Option<String>,
+}
+
+impl ReportArgs {
+    fn spec(&self, repo: &std::path::Path) -> anyhow::Result<Option<ForgeSpec>> {
+        let Some(to) = self.report else {
+            return Ok(None);
+        };
+        let kind = match to {
+            ReportTo::Github => ForgeKind::GitHub,
+            ReportTo::Gitlab => ForgeKind::GitLab,
+            ReportTo::Gitea => ForgeKind::Gitea,
+            ReportTo::Notes => ForgeKind::Notes,
+        };
+        let token = match (&self.token_file, kind) {
+            (_, ForgeKind::Notes) => None,
+            (Some(f), _) => Some(Secret::from_file(f)?),
+            (None, _) => Secret::from_env(&self.token_env).ok(),
+        };
+        Ok(Some(ForgeSpec {
+            kind,
+            url: self.forge_url.clone(),
+            repo: self.forge_repo.clone(),
+            token,
+            local: repo.to_owned(),
+        }))
+    }
 }
 
 fn main() -> ExitCode {
@@ -87,7 +155,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             paths,
             output,
             max_file_bytes,
+            report: report_args,
         } => {
+            let spec = report_args.spec(&repo)?;
             let live = live
                 .map(|path| -> anyhow::Result<_> {
                     let text = std::fs::read_to_string(&path)
@@ -107,6 +177,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
             )?;
             print(&report, output);
+            if let Some(spec) = spec {
+                post_statuses(&spec, &report_args, &report)?;
+            }
             Ok(if report.verdict == Verdict::Refused {
                 ExitCode::from(1)
             } else {
@@ -144,6 +217,41 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Posts the verdicts; a failure to post is an error (exit 2): a gate whose
+/// verdict never reaches the pull request protects nobody.
+fn post_statuses(
+    spec: &ForgeSpec,
+    args: &ReportArgs,
+    report: &lockstep::history::CheckReport,
+) -> anyhow::Result<()> {
+    let forge = AnyForge::build(spec)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let posted = runtime.block_on(forge::publish(
+        &forge,
+        &RetryPolicy::default(),
+        &args.cluster,
+        report,
+        args.target_url.as_deref(),
+    ))?;
+    for (sha, outcome) in &posted {
+        eprintln!(
+            "lockstep: status lockstep/{} on {}: {}",
+            args.cluster,
+            &sha[..sha.len().min(10)],
+            match outcome {
+                Outcome::Posted => "posted",
+                Outcome::AlreadyThere => "already there",
+            }
+        );
+    }
+    if let (AnyForge::Notes(n), Some(remote)) = (&forge, &args.push_notes) {
+        n.push(remote)?;
+    }
+    Ok(())
 }
 
 fn print(report: &lockstep::history::CheckReport, output: Output) {

@@ -1,0 +1,277 @@
+//! Getting statuses onto a host that is slow, rate-limited or down.
+//!
+//! - Read before write: a status equal to the newest one already under its
+//!   context is not posted again (GitHub keeps at most 1,000 per context and
+//!   commit; a flapping reconciler would exhaust them).
+//! - Retries with exponential backoff and full jitter on 5xx, timeouts,
+//!   429 and rate-limited 403s, waiting at least as long as the host asks
+//!   (`Retry-After`, `x-ratelimit-reset`).
+//! - A bounded queue that keeps only the newest status per (commit,
+//!   context): an outage delays statuses, it never reorders them, and the
+//!   newest one is never the one dropped.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, Notify};
+
+use super::{Forge, ForgeError, Posted, Status, shorten};
+
+#[derive(Clone, Debug)]
+pub struct RetryPolicy {
+    pub attempts: u32,
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 6,
+            base: Duration::from_millis(500),
+            cap: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before attempt `n` (1-based retry count): full jitter over an
+    /// exponential ceiling, but never less than what the host asked for.
+    pub fn delay(&self, n: u32, asked: Option<Duration>) -> Duration {
+        let ceiling = self
+            .base
+            .saturating_mul(2u32.saturating_pow(n.saturating_sub(1)))
+            .min(self.cap);
+        let jittered = ceiling.mul_f64(fastrand::f64());
+        match asked {
+            Some(a) => a.max(jittered),
+            None => jittered,
+        }
+    }
+}
+
+/// What a delivery did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Posted,
+    /// The same status was already there.
+    AlreadyThere,
+}
+
+/// Fits a status into the host's limits.
+pub fn fit<F: Forge>(forge: &F, status: &Status) -> Status {
+    let limits = forge.limits();
+    Status {
+        state: status.state,
+        context: super::Context(status.context.clone()).fit(limits.context),
+        description: shorten(&status.description, limits.description),
+        target_url: status.target_url.clone(),
+    }
+}
+
+fn newest_for<'a>(posted: &'a [Posted], context: &str) -> Option<&'a Posted> {
+    let mut matching = posted.iter().filter(|p| p.context == context);
+    let first = matching.next()?;
+    // Hosts disagree on order; ids, where present, do not lie.
+    Some(matching.fold(first, |best, p| match (best.id, p.id) {
+        (Some(b), Some(i)) if i > b => p,
+        _ => best,
+    }))
+}
+
+async fn retry<T, F, Fut>(policy: &RetryPolicy, mut op: F) -> Result<T, ForgeError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ForgeError>>,
+{
+    let mut n = 0;
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.retryable() && n + 1 < policy.attempts => {
+                n += 1;
+                let wait = policy.delay(n, e.retry_after());
+                tracing::warn!(error = %e, attempt = n, wait_ms = wait.as_millis() as u64, "status delivery failed; retrying");
+                tokio::time::sleep(wait).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Posts `status` on `sha` unless the same status is already there.
+pub async fn deliver<F: Forge>(
+    forge: &F,
+    policy: &RetryPolicy,
+    sha: &str,
+    status: &Status,
+) -> Result<Outcome, ForgeError> {
+    let status = fit(forge, status);
+    let existing = retry(policy, || forge.statuses(sha)).await?;
+    if let Some(p) = newest_for(&existing, &status.context)
+        && p.state == forge.state_name(status.state)
+        && p.description == status.description
+        && p.target_url == status.target_url
+    {
+        return Ok(Outcome::AlreadyThere);
+    }
+    retry(policy, || forge.post(sha, &status)).await?;
+    Ok(Outcome::Posted)
+}
+
+/// A bounded queue of statuses waiting for delivery, newest per (commit,
+/// context). Cloning shares the queue.
+#[derive(Clone)]
+pub struct StatusQueue {
+    inner: Arc<Mutex<QueueState>>,
+    wake: Arc<Notify>,
+    capacity: usize,
+}
+
+#[derive(Default)]
+struct QueueState {
+    order: VecDeque<(String, String)>,
+    pending: HashMap<(String, String), Status>,
+    dropped: u64,
+}
+
+impl StatusQueue {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(QueueState::default())),
+            wake: Arc::new(Notify::new()),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Queues a status; a newer status for the same commit and context
+    /// replaces the older one in place. When full, the oldest entry goes.
+    pub async fn push(&self, sha: &str, status: Status) {
+        let key = (sha.to_owned(), status.context.clone());
+        let mut q = self.inner.lock().await;
+        if q.pending.insert(key.clone(), status).is_none() {
+            q.order.push_back(key);
+            while q.order.len() > self.capacity {
+                if let Some(old) = q.order.pop_front() {
+                    q.pending.remove(&old);
+                    q.dropped += 1;
+                }
+            }
+        }
+        drop(q);
+        self.wake.notify_one();
+    }
+
+    pub async fn len(&self) -> usize {
+        self.inner.lock().await.order.len()
+    }
+
+    pub async fn is_empty(&self) -> bool {
+        self.len().await == 0
+    }
+
+    /// Entries evicted because the queue was full.
+    pub async fn dropped(&self) -> u64 {
+        self.inner.lock().await.dropped
+    }
+
+    async fn pop(&self) -> Option<(String, Status)> {
+        let mut q = self.inner.lock().await;
+        let key = q.order.pop_front()?;
+        let status = q.pending.remove(&key)?;
+        Some((key.0, status))
+    }
+
+    /// Puts back a status that could not be delivered, unless a newer one
+    /// for the same key arrived meanwhile.
+    async fn requeue_front(&self, sha: String, status: Status) {
+        let key = (sha, status.context.clone());
+        let mut q = self.inner.lock().await;
+        if !q.pending.contains_key(&key) && q.order.len() < self.capacity {
+            q.pending.insert(key.clone(), status);
+            q.order.push_front(key);
+        }
+    }
+
+    /// Delivers until the queue is empty. A status that fails with a
+    /// retryable error after the policy's attempts goes back to the front and
+    /// the drain stops (the host is down: try later); one the host rejects
+    /// outright is logged and dropped.
+    pub async fn drain<F: Forge>(&self, forge: &F, policy: &RetryPolicy) -> DrainReport {
+        let mut report = DrainReport::default();
+        while let Some((sha, status)) = self.pop().await {
+            match deliver(forge, policy, &sha, &status).await {
+                Ok(Outcome::Posted) => report.posted += 1,
+                Ok(Outcome::AlreadyThere) => report.already_there += 1,
+                Err(e) if e.retryable() => {
+                    tracing::warn!(error = %e, context = %status.context, sha = %sha, "host unavailable; status kept for later");
+                    self.requeue_front(sha, status).await;
+                    report.deferred = true;
+                    break;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, context = %status.context, sha = %sha, "host rejected a status; dropped");
+                    report.rejected.push(e.to_string());
+                }
+            }
+        }
+        report
+    }
+
+    /// Runs forever: drains whenever something is queued, and retries a
+    /// deferred drain after `pause`.
+    pub async fn run<F: Forge>(self, forge: F, policy: RetryPolicy, pause: Duration) {
+        loop {
+            let report = self.drain(&forge, &policy).await;
+            if report.deferred {
+                tokio::time::sleep(pause).await;
+            } else if self.is_empty().await {
+                self.wake.notified().await;
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct DrainReport {
+    pub posted: usize,
+    pub already_there: usize,
+    pub deferred: bool,
+    pub rejected: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_grows_is_capped_and_honours_the_host() {
+        let p = RetryPolicy {
+            attempts: 10,
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(1),
+        };
+        for n in 1..10 {
+            let d = p.delay(n, None);
+            assert!(d <= Duration::from_secs(1), "{n}: {d:?}");
+            let ceiling = Duration::from_millis(100 * 2u64.pow(n - 1)).min(Duration::from_secs(1));
+            assert!(d <= ceiling);
+        }
+        assert!(p.delay(1, Some(Duration::from_secs(5))) >= Duration::from_secs(5));
+    }
+
+    #[test]
+    fn newest_by_id() {
+        let p = |id, d: &str| Posted {
+            state: "success".into(),
+            context: "c".into(),
+            description: d.into(),
+            target_url: None,
+            id: Some(id),
+        };
+        let list = vec![p(3, "old"), p(9, "new"), p(5, "mid")];
+        assert_eq!(newest_for(&list, "c").unwrap().description, "new");
+        assert!(newest_for(&list, "other").is_none());
+    }
+}

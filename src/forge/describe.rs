@@ -1,0 +1,176 @@
+//! What a status says: short enough for a Git host's one line, specific
+//! enough that a person knows what to fix without opening a log.
+//! `refused: nova 2026.1→2027.1 skips 2026.2 (UpgradePathInvalid)`.
+
+use super::{Context, State, Status};
+use crate::gate::{ObjectVerdict, Reason, Transition, Verdict};
+use crate::history::CommitReport;
+use crate::release::Release;
+
+/// The verdict status of one judged commit, under `lockstep/<cluster>`.
+pub fn commit_status(cluster: &str, commit: &CommitReport, target_url: Option<&str>) -> Status {
+    let refused: Vec<&ObjectVerdict> = commit
+        .objects
+        .iter()
+        .filter(|o| o.verdict == Verdict::Refused)
+        .collect();
+    let (state, description) = if let Some(first) = refused.first() {
+        let more = if refused.len() > 1 {
+            format!(" (+{} more)", refused.len() - 1)
+        } else {
+            String::new()
+        };
+        (State::Failure, format!("refused: {}{more}", refusal(first)))
+    } else {
+        (
+            State::Success,
+            format!("accepted: {}", accepted(&commit.objects)),
+        )
+    };
+    Status {
+        state,
+        context: Context::commit(cluster).to_string(),
+        description,
+        target_url: target_url.map(str::to_owned),
+    }
+}
+
+fn who(o: &ObjectVerdict) -> String {
+    o.name.clone().unwrap_or_else(|| o.file.to_string())
+}
+
+fn hop(o: &ObjectVerdict) -> String {
+    match (&o.from, &o.to) {
+        (Some(f), Some(t)) if f != t => format!(" {f}→{t}"),
+        (None, Some(t)) => format!(" {t}"),
+        _ => String::new(),
+    }
+}
+
+/// One refused object in a handful of words, reason last.
+pub fn refusal(o: &ObjectVerdict) -> String {
+    let reason = o.reason.map_or("refused", Reason::as_str);
+    let what = match o.reason {
+        Some(Reason::UpgradePathInvalid) => {
+            let skipped = match (
+                o.from
+                    .as_deref()
+                    .and_then(|f| Release::parse_strict(f).ok()),
+                o.to.as_deref().and_then(|t| Release::parse_strict(t).ok()),
+            ) {
+                (Some(f), Some(t)) => {
+                    let mut between = Vec::new();
+                    let mut r = f.next();
+                    while r < t && between.len() < 3 {
+                        between.push(r.to_string());
+                        r = r.next();
+                    }
+                    format!(" skips {}", between.join(", "))
+                }
+                _ => " skips a release".into(),
+            };
+            format!("{}{}{skipped}", who(o), hop(o))
+        }
+        Some(Reason::DowngradeNotSupported) => format!("{}{} is a downgrade", who(o), hop(o)),
+        Some(Reason::ImageReleaseMismatch) if o.transition == Transition::Upgrade => {
+            format!("{}{} keeps its old image", who(o), hop(o))
+        }
+        Some(Reason::ImageReleaseMismatch) => {
+            format!("{}{}: image names another release", who(o), hop(o))
+        }
+        Some(Reason::VersionParseError) => format!(
+            "{}: release {} does not parse",
+            who(o),
+            o.to.as_deref().unwrap_or("?")
+        ),
+        Some(Reason::AbortUnsafe) => format!("{} abort while Contracting", who(o)),
+        Some(Reason::UpgradeTargetChanged) => {
+            format!("{}{} changes the target mid-upgrade", who(o), hop(o))
+        }
+        Some(Reason::ProjectedChildEdited) => format!("{} is a projected child", who(o)),
+        Some(Reason::ManifestInvalid) => format!("{}:{} invalid", o.file, o.line),
+        Some(Reason::UpgradeInProgress) | None => format!("{}{}", who(o), hop(o)),
+    };
+    format!("{what} ({reason})")
+}
+
+fn accepted(objects: &[ObjectVerdict]) -> String {
+    let changed: Vec<&ObjectVerdict> = objects
+        .iter()
+        .filter(|o| o.transition != Transition::Unchanged)
+        .collect();
+    let held = objects
+        .iter()
+        .filter(|o| o.verdict == Verdict::Held)
+        .count();
+    let held_text = if held > 0 {
+        format!(", {held} held until the running upgrade completes")
+    } else {
+        String::new()
+    };
+    match changed.as_slice() {
+        [] => "no C5C3 object changed".into(),
+        [one] => format!(
+            "{}{} {}{held_text}",
+            who(one),
+            hop(one),
+            verb(one.transition)
+        ),
+        many => {
+            let mut counts: Vec<(Transition, usize)> = Vec::new();
+            for o in many {
+                match counts.iter_mut().find(|(t, _)| *t == o.transition) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((o.transition, 1)),
+                }
+            }
+            let parts: Vec<String> = counts
+                .iter()
+                .map(|(t, n)| format!("{n} {}", noun(*t, *n)))
+                .collect();
+            format!("{}{held_text}", parts.join(", "))
+        }
+    }
+}
+
+fn verb(t: Transition) -> &'static str {
+    match t {
+        Transition::Install => "installed",
+        Transition::Remove => "removed from Git (kept running)",
+        Transition::Patch => "patched",
+        Transition::Upgrade => "upgrade",
+        Transition::Abort => "abort",
+        Transition::Queued => "queued",
+        _ => "",
+    }
+}
+
+fn noun(t: Transition, n: usize) -> &'static str {
+    match (t, n == 1) {
+        (Transition::Install, true) => "install",
+        (Transition::Install, false) => "installs",
+        (Transition::Remove, true) => "removal",
+        (Transition::Remove, false) => "removals",
+        (Transition::Patch, true) => "patch",
+        (Transition::Patch, false) => "patches",
+        (Transition::Upgrade, true) => "upgrade",
+        (Transition::Upgrade, false) => "upgrades",
+        (Transition::Abort, true) => "abort",
+        (Transition::Abort, false) => "aborts",
+        (Transition::Queued, _) => "queued",
+        _ => "changes",
+    }
+}
+
+/// Progress of one object's hop, for `lockstep/<cluster>/<ns>/<name>`:
+/// `nova 2026.1→2026.2: Migrating (2/4)`.
+pub fn progress(name: &str, from: &str, to: &str, phase: &str) -> String {
+    let step = match phase {
+        "Expanding" => " (1/4)",
+        "Migrating" => " (2/4)",
+        "RollingUpdate" => " (3/4)",
+        "Contracting" => " (4/4)",
+        _ => "",
+    };
+    format!("{name} {from}→{to}: {phase}{step}")
+}

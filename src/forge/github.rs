@@ -1,0 +1,160 @@
+//! GitHub (and GitHub Enterprise): `POST /repos/{owner}/{repo}/statuses/{sha}`.
+
+use serde::Deserialize;
+
+use super::http::{client, join, send};
+use super::{Forge, ForgeError, Limits, Posted, State, Status};
+use crate::secret::Secret;
+
+pub const DEFAULT_API: &str = "https://api.github.com";
+
+pub struct GitHub {
+    client: reqwest::Client,
+    api: String,
+    repo: String,
+    token: Option<Secret>,
+}
+
+impl GitHub {
+    /// `api` is the REST base (`https://api.github.com`, or
+    /// `https://ghe.example.com/api/v3`); `repo` is `owner/name`.
+    pub fn new(api: &str, repo: &str, token: Option<Secret>) -> Result<Self, ForgeError> {
+        check_owner_repo(repo)?;
+        Ok(Self {
+            client: client()?,
+            api: api.to_owned(),
+            repo: repo.to_owned(),
+            token,
+        })
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut req = self
+            .client
+            .request(method, join(&self.api, path))
+            .header("Accept", "application/vnd.github+json, application/json")
+            .header("X-GitHub-Api-Version", "2022-11-28");
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t.expose());
+        }
+        req
+    }
+}
+
+#[derive(Deserialize)]
+struct ApiStatus {
+    #[serde(default)]
+    id: Option<u64>,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    context: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    target_url: Option<String>,
+}
+
+impl Forge for GitHub {
+    fn host(&self) -> &'static str {
+        "github"
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            description: 140,
+            context: 255,
+        }
+    }
+
+    fn state_name(&self, state: State) -> &'static str {
+        match state {
+            State::Pending | State::Running => "pending",
+            State::Success => "success",
+            State::Failure => "failure",
+            State::Error => "error",
+        }
+    }
+
+    async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
+        check_sha(sha)?;
+        let what = format!("reading the statuses of {sha}");
+        let resp = send(
+            "github",
+            &what,
+            self.request(
+                reqwest::Method::GET,
+                &format!("repos/{}/commits/{sha}/statuses?per_page=100", self.repo),
+            ),
+        )
+        .await?;
+        let list: Vec<ApiStatus> = resp.json().await.map_err(|e| ForgeError::Transport {
+            host: "github",
+            what,
+            message: format!("unexpected answer: {e}"),
+        })?;
+        Ok(list
+            .into_iter()
+            .map(|s| Posted {
+                state: s.state,
+                context: s.context,
+                description: s.description.unwrap_or_default(),
+                target_url: s.target_url.filter(|u| !u.is_empty()),
+                id: s.id,
+            })
+            .collect())
+    }
+
+    async fn post(&self, sha: &str, status: &Status) -> Result<(), ForgeError> {
+        check_sha(sha)?;
+        let mut body = serde_json::json!({
+            "state": self.state_name(status.state),
+            "context": status.context,
+            "description": status.description,
+        });
+        if let Some(u) = &status.target_url {
+            body["target_url"] = u.clone().into();
+        }
+        send(
+            "github",
+            &format!("posting {} on {sha}", status.context),
+            self.request(
+                reqwest::Method::POST,
+                &format!("repos/{}/statuses/{sha}", self.repo),
+            )
+            .json(&body),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// `owner/name`, each part a plain path segment.
+pub(crate) fn check_owner_repo(repo: &str) -> Result<(), ForgeError> {
+    let ok = repo.split('/').count() == 2
+        && repo.split('/').all(|p| {
+            !p.is_empty()
+                && p != "."
+                && p != ".."
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(ForgeError::Config(format!(
+            "repository {repo:?} is not of the form owner/name"
+        )))
+    }
+}
+
+/// A full commit id (SHA-1 or SHA-256), so nothing else reaches a URL path.
+pub(crate) fn check_sha(sha: &str) -> Result<(), ForgeError> {
+    if (sha.len() == 40 || sha.len() == 64) && sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(ForgeError::Config(format!(
+            "{sha:?} is not a full commit id"
+        )))
+    }
+}

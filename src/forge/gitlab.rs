@@ -1,0 +1,167 @@
+//! GitLab: `POST /api/v4/projects/:id/statuses/:sha`.
+
+use serde::Deserialize;
+
+use super::github::check_sha;
+use super::http::{client, join, send};
+use super::{Forge, ForgeError, Limits, Posted, State, Status};
+use crate::secret::Secret;
+
+pub struct GitLab {
+    client: reqwest::Client,
+    base: String,
+    project: String,
+    token: Option<Secret>,
+}
+
+impl GitLab {
+    /// `base` is the server (`https://gitlab.com`); `project` is the numeric
+    /// id or the full path (`group/subgroup/fleet`).
+    pub fn new(base: &str, project: &str, token: Option<Secret>) -> Result<Self, ForgeError> {
+        let ok = !project.is_empty()
+            && project.split('/').all(|p| {
+                !p.is_empty()
+                    && p != ".."
+                    && p.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            });
+        if !ok {
+            return Err(ForgeError::Config(format!(
+                "GitLab project {project:?} is neither an id nor a group/name path"
+            )));
+        }
+        Ok(Self {
+            client: client()?,
+            base: join(base, "api/v4"),
+            // A path is one URL segment, its slashes encoded.
+            project: project.replace('/', "%2F"),
+            token,
+        })
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut req = self
+            .client
+            .request(method, join(&self.base, path))
+            .header("Accept", "application/json");
+        if let Some(t) = &self.token {
+            req = req.header("PRIVATE-TOKEN", t.expose());
+        }
+        req
+    }
+}
+
+#[derive(Deserialize)]
+struct ApiStatus {
+    #[serde(default)]
+    id: Option<u64>,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    target_url: Option<String>,
+}
+
+impl Forge for GitLab {
+    fn host(&self) -> &'static str {
+        "gitlab"
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            description: 255,
+            context: 255,
+        }
+    }
+
+    fn state_name(&self, state: State) -> &'static str {
+        match state {
+            State::Pending => "pending",
+            State::Running => "running",
+            State::Success => "success",
+            State::Failure | State::Error => "failed",
+        }
+    }
+
+    async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
+        check_sha(sha)?;
+        let what = format!("reading the statuses of {sha}");
+        let resp = send(
+            "gitlab",
+            &what,
+            self.request(
+                reqwest::Method::GET,
+                &format!(
+                    "projects/{}/repository/commits/{sha}/statuses?all=true&per_page=100",
+                    self.project
+                ),
+            ),
+        )
+        .await?;
+        let list: Vec<ApiStatus> = resp.json().await.map_err(|e| ForgeError::Transport {
+            host: "gitlab",
+            what,
+            message: format!("unexpected answer: {e}"),
+        })?;
+        Ok(list
+            .into_iter()
+            .map(|s| Posted {
+                state: s.status,
+                context: s.name,
+                description: s.description.unwrap_or_default(),
+                target_url: s.target_url.filter(|u| !u.is_empty()),
+                id: s.id,
+            })
+            .collect())
+    }
+
+    async fn post(&self, sha: &str, status: &Status) -> Result<(), ForgeError> {
+        check_sha(sha)?;
+        let mut body = serde_json::json!({
+            "state": self.state_name(status.state),
+            "name": status.context,
+            "description": status.description,
+        });
+        if let Some(u) = &status.target_url {
+            body["target_url"] = u.clone().into();
+        }
+        let result = send(
+            "gitlab",
+            &format!("posting {} on {sha}", status.context),
+            self.request(
+                reqwest::Method::POST,
+                &format!("projects/{}/statuses/{sha}", self.project),
+            )
+            .json(&body),
+        )
+        .await;
+        match result {
+            Ok(_) => Ok(()),
+            // GitLab refuses to "transition" a status to the state it already
+            // has: the status is there, which is all we wanted.
+            Err(ForgeError::Http {
+                status: 400, body, ..
+            }) if body.contains("Cannot transition status") => Ok(()),
+            // 409: another pipeline status update raced ours; try again.
+            Err(ForgeError::Http {
+                status: 409,
+                host,
+                what,
+                body,
+                retry_after,
+                ..
+            }) => Err(ForgeError::Http {
+                host,
+                what,
+                status: 409,
+                body,
+                retry_after,
+                retryable: true,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! What the three HTTP hosts share: a client, auth, and turning answers into
+//! [`ForgeError`]s that say whether and when to try again.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::{RequestBuilder, Response, StatusCode};
+
+use super::ForgeError;
+
+/// Longest wait a host may ask for before we give up on this attempt and
+/// leave the status to the queue.
+const MAX_WAIT: Duration = Duration::from_secs(15 * 60);
+
+pub fn client() -> Result<reqwest::Client, ForgeError> {
+    reqwest::Client::builder()
+        .user_agent(concat!("lockstep/", env!("CARGO_PKG_VERSION")))
+        .timeout(Duration::from_secs(30))
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| ForgeError::Config(format!("HTTP client: {e}")))
+}
+
+/// Joins an API base URL and a path without doubling or losing slashes.
+pub fn join(base: &str, path: &str) -> String {
+    format!(
+        "{}/{}",
+        base.trim_end_matches('/'),
+        path.trim_start_matches('/')
+    )
+}
+
+/// Sends a request; a non-2xx answer becomes an error classified by `quirk`
+/// first (host-specific), then by the common rules.
+pub async fn send(
+    host: &'static str,
+    what: &str,
+    req: RequestBuilder,
+) -> Result<Response, ForgeError> {
+    let resp = req.send().await.map_err(|e| ForgeError::Transport {
+        host,
+        what: what.to_owned(),
+        message: without_url_secrets(e),
+    })?;
+    if resp.status().is_success() {
+        return Ok(resp);
+    }
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = resp.text().await.unwrap_or_default();
+    let retry_after = wait_hint(status, &headers);
+    let retryable = status.is_server_error()
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT
+        || (status == StatusCode::FORBIDDEN && rate_limited(&headers, &body));
+    Err(ForgeError::Http {
+        host,
+        what: what.to_owned(),
+        status: status.as_u16(),
+        body: super::shorten(body.trim(), 300),
+        retry_after,
+        retryable,
+    })
+}
+
+/// A 403 is a rate limit (retry later) rather than a permission problem
+/// (never retry) when the host says so in its headers or body.
+fn rate_limited(headers: &HeaderMap, body: &str) -> bool {
+    header_u64(headers, "x-ratelimit-remaining") == Some(0)
+        || headers.contains_key(RETRY_AFTER)
+        || body.contains("rate limit")
+}
+
+/// How long the host asked us to wait: `Retry-After` (seconds), or the
+/// rate-limit reset time when the budget is spent.
+fn wait_hint(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
+    if let Some(secs) = header_u64(headers, RETRY_AFTER.as_str()) {
+        return Some(Duration::from_secs(secs).min(MAX_WAIT));
+    }
+    let spent = header_u64(headers, "x-ratelimit-remaining") == Some(0);
+    if spent || status == StatusCode::TOO_MANY_REQUESTS {
+        let reset = header_u64(headers, "x-ratelimit-reset")?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        // One extra second: the reset instant is inclusive on the host's clock.
+        return Some(Duration::from_secs(reset.saturating_sub(now) + 1).min(MAX_WAIT));
+    }
+    None
+}
+
+fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
+    headers.get(name)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// reqwest errors print the URL; ours carry no credentials, but keep the
+/// message to the cause anyway.
+fn without_url_secrets(e: reqwest::Error) -> String {
+    let timeout = e.is_timeout();
+    let mut msg = e.without_url().to_string();
+    if timeout {
+        msg.push_str(" (timed out)");
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins_paths() {
+        assert_eq!(
+            join("https://h/api/v3/", "/repos/a"),
+            "https://h/api/v3/repos/a"
+        );
+        assert_eq!(join("https://h", "repos/a"), "https://h/repos/a");
+    }
+
+    #[test]
+    fn wait_hints() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "7".parse().unwrap());
+        assert_eq!(
+            wait_hint(StatusCode::TOO_MANY_REQUESTS, &h),
+            Some(Duration::from_secs(7))
+        );
+        let mut h = HeaderMap::new();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        h.insert("x-ratelimit-remaining", "0".parse().unwrap());
+        h.insert("x-ratelimit-reset", (now + 20).to_string().parse().unwrap());
+        let w = wait_hint(StatusCode::FORBIDDEN, &h).unwrap();
+        assert!(
+            w >= Duration::from_secs(19) && w <= Duration::from_secs(22),
+            "{w:?}"
+        );
+        assert!(rate_limited(&h, ""));
+        assert!(!rate_limited(
+            &HeaderMap::new(),
+            "Resource not accessible by integration"
+        ));
+    }
+}

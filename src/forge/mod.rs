@@ -1,0 +1,385 @@
+//! Commit statuses on Git hosts: lockstep's verdicts where teams look, on
+//! the pull request's head commit before merge and on main as the upgrade
+//! proceeds.
+//!
+//! One small trait (read a commit's statuses, post one) with an
+//! implementation per host over plain HTTP (GitHub, GitLab, Gitea/Forgejo)
+//! and one over Git itself (notes, the default when there is no host). What
+//! to post is decided by [`describe`]; how to get it there despite outages,
+//! rate limits and duplicate posts by [`delivery`].
+
+pub mod delivery;
+pub mod describe;
+pub mod gitea;
+pub mod github;
+pub mod gitlab;
+mod http;
+pub mod notes;
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+/// lockstep's status states; each host maps them onto its own vocabulary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    /// Judging, or waiting to apply.
+    Pending,
+    /// An accepted hop being applied and followed.
+    Running,
+    Success,
+    /// Refused, or the upgrade failed.
+    Failure,
+    /// lockstep could not decide (an unreadable repository, say).
+    Error,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Running => "running",
+            State::Success => "success",
+            State::Failure => "failure",
+            State::Error => "error",
+        }
+    }
+}
+
+/// A commit status as lockstep means it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Status {
+    pub state: State,
+    pub context: String,
+    pub description: String,
+    pub target_url: Option<String>,
+}
+
+/// A status as a host reports it back, in the host's own words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Posted {
+    pub state: String,
+    pub context: String,
+    pub description: String,
+    pub target_url: Option<String>,
+    /// The host's id; higher is newer where ids exist.
+    pub id: Option<u64>,
+}
+
+/// Field limits of a host; longer values are shortened, never rejected.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub description: usize,
+    pub context: usize,
+}
+
+#[derive(Debug, Error)]
+pub enum ForgeError {
+    /// The host answered, but not with success.
+    #[error("{host} answered {status} to {what}: {body}")]
+    Http {
+        host: &'static str,
+        what: String,
+        status: u16,
+        body: String,
+        /// How long the host asked us to wait (`Retry-After`, rate-limit reset).
+        retry_after: Option<Duration>,
+        retryable: bool,
+    },
+    /// The request never got an answer.
+    #[error("{host}: {what} failed: {message}")]
+    Transport {
+        host: &'static str,
+        what: String,
+        message: String,
+    },
+    #[error("git notes: {0}")]
+    Notes(String),
+    #[error("forge configuration: {0}")]
+    Config(String),
+}
+
+impl ForgeError {
+    pub fn retryable(&self) -> bool {
+        match self {
+            ForgeError::Http { retryable, .. } => *retryable,
+            ForgeError::Transport { .. } => true,
+            ForgeError::Notes(_) | ForgeError::Config(_) => false,
+        }
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ForgeError::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// "Set the status of commit S under context C", and read what is there.
+pub trait Forge: Send + Sync {
+    fn host(&self) -> &'static str;
+
+    fn limits(&self) -> Limits;
+
+    /// The host's word for a state (what it will report back).
+    fn state_name(&self, state: State) -> &'static str;
+
+    /// Statuses already on the commit (for read-before-write deduplication).
+    fn statuses(&self, sha: &str) -> impl Future<Output = Result<Vec<Posted>, ForgeError>> + Send;
+
+    /// Posts one status. Fields are already within [`Forge::limits`].
+    fn post(
+        &self,
+        sha: &str,
+        status: &Status,
+    ) -> impl Future<Output = Result<(), ForgeError>> + Send;
+}
+
+/// Any of the hosts, chosen at run time.
+pub enum AnyForge {
+    GitHub(github::GitHub),
+    GitLab(gitlab::GitLab),
+    Gitea(gitea::Gitea),
+    Notes(notes::Notes),
+}
+
+impl Forge for AnyForge {
+    fn host(&self) -> &'static str {
+        match self {
+            AnyForge::GitHub(f) => f.host(),
+            AnyForge::GitLab(f) => f.host(),
+            AnyForge::Gitea(f) => f.host(),
+            AnyForge::Notes(f) => f.host(),
+        }
+    }
+
+    fn limits(&self) -> Limits {
+        match self {
+            AnyForge::GitHub(f) => f.limits(),
+            AnyForge::GitLab(f) => f.limits(),
+            AnyForge::Gitea(f) => f.limits(),
+            AnyForge::Notes(f) => f.limits(),
+        }
+    }
+
+    fn state_name(&self, state: State) -> &'static str {
+        match self {
+            AnyForge::GitHub(f) => f.state_name(state),
+            AnyForge::GitLab(f) => f.state_name(state),
+            AnyForge::Gitea(f) => f.state_name(state),
+            AnyForge::Notes(f) => f.state_name(state),
+        }
+    }
+
+    async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
+        match self {
+            AnyForge::GitHub(f) => f.statuses(sha).await,
+            AnyForge::GitLab(f) => f.statuses(sha).await,
+            AnyForge::Gitea(f) => f.statuses(sha).await,
+            AnyForge::Notes(f) => f.statuses(sha).await,
+        }
+    }
+
+    async fn post(&self, sha: &str, status: &Status) -> Result<(), ForgeError> {
+        match self {
+            AnyForge::GitHub(f) => f.post(sha, status).await,
+            AnyForge::GitLab(f) => f.post(sha, status).await,
+            AnyForge::Gitea(f) => f.post(sha, status).await,
+            AnyForge::Notes(f) => f.post(sha, status).await,
+        }
+    }
+}
+
+/// Status contexts that can never collide across clusters: every cluster
+/// writes under its own name, so two clusters watching one repository do not
+/// overwrite each other's verdicts (Flux's mistake).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Context(String);
+
+impl Context {
+    /// `lockstep/<cluster>`: the verdict on a commit.
+    pub fn commit(cluster: &str) -> Self {
+        Self(format!("lockstep/{cluster}"))
+    }
+
+    /// `lockstep/<cluster>/<namespace>/<name>`: one object's upgrade progress.
+    pub fn object(cluster: &str, namespace: &str, name: &str) -> Self {
+        Self(format!("lockstep/{cluster}/{namespace}/{name}"))
+    }
+
+    /// The context within `max` characters: longer ones keep their start and
+    /// end in a hash of the whole, so two long contexts stay distinct.
+    pub fn fit(&self, max: usize) -> String {
+        if self.0.chars().count() <= max {
+            return self.0.clone();
+        }
+        let digest = Sha256::digest(self.0.as_bytes());
+        let suffix = format!("~{}", &hex::encode(digest)[..10]);
+        let keep = max.saturating_sub(suffix.len());
+        let head: String = self.0.chars().take(keep).collect();
+        format!("{head}{suffix}")
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Shortens text to `max` characters, marking the cut with an ellipsis.
+pub fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_fit_and_stay_distinct() {
+        let c = Context::object("eu-de-1", "openstack", "prod-nova");
+        assert_eq!(c.fit(255), "lockstep/eu-de-1/openstack/prod-nova");
+        let long_a = Context::object(&"c".repeat(200), "ns", &format!("{}a", "n".repeat(100)));
+        let long_b = Context::object(&"c".repeat(200), "ns", &format!("{}b", "n".repeat(100)));
+        let (a, b) = (long_a.fit(255), long_b.fit(255));
+        assert_eq!(a.chars().count(), 255);
+        assert_ne!(a, b, "the hash suffix keeps them apart");
+        assert!(a.starts_with("lockstep/ccc"));
+        assert_eq!(long_a.fit(255), a, "stable");
+    }
+
+    #[test]
+    fn repos_from_remote_urls() {
+        for (url, want) in [
+            ("https://github.com/octo/fleet.git", Some("octo/fleet")),
+            ("git@github.com:octo/fleet.git", Some("octo/fleet")),
+            (
+                "ssh://git@gitlab.example.com:2222/group/sub/fleet.git",
+                Some("group/sub/fleet"),
+            ),
+            ("https://gitea.example.com/octo/fleet", Some("octo/fleet")),
+            ("/srv/git/fleet.git", None),
+        ] {
+            assert_eq!(repo_from_url(url).as_deref(), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn shorten_respects_characters() {
+        assert_eq!(shorten("abc", 3), "abc");
+        assert_eq!(shorten("abcd", 3), "ab…");
+        assert_eq!(shorten("→→→→", 3).chars().count(), 3);
+    }
+}
+
+/// Which host to report to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForgeKind {
+    GitHub,
+    GitLab,
+    Gitea,
+    Notes,
+}
+
+/// Everything needed to build a forge, from flags, environment or a file.
+#[derive(Clone, Debug)]
+pub struct ForgeSpec {
+    pub kind: ForgeKind,
+    /// API base (GitHub) or server URL (GitLab, Gitea).
+    pub url: Option<String>,
+    /// `owner/name`, or a GitLab project path or id; derived from the
+    /// repository's `origin` remote when absent.
+    pub repo: Option<String>,
+    pub token: Option<crate::secret::Secret>,
+    /// The local repository (notes are written there; `origin` is read there).
+    pub local: std::path::PathBuf,
+}
+
+impl AnyForge {
+    pub fn build(spec: &ForgeSpec) -> Result<Self, ForgeError> {
+        let repo = || -> Result<String, ForgeError> {
+            spec.repo
+                .clone()
+                .or_else(|| origin_repo(&spec.local))
+                .ok_or_else(|| {
+                    ForgeError::Config(
+                        "no --forge-repo given and no origin remote to derive owner/name from"
+                            .into(),
+                    )
+                })
+        };
+        Ok(match spec.kind {
+            ForgeKind::GitHub => AnyForge::GitHub(github::GitHub::new(
+                spec.url.as_deref().unwrap_or(github::DEFAULT_API),
+                &repo()?,
+                spec.token.clone(),
+            )?),
+            ForgeKind::GitLab => AnyForge::GitLab(gitlab::GitLab::new(
+                spec.url.as_deref().unwrap_or("https://gitlab.com"),
+                &repo()?,
+                spec.token.clone(),
+            )?),
+            ForgeKind::Gitea => AnyForge::Gitea(gitea::Gitea::new(
+                spec.url.as_deref().ok_or_else(|| {
+                    ForgeError::Config("Gitea/Forgejo needs --forge-url (the server)".into())
+                })?,
+                &repo()?,
+                spec.token.clone(),
+            )?),
+            ForgeKind::Notes => AnyForge::Notes(notes::Notes::open(&spec.local)?),
+        })
+    }
+}
+
+/// `owner/name` (or `group/sub/name`) from the `origin` remote's URL:
+/// `https://host/owner/name.git`, `git@host:owner/name.git`, `ssh://…`.
+pub fn origin_repo(local: &std::path::Path) -> Option<String> {
+    let repo = git2::Repository::open(local).ok()?;
+    let remote = repo.find_remote("origin").ok()?;
+    repo_from_url(remote.url().ok()?)
+}
+
+pub fn repo_from_url(url: &str) -> Option<String> {
+    let path = if let Some(rest) = url.split_once("://").map(|(_, r)| r) {
+        rest.split_once('/')?.1
+    } else if let Some((_, p)) = url.split_once(':') {
+        p
+    } else {
+        return None;
+    };
+    let path = path.trim_matches('/');
+    let path = path.strip_suffix(".git").unwrap_or(path);
+    (path.contains('/') && !path.is_empty()).then(|| path.to_owned())
+}
+
+/// Posts the verdict of every judged commit under `lockstep/<cluster>`,
+/// oldest first (so a pull request's head ends up with its own verdict).
+pub async fn publish<F: Forge>(
+    forge: &F,
+    policy: &delivery::RetryPolicy,
+    cluster: &str,
+    report: &crate::history::CheckReport,
+    target_url: Option<&str>,
+) -> Result<Vec<(String, delivery::Outcome)>, ForgeError> {
+    let mut out = Vec::new();
+    for c in &report.commits {
+        let status = describe::commit_status(cluster, c, target_url);
+        let outcome = delivery::deliver(forge, policy, &c.sha, &status).await?;
+        out.push((c.sha.clone(), outcome));
+    }
+    Ok(out)
+}

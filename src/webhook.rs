@@ -1,0 +1,436 @@
+//! The webhook receiver: push and pull-request events from GitHub, GitLab and
+//! Gitea/Forgejo, verified, deduplicated and handed on as typed triggers.
+//!
+//! It answers fast and does no work itself: a verified event becomes a
+//! [`Trigger`] on a channel, and the daemon's loop does the rest. A full
+//! channel does not fail the delivery (polling is the backstop), a replayed
+//! delivery id is acknowledged but not handed on, and a bad signature is a
+//! 401 that never reaches the channel.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use hmac::{KeyInit, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+use tokio::sync::mpsc;
+
+use crate::secret::Secret;
+
+/// Where an event came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Host {
+    GitHub,
+    GitLab,
+    Gitea,
+}
+
+/// What the daemon should look at: a branch head or a pull request head.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trigger {
+    pub host: Host,
+    /// `owner/name` (GitLab: the project path).
+    pub repo: String,
+    /// `refs/heads/main`, or the pull request's head ref
+    /// (`refs/pull/7/head`, `refs/merge-requests/7/head`).
+    pub git_ref: String,
+    pub sha: String,
+    pub pull_request: Option<u64>,
+    /// The branch a pull request targets.
+    pub base_ref: Option<String>,
+    pub delivery: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct WebhookConfig {
+    pub github: Option<Secret>,
+    pub gitlab: Option<Secret>,
+    pub gitea: Option<Secret>,
+    /// Bodies larger than this are refused with 413 before they are read whole.
+    pub max_body: usize,
+    /// How many delivery ids are remembered for deduplication.
+    pub remember: usize,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            github: None,
+            gitlab: None,
+            gitea: None,
+            // GitHub caps payloads at 25 MB; a fleet's push is far smaller.
+            max_body: 5 * 1024 * 1024,
+            remember: 10_000,
+        }
+    }
+}
+
+struct AppState {
+    config: WebhookConfig,
+    tx: mpsc::Sender<Trigger>,
+    seen: Mutex<Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    order: VecDeque<String>,
+    ids: HashSet<String>,
+}
+
+impl Seen {
+    /// Records an id; false when it was already there.
+    fn first_time(&mut self, id: &str, remember: usize) -> bool {
+        if self.ids.contains(id) {
+            return false;
+        }
+        self.ids.insert(id.to_owned());
+        self.order.push_back(id.to_owned());
+        while self.order.len() > remember {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+        true
+    }
+}
+
+/// The routes: `POST /hooks/github`, `/hooks/gitlab`, `/hooks/gitea`.
+pub fn router(config: WebhookConfig, tx: mpsc::Sender<Trigger>) -> Router {
+    let limit = config.max_body;
+    let state = Arc::new(AppState {
+        config,
+        tx,
+        seen: Mutex::new(Seen::default()),
+    });
+    Router::new()
+        .route("/hooks/github", post(github))
+        .route("/hooks/gitlab", post(gitlab))
+        .route("/hooks/gitea", post(gitea))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+type Reply = (StatusCode, &'static str);
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// HMAC-SHA256 of `body` under `secret`, checked in constant time against
+/// the hex digest a host sent.
+pub fn verify_hmac_hex(secret: &Secret, body: &[u8], hex_digest: &str) -> bool {
+    let Ok(expected) = hex::decode(hex_digest.trim()) else {
+        return false;
+    };
+    let Ok(mut mac) = hmac::Hmac::<Sha256>::new_from_slice(secret.expose().as_bytes()) else {
+        return false;
+    };
+    mac.update(body);
+    mac.verify_slice(&expected).is_ok()
+}
+
+/// The hex HMAC-SHA256 a host would send (for tests and for signing replays).
+pub fn sign_hex(secret: &Secret, body: &[u8]) -> String {
+    match hmac::Hmac::<Sha256>::new_from_slice(secret.expose().as_bytes()) {
+        Ok(mut mac) => {
+            mac.update(body);
+            hex::encode(mac.finalize().into_bytes())
+        }
+        Err(_) => String::new(),
+    }
+}
+
+async fn github(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Reply {
+    let Some(secret) = &app.config.github else {
+        return (
+            StatusCode::NOT_FOUND,
+            "GitHub webhooks are not configured\n",
+        );
+    };
+    let signed = header(&headers, "x-hub-signature-256")
+        .and_then(|s| s.strip_prefix("sha256="))
+        .is_some_and(|hex| verify_hmac_hex(secret, &body, hex));
+    if !signed {
+        return (
+            StatusCode::UNAUTHORIZED,
+            "bad or missing X-Hub-Signature-256\n",
+        );
+    }
+    let event = header(&headers, "x-github-event")
+        .unwrap_or_default()
+        .to_owned();
+    let delivery = header(&headers, "x-github-delivery")
+        .unwrap_or_default()
+        .to_owned();
+    accept(&app, Host::GitHub, &event, &delivery, &body, github_trigger)
+}
+
+async fn gitlab(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Reply {
+    let Some(secret) = &app.config.gitlab else {
+        return (
+            StatusCode::NOT_FOUND,
+            "GitLab webhooks are not configured\n",
+        );
+    };
+    let ok = header(&headers, "x-gitlab-token").is_some_and(|t| secret.matches(t.as_bytes()));
+    if !ok {
+        return (StatusCode::UNAUTHORIZED, "bad or missing X-Gitlab-Token\n");
+    }
+    let event = header(&headers, "x-gitlab-event")
+        .unwrap_or_default()
+        .to_owned();
+    let delivery = header(&headers, "x-gitlab-event-uuid")
+        .or_else(|| header(&headers, "idempotency-key"))
+        .unwrap_or_default()
+        .to_owned();
+    accept(&app, Host::GitLab, &event, &delivery, &body, gitlab_trigger)
+}
+
+async fn gitea(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Reply {
+    let Some(secret) = &app.config.gitea else {
+        return (StatusCode::NOT_FOUND, "Gitea webhooks are not configured\n");
+    };
+    // Gitea sends a bare hex digest; Forgejo sends the same under its own name too.
+    let signed = header(&headers, "x-gitea-signature")
+        .or_else(|| header(&headers, "x-forgejo-signature"))
+        .is_some_and(|hex| verify_hmac_hex(secret, &body, hex));
+    if !signed {
+        return (
+            StatusCode::UNAUTHORIZED,
+            "bad or missing X-Gitea-Signature\n",
+        );
+    }
+    let event = header(&headers, "x-gitea-event-type")
+        .or_else(|| header(&headers, "x-gitea-event"))
+        .or_else(|| header(&headers, "x-forgejo-event"))
+        .unwrap_or_default()
+        .to_owned();
+    let delivery = header(&headers, "x-gitea-delivery")
+        .or_else(|| header(&headers, "x-forgejo-delivery"))
+        .unwrap_or_default()
+        .to_owned();
+    accept(&app, Host::Gitea, &event, &delivery, &body, gitea_trigger)
+}
+
+/// What an event turned into.
+enum Parsed {
+    Trigger(Trigger),
+    Ignored,
+    Malformed,
+}
+
+fn accept(
+    app: &AppState,
+    host: Host,
+    event: &str,
+    delivery: &str,
+    body: &[u8],
+    parse: fn(&str, &Value, &str) -> Parsed,
+) -> Reply {
+    if event == "ping" || event == "System Hook" {
+        return (StatusCode::OK, "pong\n");
+    }
+    if !delivery.is_empty() {
+        let first = app
+            .seen
+            .lock()
+            .map(|mut s| s.first_time(delivery, app.config.remember))
+            .unwrap_or(true);
+        if !first {
+            return (StatusCode::OK, "duplicate delivery, already handled\n");
+        }
+    }
+    let Ok(json) = serde_json::from_slice::<Value>(body) else {
+        return (StatusCode::BAD_REQUEST, "body is not JSON\n");
+    };
+    match parse(event, &json, delivery) {
+        Parsed::Trigger(t) => {
+            tracing::info!(host = ?host, repo = %t.repo, git_ref = %t.git_ref, sha = %t.sha, pr = ?t.pull_request, delivery = %delivery, "webhook trigger");
+            if let Err(e) = app.tx.try_send(t) {
+                // Polling will catch up; the sender must not retry into a full queue.
+                tracing::warn!(error = %e, "trigger queue full; left to the next poll");
+            }
+            (StatusCode::ACCEPTED, "queued\n")
+        }
+        Parsed::Ignored => (
+            StatusCode::OK,
+            "ignored: not a push or pull-request update\n",
+        ),
+        Parsed::Malformed => (
+            StatusCode::BAD_REQUEST,
+            "event is missing the fields lockstep needs\n",
+        ),
+    }
+}
+
+fn s<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_str()
+}
+
+fn n(v: &Value, path: &[&str]) -> Option<u64> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_u64()
+}
+
+fn is_zero_sha(sha: &str) -> bool {
+    !sha.is_empty() && sha.bytes().all(|b| b == b'0')
+}
+
+fn push_trigger(
+    host: Host,
+    json: &Value,
+    repo: Option<&str>,
+    sha: Option<&str>,
+    delivery: &str,
+) -> Parsed {
+    match (repo, s(json, &["ref"]), sha) {
+        // A deleted branch has nothing to judge.
+        (_, _, Some(sha)) if is_zero_sha(sha) => Parsed::Ignored,
+        (Some(repo), Some(r), Some(sha)) => Parsed::Trigger(Trigger {
+            host,
+            repo: repo.to_owned(),
+            git_ref: r.to_owned(),
+            sha: sha.to_owned(),
+            pull_request: None,
+            base_ref: None,
+            delivery: delivery.to_owned(),
+        }),
+        _ => Parsed::Malformed,
+    }
+}
+
+fn github_trigger(event: &str, json: &Value, delivery: &str) -> Parsed {
+    let repo = s(json, &["repository", "full_name"]);
+    match event {
+        "push" => push_trigger(Host::GitHub, json, repo, s(json, &["after"]), delivery),
+        "pull_request" => {
+            let action = s(json, &["action"]).unwrap_or_default();
+            if !matches!(action, "opened" | "synchronize" | "reopened" | "edited") {
+                return Parsed::Ignored;
+            }
+            pr_trigger(
+                Host::GitHub,
+                repo,
+                n(json, &["number"]),
+                s(json, &["pull_request", "head", "sha"]),
+                s(json, &["pull_request", "base", "ref"]),
+                "refs/pull/{}/head",
+                delivery,
+            )
+        }
+        _ => Parsed::Ignored,
+    }
+}
+
+fn gitlab_trigger(event: &str, json: &Value, delivery: &str) -> Parsed {
+    let repo = s(json, &["project", "path_with_namespace"]);
+    match event {
+        "Push Hook" => {
+            let sha = s(json, &["checkout_sha"]).or_else(|| s(json, &["after"]));
+            push_trigger(Host::GitLab, json, repo, sha, delivery)
+        }
+        "Merge Request Hook" => {
+            let action = s(json, &["object_attributes", "action"]).unwrap_or_default();
+            if !matches!(action, "open" | "update" | "reopen") {
+                return Parsed::Ignored;
+            }
+            pr_trigger(
+                Host::GitLab,
+                repo,
+                n(json, &["object_attributes", "iid"]),
+                s(json, &["object_attributes", "last_commit", "id"]),
+                s(json, &["object_attributes", "target_branch"]),
+                "refs/merge-requests/{}/head",
+                delivery,
+            )
+        }
+        _ => Parsed::Ignored,
+    }
+}
+
+fn gitea_trigger(event: &str, json: &Value, delivery: &str) -> Parsed {
+    let repo = s(json, &["repository", "full_name"]);
+    match event {
+        "push" => push_trigger(Host::Gitea, json, repo, s(json, &["after"]), delivery),
+        // Gitea names pull-request updates in the event type header
+        // (`pull_request_sync`) and in the action (`synchronized`).
+        "pull_request" | "pull_request_sync" => {
+            let action = s(json, &["action"]).unwrap_or_default();
+            if !matches!(action, "opened" | "synchronized" | "reopened" | "edited") {
+                return Parsed::Ignored;
+            }
+            pr_trigger(
+                Host::Gitea,
+                repo,
+                n(json, &["number"]).or_else(|| n(json, &["pull_request", "number"])),
+                s(json, &["pull_request", "head", "sha"]),
+                s(json, &["pull_request", "base", "ref"]),
+                "refs/pull/{}/head",
+                delivery,
+            )
+        }
+        _ => Parsed::Ignored,
+    }
+}
+
+fn pr_trigger(
+    host: Host,
+    repo: Option<&str>,
+    number: Option<u64>,
+    sha: Option<&str>,
+    base: Option<&str>,
+    ref_pattern: &str,
+    delivery: &str,
+) -> Parsed {
+    match (repo, number, sha) {
+        (Some(repo), Some(number), Some(sha)) => Parsed::Trigger(Trigger {
+            host,
+            repo: repo.to_owned(),
+            git_ref: ref_pattern.replace("{}", &number.to_string()),
+            sha: sha.to_owned(),
+            pull_request: Some(number),
+            base_ref: base.map(|b| format!("refs/heads/{b}")),
+            delivery: delivery.to_owned(),
+        }),
+        _ => Parsed::Malformed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn githubs_documented_signature_vector() {
+        // https://docs.github.com/en/webhooks/using-webhooks/validating-webhook-deliveries
+        let secret = Secret::new("It's a Secret to Everybody");
+        let digest = "757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+        assert_eq!(sign_hex(&secret, b"Hello, World!"), digest);
+        assert!(verify_hmac_hex(&secret, b"Hello, World!", digest));
+        assert!(!verify_hmac_hex(&secret, b"Hello, World?", digest));
+        assert!(!verify_hmac_hex(
+            &Secret::new("wrong"),
+            b"Hello, World!",
+            digest
+        ));
+        assert!(!verify_hmac_hex(&secret, b"Hello, World!", "not hex"));
+        assert!(!verify_hmac_hex(&secret, b"Hello, World!", &digest[..62]));
+    }
+
+    #[test]
+    fn seen_is_bounded() {
+        let mut s = Seen::default();
+        assert!(s.first_time("a", 2));
+        assert!(!s.first_time("a", 2));
+        assert!(s.first_time("b", 2));
+        assert!(s.first_time("c", 2));
+        assert!(
+            s.first_time("a", 2),
+            "a was forgotten once the bound was reached"
+        );
+    }
+}

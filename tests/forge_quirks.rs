@@ -1,0 +1,384 @@
+//! Host quirks and delivery under trouble, one test each. GitLab and Gitea
+//! cannot run on this machine, so wiremock plays them (a mock, said so):
+//! the requests it answers are asserted on method, path, headers and body.
+//! GitHub is tested against its own OpenAPI description in `forge_github.rs`.
+
+use std::time::{Duration, Instant};
+
+use lockstep::forge::delivery::{Outcome, RetryPolicy, StatusQueue, deliver};
+use lockstep::forge::gitea::Gitea;
+use lockstep::forge::github::GitHub;
+use lockstep::forge::gitlab::GitLab;
+use lockstep::forge::{Forge, State, Status};
+use lockstep::secret::Secret;
+use wiremock::matchers::{body_partial_json, header, headers, method, path};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn fast() -> RetryPolicy {
+    RetryPolicy {
+        attempts: 6,
+        base: Duration::from_millis(5),
+        cap: Duration::from_millis(40),
+    }
+}
+
+fn status(desc: &str) -> Status {
+    Status {
+        state: State::Failure,
+        context: "lockstep/eu-de-1".into(),
+        description: desc.into(),
+        target_url: Some("https://ci.example.com/1".into()),
+    }
+}
+
+async fn empty_list(server: &MockServer, p: &str) {
+    Mock::given(method("GET"))
+        .and(path(p))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!([])))
+        .mount(server)
+        .await;
+}
+
+const GL_LIST: &str = "/api/v4/projects/group%2Ffleet/repository/commits/0123456789abcdef0123456789abcdef01234567/statuses";
+const GL_POST: &str =
+    "/api/v4/projects/group%2Ffleet/statuses/0123456789abcdef0123456789abcdef01234567";
+
+fn gitlab(server: &MockServer) -> GitLab {
+    GitLab::new(
+        &server.uri(),
+        "group/fleet",
+        Some(Secret::new("glpat-secret")),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn gitlab_posts_with_its_own_vocabulary() {
+    let server = MockServer::start().await;
+    empty_list(&server, GL_LIST).await;
+    Mock::given(method("POST"))
+        .and(path(GL_POST))
+        .and(header("PRIVATE-TOKEN", "glpat-secret"))
+        .and(body_partial_json(serde_json::json!({
+            "state": "failed", "name": "lockstep/eu-de-1", "description": "refused: x",
+            "target_url": "https://ci.example.com/1"
+        })))
+        .respond_with(ResponseTemplate::new(201).set_body_json(serde_json::json!({"id": 1})))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let out = deliver(&gitlab(&server), &fast(), SHA, &status("refused: x"))
+        .await
+        .unwrap();
+    assert_eq!(out, Outcome::Posted);
+}
+
+#[tokio::test]
+async fn gitlab_cannot_transition_counts_as_done() {
+    let server = MockServer::start().await;
+    empty_list(&server, GL_LIST).await;
+    Mock::given(method("POST"))
+        .and(path(GL_POST))
+        .respond_with(ResponseTemplate::new(400).set_body_json(
+            serde_json::json!({"message": "Cannot transition status via :drop from :failed (Reasons: ...)"}),
+        ))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let out = deliver(&gitlab(&server), &fast(), SHA, &status("refused: x"))
+        .await
+        .unwrap();
+    assert_eq!(out, Outcome::Posted);
+}
+
+#[tokio::test]
+async fn gitlab_409_is_retried() {
+    let server = MockServer::start().await;
+    empty_list(&server, GL_LIST).await;
+    Mock::given(method("POST"))
+        .and(path(GL_POST))
+        .respond_with(ResponseTemplate::new(409).set_body_string("conflict"))
+        .up_to_n_times(2)
+        .expect(2)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(GL_POST))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    deliver(&gitlab(&server), &fast(), SHA, &status("d"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn other_4xx_are_not_retried_and_never_show_the_token() {
+    let server = MockServer::start().await;
+    empty_list(&server, GL_LIST).await;
+    Mock::given(method("POST"))
+        .and(path(GL_POST))
+        .respond_with(ResponseTemplate::new(403).set_body_string("insufficient_scope"))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let err = deliver(&gitlab(&server), &fast(), SHA, &status("d"))
+        .await
+        .unwrap_err();
+    assert!(!err.retryable());
+    let text = format!("{err} {err:?}");
+    assert!(
+        text.contains("403") && text.contains("insufficient_scope"),
+        "{text}"
+    );
+    assert!(!text.contains("glpat-secret"), "the token leaked: {text}");
+}
+
+#[tokio::test]
+async fn retry_after_on_429_is_honoured() {
+    let server = MockServer::start().await;
+    empty_list(
+        &server,
+        "/api/v1/repos/octo/fleet/commits/0123456789abcdef0123456789abcdef01234567/statuses",
+    )
+    .await;
+    Mock::given(method("POST"))
+        .and(path(
+            "/api/v1/repos/octo/fleet/statuses/0123456789abcdef0123456789abcdef01234567",
+        ))
+        .respond_with(ResponseTemplate::new(429).insert_header("Retry-After", "1"))
+        .up_to_n_times(1)
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(
+            "/api/v1/repos/octo/fleet/statuses/0123456789abcdef0123456789abcdef01234567",
+        ))
+        .and(header("Authorization", "token gitea-secret"))
+        .and(body_partial_json(
+            serde_json::json!({"state": "failure", "context": "lockstep/eu-de-1"}),
+        ))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let forge = Gitea::new(
+        &server.uri(),
+        "octo/fleet",
+        Some(Secret::new("gitea-secret")),
+    )
+    .unwrap();
+    let started = Instant::now();
+    deliver(&forge, &fast(), SHA, &status("d")).await.unwrap();
+    // The policy alone would have waited at most 40 ms.
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn bursts_of_5xx_are_ridden_out() {
+    let server = MockServer::start().await;
+    empty_list(&server, GL_LIST).await;
+    Mock::given(method("POST"))
+        .and(path(GL_POST))
+        .respond_with(ResponseTemplate::new(503))
+        .up_to_n_times(4)
+        .expect(4)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(GL_POST))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    deliver(&gitlab(&server), &fast(), SHA, &status("d"))
+        .await
+        .unwrap();
+    // More failures than attempts: the error comes back, retryable.
+    let server = MockServer::start().await;
+    empty_list(&server, GL_LIST).await;
+    Mock::given(method("POST"))
+        .and(path(GL_POST))
+        .respond_with(ResponseTemplate::new(502))
+        .expect(6)
+        .mount(&server)
+        .await;
+    let err = deliver(&gitlab(&server), &fast(), SHA, &status("d"))
+        .await
+        .unwrap_err();
+    assert!(err.retryable());
+}
+
+#[tokio::test]
+async fn github_rate_limit_403_waits_for_the_reset() {
+    let server = MockServer::start().await;
+    let reset = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    Mock::given(method("GET"))
+        .and(path(format!("/repos/octo/fleet/commits/{SHA}/statuses")))
+        .respond_with(
+            ResponseTemplate::new(403)
+                .insert_header("x-ratelimit-remaining", "0")
+                .insert_header("x-ratelimit-reset", reset.to_string().as_str())
+                .set_body_string("API rate limit exceeded"),
+        )
+        .up_to_n_times(1)
+        .expect(1)
+        .mount(&server)
+        .await;
+    empty_list(
+        &server,
+        &format!("/repos/octo/fleet/commits/{SHA}/statuses"),
+    )
+    .await;
+    Mock::given(method("POST"))
+        .and(path(format!("/repos/octo/fleet/statuses/{SHA}")))
+        .and(header("Authorization", "Bearer ghp-secret"))
+        .and(headers(
+            "Accept",
+            vec!["application/vnd.github+json", "application/json"],
+        ))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let forge = GitHub::new(&server.uri(), "octo/fleet", Some(Secret::new("ghp-secret"))).unwrap();
+    let started = Instant::now();
+    deliver(&forge, &fast(), SHA, &status("d")).await.unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "waited for the reset"
+    );
+}
+
+#[tokio::test]
+async fn an_equal_status_is_not_posted_again_and_fields_are_fitted() {
+    let server = MockServer::start().await;
+    let long = "refused: ".to_owned() + &"x".repeat(300);
+    let fitted = lockstep::forge::shorten(&long, 140);
+    Mock::given(method("GET"))
+        .and(path(format!("/repos/octo/fleet/commits/{SHA}/statuses")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!([
+            {"id": 9, "state": "failure", "context": "lockstep/eu-de-1", "description": fitted, "target_url": "https://ci.example.com/1"},
+            {"id": 3, "state": "success", "context": "lockstep/eu-de-1", "description": "older", "target_url": null}
+        ])))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(0)
+        .mount(&server)
+        .await;
+    let forge = GitHub::new(&server.uri(), "octo/fleet", None).unwrap();
+    let out = deliver(&forge, &fast(), SHA, &status(&long)).await.unwrap();
+    assert_eq!(out, Outcome::AlreadyThere);
+    assert_eq!(forge.limits().description, 140);
+}
+
+#[tokio::test]
+async fn an_outage_delays_statuses_and_the_newest_wins() {
+    let server = MockServer::start().await;
+    empty_list(&server, GL_LIST).await;
+    // Down for the first eight attempts.
+    Mock::given(method("POST"))
+        .and(path(GL_POST))
+        .respond_with(ResponseTemplate::new(503))
+        .up_to_n_times(8)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(GL_POST))
+        .respond_with(ResponseTemplate::new(201))
+        .mount(&server)
+        .await;
+    let forge = gitlab(&server);
+    let policy = RetryPolicy {
+        attempts: 2,
+        ..fast()
+    };
+    let queue = StatusQueue::new(100);
+    queue.push(SHA, status("first")).await;
+    let r = queue.drain(&forge, &policy).await;
+    assert!(r.deferred && r.posted == 0);
+    // While the host is down, newer statuses for the same context replace older ones.
+    queue.push(SHA, status("second")).await;
+    queue.push(SHA, status("third")).await;
+    assert_eq!(queue.len().await, 1);
+    let other = Status {
+        context: "lockstep/eu-de-1/compute/nova".into(),
+        ..status("progress")
+    };
+    queue.push(SHA, other).await;
+    let mut rounds = 0;
+    loop {
+        let r = queue.drain(&forge, &policy).await;
+        rounds += 1;
+        if !r.deferred {
+            assert_eq!(r.posted, 2, "{r:?}");
+            break;
+        }
+        assert!(rounds < 20, "the host came back");
+    }
+    let posts: Vec<serde_json::Value> = server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r: &&Request| r.method.as_str() == "POST" && r.url.path() == GL_POST)
+        .filter_map(|r| serde_json::from_slice(&r.body).ok())
+        .collect();
+    let delivered: Vec<&str> = posts[8..]
+        .iter()
+        .filter_map(|p| p["description"].as_str())
+        .collect();
+    assert_eq!(
+        delivered,
+        ["third", "progress"],
+        "late, in order, newest per context"
+    );
+    assert!(
+        !posts.iter().any(|p| p["description"] == "second"),
+        "superseded, never sent"
+    );
+}
+
+#[tokio::test]
+async fn a_full_queue_drops_the_oldest_never_the_newest() {
+    let q = StatusQueue::new(2);
+    for i in 0..5 {
+        let s = Status {
+            context: format!("lockstep/c/ns/o{i}"),
+            ..status("x")
+        };
+        q.push(SHA, s).await;
+    }
+    assert_eq!(q.len().await, 2);
+    assert_eq!(q.dropped().await, 3);
+}
+
+#[test]
+fn bad_configuration_is_refused_up_front() {
+    assert!(GitHub::new("http://127.0.0.1:1", "no-slash", None).is_err());
+    assert!(GitHub::new("http://127.0.0.1:1", "a/b/c", None).is_err());
+    assert!(Gitea::new("http://127.0.0.1:1", "../x", None).is_err());
+    assert!(GitLab::new("http://127.0.0.1:1", "group/../x", None).is_err());
+    assert!(GitLab::new("http://127.0.0.1:1", "12345", None).is_ok());
+}
+
+#[tokio::test]
+async fn a_sha_that_is_not_a_commit_id_never_reaches_a_url() {
+    let forge = GitHub::new("http://127.0.0.1:1", "octo/fleet", None).unwrap();
+    let err = forge.post("../../admin", &status("x")).await.unwrap_err();
+    assert!(!err.retryable());
+    assert!(err.to_string().contains("not a full commit id"));
+}
