@@ -33,6 +33,8 @@ enum Output {
     Json,
 }
 
+// Parsed once at start-up; the size difference between commands is irrelevant.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Judge every commit of BASE..HEAD (first parent, oldest first) against the release gate.
