@@ -13,6 +13,7 @@
 
 pub mod demo;
 pub mod desired;
+pub mod follow;
 pub mod forge;
 pub mod gate;
 pub mod git;
@@ -23,4 +24,5 @@ pub mod manifest;
 pub mod release;
 pub mod report;
 pub mod secret;
+pub mod sim;
 pub mod webhook;

@@ -1,0 +1,331 @@
+//! Following an applied hop through the operator's phase machine: a pure
+//! tracker from observations of the child (never the plane: it does not
+//! aggregate progress, contract §3.3) to progress, completion (§9.8),
+//! failure (§9.9) and stall (no progress within a per-phase deadline).
+
+use std::time::Duration;
+
+use crate::kind::Kind;
+use crate::live::LiveStatus;
+
+/// One look at a child object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observation {
+    pub kind: Kind,
+    pub generation: i64,
+    pub status: LiveStatus,
+    /// Nova and Cinder: whether the post-contract second roll has finished
+    /// (every annotated Deployment rolled to the installed release).
+    pub second_roll_done: bool,
+    /// Placement and Barbican: the image reference the hop applied.
+    pub image_reference: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Applied; the operator has not picked it up yet.
+    Waiting,
+    /// In the phase machine: `Expanding (1/4)` … `Contracting (4/4)`.
+    Phase {
+        phase: String,
+        step: u8,
+    },
+    /// Contract done; Nova/Cinder roll their workers a second time, and the
+    /// steady db-sync re-runs on the new image.
+    Settling {
+        what: &'static str,
+    },
+    Complete,
+    /// A condition the operator will not leave by itself (§9.9), with its message.
+    Failed {
+        reason: String,
+        message: String,
+    },
+    /// No progress within the phase's deadline.
+    Stalled {
+        phase: String,
+        for_: Duration,
+    },
+}
+
+impl Progress {
+    pub fn describe(&self) -> String {
+        match self {
+            Progress::Waiting => "waiting for the operator".into(),
+            Progress::Phase { phase, step } => format!("{phase} ({step}/4)"),
+            Progress::Settling { what } => format!("settling: {what}"),
+            Progress::Complete => "complete".into(),
+            Progress::Failed { reason, message } => format!("{reason}: {message}"),
+            Progress::Stalled { phase, for_ } => {
+                format!("stalled in {phase} for {}s", for_.as_secs())
+            }
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Progress::Complete | Progress::Failed { .. })
+    }
+}
+
+/// Deadlines per phase before a hop is called stalled.
+#[derive(Clone, Debug)]
+pub struct Deadlines {
+    pub expanding: Duration,
+    pub migrating: Duration,
+    pub rolling: Duration,
+    pub contracting: Duration,
+    pub other: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Self {
+            expanding: Duration::from_secs(30 * 60),
+            migrating: Duration::from_secs(60 * 60),
+            rolling: Duration::from_secs(30 * 60),
+            contracting: Duration::from_secs(60 * 60),
+            other: Duration::from_secs(20 * 60),
+        }
+    }
+}
+
+impl Deadlines {
+    fn for_phase(&self, phase: &str) -> Duration {
+        match phase {
+            "Expanding" => self.expanding,
+            "Migrating" => self.migrating,
+            "RollingUpdate" => self.rolling,
+            "Contracting" => self.contracting,
+            _ => self.other,
+        }
+    }
+}
+
+/// The reasons on `DatabaseReady` that mean "stopped, will not move on its own".
+pub const FAILURE_REASONS: [&str; 10] = [
+    "ExpandFailed",
+    "MigrateFailed",
+    "ContractFailed",
+    "DBSyncFailed",
+    "SchemaDriftDetected",
+    "UpgradePathInvalid",
+    "DowngradeNotSupported",
+    "VersionParseError",
+    "UpgradeTargetChanged",
+    "ImageReleaseMismatch",
+];
+
+/// Tracks one hop (`from → to`) of one object. Feed it observations with
+/// the time they were made; it remembers when progress last moved.
+#[derive(Clone, Debug)]
+pub struct Tracker {
+    pub to: String,
+    deadlines: Deadlines,
+    last: Option<(String, Duration)>,
+}
+
+impl Tracker {
+    pub fn new(to: impl Into<String>, deadlines: Deadlines) -> Self {
+        Self {
+            to: to.into(),
+            deadlines,
+            last: None,
+        }
+    }
+
+    /// `now` is any monotonic clock reading (virtual in simulations).
+    pub fn observe(&mut self, obs: &Observation, now: Duration) -> Progress {
+        let p = assess(&self.to, obs);
+        let label = match &p {
+            Progress::Phase { phase, .. } => phase.clone(),
+            Progress::Settling { what } => (*what).to_owned(),
+            other => format!("{other:?}"),
+        };
+        match &self.last {
+            Some((l, since)) if *l == label => {
+                let waited = now.saturating_sub(*since);
+                let deadline = self.deadlines.for_phase(&label);
+                if !p.is_terminal() && waited > deadline {
+                    return Progress::Stalled {
+                        phase: label,
+                        for_: waited,
+                    };
+                }
+            }
+            _ => self.last = Some((label, now)),
+        }
+        p
+    }
+}
+
+/// Progress from one observation, without history.
+pub fn assess(to: &str, obs: &Observation) -> Progress {
+    let s = &obs.status;
+    let db = s.condition("DatabaseReady");
+    if let Some(c) = db
+        && c.status == "False"
+        && FAILURE_REASONS.contains(&c.reason.as_str())
+    {
+        return Progress::Failed {
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        };
+    }
+    if let Some(phase) = s.phase() {
+        let step = match phase {
+            "Expanding" => 1,
+            "Migrating" => 2,
+            "RollingUpdate" => 3,
+            "Contracting" => 4,
+            _ => 0,
+        };
+        return Progress::Phase {
+            phase: phase.to_owned(),
+            step,
+        };
+    }
+    let installed = s.installed().unwrap_or_default();
+    let target_clear = s.in_flight_target().is_none();
+    // Keystone's installedRelease is the raw tag (`2026.1-p1`); compare releases.
+    let installed_base = installed.split('-').next().unwrap_or_default();
+    let to_base = to.split('-').next().unwrap_or_default();
+    if !target_clear || installed_base != to_base {
+        return Progress::Waiting;
+    }
+    if matches!(obs.kind, Kind::Placement | Kind::Barbican | Kind::Neutron)
+        && s.installed_image
+            .as_deref()
+            .is_some_and(|i| i != obs.image_reference)
+    {
+        return Progress::Settling {
+            what: "db sync on the new image",
+        };
+    }
+    let ready = s.condition("Ready");
+    let ready_now = ready.is_some_and(|r| {
+        r.status == "True" && r.observed_generation.is_none_or(|g| g == obs.generation)
+    });
+    if matches!(obs.kind, Kind::Nova | Kind::Cinder) && !obs.second_roll_done {
+        return Progress::Settling {
+            what: "second roll of the workers",
+        };
+    }
+    if !ready_now {
+        return Progress::Settling {
+            what: "waiting for Ready",
+        };
+    }
+    Progress::Complete
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::Condition;
+
+    fn obs(kind: Kind, installed: &str, target: &str, phase: &str, ready: bool) -> Observation {
+        Observation {
+            kind,
+            generation: 3,
+            status: LiveStatus {
+                installed_release: Some(installed.into()),
+                target_release: Some(target.into()),
+                upgrade_phase: Some(phase.into()),
+                installed_image: None,
+                generation: Some(3),
+                conditions: vec![Condition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    reason: String::new(),
+                    message: String::new(),
+                    observed_generation: Some(3),
+                }],
+            },
+            second_roll_done: true,
+            image_reference: "ghcr.io/c5c3/glance:2026.2".into(),
+        }
+    }
+
+    #[test]
+    fn phases_then_completion_on_the_child() {
+        let p = assess(
+            "2026.2",
+            &obs(Kind::Glance, "2026.1", "2026.2", "Migrating", false),
+        );
+        assert_eq!(p.describe(), "Migrating (2/4)");
+        let p = assess("2026.2", &obs(Kind::Glance, "2026.1", "2026.2", "", false));
+        assert_eq!(p, Progress::Waiting, "target still set");
+        let p = assess("2026.2", &obs(Kind::Glance, "2026.2", "", "", false));
+        assert!(matches!(p, Progress::Settling { .. }), "not Ready yet");
+        let p = assess("2026.2", &obs(Kind::Glance, "2026.2", "", "", true));
+        assert_eq!(p, Progress::Complete);
+    }
+
+    #[test]
+    fn ready_must_be_for_this_generation() {
+        let mut o = obs(Kind::Glance, "2026.2", "", "", true);
+        o.status.conditions[0].observed_generation = Some(2);
+        assert!(matches!(assess("2026.2", &o), Progress::Settling { .. }));
+    }
+
+    #[test]
+    fn nova_waits_for_its_second_roll() {
+        let mut o = obs(Kind::Nova, "2026.2", "", "", true);
+        o.second_roll_done = false;
+        assert_eq!(
+            assess("2026.2", &o),
+            Progress::Settling {
+                what: "second roll of the workers"
+            }
+        );
+    }
+
+    #[test]
+    fn failures_carry_the_operators_message() {
+        let mut o = obs(Kind::Nova, "2026.1", "2026.2", "Expanding", false);
+        o.status.conditions.push(Condition {
+            type_: "DatabaseReady".into(),
+            status: "False".into(),
+            reason: "ExpandFailed".into(),
+            message: "Expand job nova-db-expand failed: job has permanently failed: compute/nova-db-expand (upgrade check exit code 2)".into(),
+            observed_generation: Some(3),
+        });
+        match assess("2026.2", &o) {
+            Progress::Failed { reason, message } => {
+                assert_eq!(reason, "ExpandFailed");
+                assert!(message.contains("exit code 2"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn stalls_after_the_phase_deadline() {
+        let mut t = Tracker::new(
+            "2026.2",
+            Deadlines {
+                expanding: Duration::from_secs(60),
+                ..Deadlines::default()
+            },
+        );
+        let o = obs(Kind::Glance, "2026.1", "2026.2", "Expanding", false);
+        assert!(matches!(
+            t.observe(&o, Duration::from_secs(0)),
+            Progress::Phase { .. }
+        ));
+        assert!(matches!(
+            t.observe(&o, Duration::from_secs(59)),
+            Progress::Phase { .. }
+        ));
+        assert!(matches!(
+            t.observe(&o, Duration::from_secs(61)),
+            Progress::Stalled { .. }
+        ));
+        // Moving on resets the clock.
+        let o = obs(Kind::Glance, "2026.1", "2026.2", "Migrating", false);
+        assert!(matches!(
+            t.observe(&o, Duration::from_secs(62)),
+            Progress::Phase { .. }
+        ));
+    }
+}

@@ -1,0 +1,978 @@
+//! A simulated C5C3 operator over an in-memory world with a virtual clock,
+//! following `reference/c5c3-contract.md` §4 and §6–§8: ControlPlane
+//! projection, the release gates, the phase machine with its Jobs
+//! (backoffLimit 4), conditions, reasons and events, the roll order and the
+//! second roll of Nova and Cinder, abort and `UpgradeTargetChanged`.
+//!
+//! Phases take realistic durations in virtual time, so a whole fleet hop is
+//! simulated in milliseconds; faults make a phase Job fail, a rollout stall
+//! or the database be unreachable for a while. `rehearse` runs lockstep's own
+//! follow and repair logic against it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::follow::Observation;
+use crate::kind::{Key, Kind, ReleaseSource};
+use crate::live::{Condition, LiveStatus};
+use crate::release::{ImageRef, Release, Step, TaggedRelease, step};
+
+/// Virtual durations of the operator's work.
+#[derive(Clone, Debug)]
+pub struct Params {
+    pub sync: Duration,
+    pub expand: Duration,
+    pub migrate: Duration,
+    pub contract: Duration,
+    /// One Deployment's rollout.
+    pub roll: Duration,
+    /// What one failed Job try costs (the pod runs, fails, backs off).
+    pub failed_try: Duration,
+    pub backoff_limit: u32,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            sync: Duration::from_secs(90),
+            expand: Duration::from_secs(180),
+            migrate: Duration::from_secs(120),
+            contract: Duration::from_secs(300),
+            roll: Duration::from_secs(150),
+            failed_try: Duration::from_secs(207),
+            backoff_limit: 4,
+        }
+    }
+}
+
+/// Which Job a fault hits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum JobKind {
+    Sync,
+    Expand,
+    Migrate,
+    Contract,
+}
+
+impl JobKind {
+    fn suffix(self) -> &'static str {
+        match self {
+            JobKind::Sync => "db-sync",
+            JobKind::Expand => "db-expand",
+            JobKind::Migrate => "db-migrate",
+            JobKind::Contract => "db-contract",
+        }
+    }
+
+    fn phase(self) -> &'static str {
+        match self {
+            JobKind::Sync => "Sync",
+            JobKind::Expand => "Expand",
+            JobKind::Migrate => "Migrate",
+            JobKind::Contract => "Contract",
+        }
+    }
+}
+
+/// Trouble to inject, by object name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The next `tries` tries of this Job fail (across re-creations).
+    JobFails {
+        object: String,
+        job: JobKind,
+        tries: u32,
+    },
+    /// Every Job try of the object fails until this virtual time.
+    DatabaseDown { object: String, until: Duration },
+    /// Each rollout of the object's Deployments takes this much longer.
+    RolloutStall { object: String, extra: Duration },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobState {
+    Running,
+    Complete,
+    Failed,
+}
+
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub owner: Key,
+    pub kind: JobKind,
+    pub image: String,
+    pub state: JobState,
+    pub created: Duration,
+    pub done_at: Duration,
+    pub failed_tries: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Deployment {
+    pub name: String,
+    pub image: String,
+    /// The second-roll annotation (`nova.c5c3.io/installed-release`), where used.
+    pub annotation: Option<String>,
+    pub rolling_until: Option<Duration>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub at: Duration,
+    pub key: Key,
+    pub warning: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+/// A service CR in the simulated cluster.
+#[derive(Clone, Debug)]
+pub struct Object {
+    pub key: Key,
+    pub generation: i64,
+    pub release: Option<String>,
+    pub image: ImageRef,
+    pub status: LiveStatus,
+    pub observed_generation: i64,
+    pub projected_by: Option<Key>,
+    pub deployments: Vec<Deployment>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Plane {
+    pub key: Key,
+    pub generation: i64,
+    pub release: String,
+}
+
+/// The simulated cluster and its operator.
+#[derive(Clone, Debug, Default)]
+pub struct World {
+    pub now: Duration,
+    pub params: Params,
+    pub faults: Vec<Fault>,
+    pub objects: BTreeMap<Key, Object>,
+    pub planes: BTreeMap<Key, Plane>,
+    pub jobs: BTreeMap<(String, String), Job>,
+    pub events: Vec<Event>,
+    /// Reconcile passes run, for the benchmark.
+    pub passes: u64,
+}
+
+fn roles(kind: Kind, name: &str) -> Vec<(String, bool)> {
+    // (Deployment name, carries the second-roll annotation), in roll order.
+    let r = |s: &str, a: bool| (format!("{name}{s}"), a);
+    match kind {
+        Kind::Nova => vec![
+            r("-conductor", true),
+            r("-scheduler", true),
+            r("-metadata", true),
+            r("-novncproxy", true),
+            r("", false),
+        ],
+        Kind::Cinder => vec![
+            r("-scheduler", true),
+            r("-volume-default", true),
+            r("-backup", true),
+            r("", false),
+        ],
+        Kind::Neutron => vec![
+            r("", false),
+            r("-periodic-workers", false),
+            r("-ovn-maintenance-worker", false),
+        ],
+        _ => vec![r("", false)],
+    }
+}
+
+/// The release an object's spec asks for (Keystone: its tag).
+fn spec_release(o: &Object) -> Option<String> {
+    match o.key.kind.release_source() {
+        ReleaseSource::Field => o.release.clone(),
+        ReleaseSource::ImageTag => o.image.tag().map(str::to_owned),
+        ReleaseSource::None => None,
+    }
+}
+
+fn parse(r: &str) -> Option<Release> {
+    TaggedRelease::parse(r).ok().map(|t| t.release)
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Rejected(pub String);
+
+impl World {
+    pub fn new(params: Params) -> Self {
+        Self {
+            params,
+            ..Self::default()
+        }
+    }
+
+    fn event(&mut self, key: &Key, warning: bool, reason: &str, message: String) {
+        self.events.push(Event {
+            at: self.now,
+            key: key.clone(),
+            warning,
+            reason: reason.to_owned(),
+            message,
+        });
+    }
+
+    /// Creates an object already installed and Ready at its release: the
+    /// starting state of a rehearsal.
+    pub fn install_steady(
+        &mut self,
+        key: Key,
+        release: Option<String>,
+        image: ImageRef,
+        projected_by: Option<Key>,
+    ) {
+        let mut o = Object {
+            key: key.clone(),
+            generation: 1,
+            release,
+            image: image.clone(),
+            status: LiveStatus::default(),
+            observed_generation: 1,
+            projected_by,
+            deployments: Vec::new(),
+        };
+        let installed = spec_release(&o);
+        o.deployments = roles(key.kind, &key.name)
+            .into_iter()
+            .map(|(name, annotated)| Deployment {
+                name,
+                image: image.reference(),
+                annotation: if annotated { installed.clone() } else { None },
+                rolling_until: None,
+            })
+            .collect();
+        o.status.installed_release = installed;
+        if matches!(key.kind, Kind::Placement | Kind::Barbican | Kind::Neutron) {
+            o.status.installed_image = Some(image.reference());
+        }
+        set_cond(&mut o, "DatabaseReady", true, "DatabaseSynced", "");
+        set_cond(
+            &mut o,
+            "Ready",
+            true,
+            "AllReady",
+            "All sub-conditions are ready",
+        );
+        self.jobs.insert(
+            (key.namespace.clone(), format!("{}-db-sync", key.name)),
+            Job {
+                owner: key.clone(),
+                kind: JobKind::Sync,
+                image: image.reference(),
+                state: JobState::Complete,
+                created: self.now,
+                done_at: self.now,
+                failed_tries: 0,
+            },
+        );
+        self.objects.insert(key, o);
+    }
+
+    pub fn install_plane(&mut self, key: Key, release: String) {
+        self.planes.insert(
+            key.clone(),
+            Plane {
+                key,
+                generation: 1,
+                release,
+            },
+        );
+    }
+
+    /// A server-side apply of release and image on a standalone object.
+    pub fn apply(
+        &mut self,
+        key: &Key,
+        release: Option<String>,
+        image: ImageRef,
+    ) -> Result<(), Rejected> {
+        let Some(o) = self.objects.get_mut(key) else {
+            return Err(Rejected(format!("{key} not found")));
+        };
+        if o.release != release || o.image != image {
+            o.release = release;
+            o.image = image;
+            o.generation += 1;
+        }
+        Ok(())
+    }
+
+    /// A server-side apply on a ControlPlane: its webhook rejects downgrades
+    /// (skip-level bumps are admitted), then the operator re-asserts every
+    /// child's release and image.
+    pub fn apply_plane(
+        &mut self,
+        key: &Key,
+        release: &str,
+        children: &[(Key, ImageRef)],
+    ) -> Result<(), Rejected> {
+        let Some(p) = self.planes.get_mut(key) else {
+            return Err(Rejected(format!("{key} not found")));
+        };
+        if let (Some(old), Some(new)) = (parse(&p.release), parse(release))
+            && step(old, new) == Step::Down
+        {
+            return Err(Rejected(format!(
+                "admission webhook denied the request: openStackRelease {release} is lower than {}",
+                p.release
+            )));
+        }
+        if p.release != release {
+            p.release = release.to_owned();
+            p.generation += 1;
+        }
+        for (child, image) in children {
+            let rel =
+                (child.kind.release_source() == ReleaseSource::Field).then(|| release.to_owned());
+            if let Some(o) = self.objects.get_mut(child)
+                && (o.release != rel || o.image != *image)
+            {
+                o.release = rel;
+                o.image = image.clone();
+                o.generation += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deleting a Job (background propagation): the operator re-creates it.
+    pub fn delete_job(&mut self, namespace: &str, name: &str) -> bool {
+        self.jobs
+            .remove(&(namespace.to_owned(), name.to_owned()))
+            .is_some()
+    }
+
+    pub fn job(&self, namespace: &str, name: &str) -> Option<&Job> {
+        self.jobs.get(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    /// What lockstep's tracker sees of a child.
+    pub fn observe(&self, key: &Key) -> Option<Observation> {
+        let o = self.objects.get(key)?;
+        let installed = o.status.installed_release.clone();
+        let second_roll_done = o.deployments.iter().all(|d| {
+            d.rolling_until.is_none() && (d.annotation.is_none() || d.annotation == installed)
+        });
+        let mut status = o.status.clone();
+        status.generation = Some(o.generation);
+        Some(Observation {
+            kind: o.key.kind,
+            generation: o.generation,
+            status,
+            second_roll_done,
+            image_reference: o.image.reference(),
+        })
+    }
+
+    /// Lets time pass until `done` holds or nothing is left to happen;
+    /// returns whether `done` held.
+    pub fn run_until(&mut self, mut done: impl FnMut(&World) -> bool) -> bool {
+        self.settle();
+        loop {
+            if done(self) {
+                return true;
+            }
+            match self.next_due() {
+                Some(t) => self.advance_to(t),
+                None => return done(self),
+            }
+        }
+    }
+
+    /// Reasons of the events recorded for an object, in order.
+    pub fn event_reasons(&self, key: &Key) -> Vec<&str> {
+        self.events
+            .iter()
+            .filter(|e| &e.key == key)
+            .map(|e| e.reason.as_str())
+            .collect()
+    }
+
+    /// Runs reconcile passes until nothing changes at the current time.
+    pub fn settle(&mut self) {
+        for _ in 0..64 {
+            let keys: Vec<Key> = self.objects.keys().cloned().collect();
+            let mut changed = false;
+            for k in keys {
+                changed |= self.reconcile(&k);
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+
+    /// The next time something is due, if anything is.
+    pub fn next_due(&self) -> Option<Duration> {
+        let jobs = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Running)
+            .map(|j| j.done_at);
+        let rolls = self
+            .objects
+            .values()
+            .flat_map(|o| o.deployments.iter().filter_map(|d| d.rolling_until));
+        jobs.chain(rolls).filter(|t| *t > self.now).min()
+    }
+
+    /// Moves the clock to `t` and lets everything due by then happen.
+    pub fn advance_to(&mut self, t: Duration) {
+        self.now = self.now.max(t);
+        for j in self.jobs.values_mut() {
+            if j.state == JobState::Running && j.done_at <= self.now {
+                j.state = if j.failed_tries > self.params.backoff_limit {
+                    JobState::Failed
+                } else {
+                    JobState::Complete
+                };
+            }
+        }
+        for o in self.objects.values_mut() {
+            for d in &mut o.deployments {
+                if d.rolling_until.is_some_and(|u| u <= self.now) {
+                    d.rolling_until = None;
+                }
+            }
+        }
+        self.settle();
+    }
+
+    fn start_job(&mut self, key: &Key, kind: JobKind, image: String) {
+        let mut failed = 0u32;
+        let limit = self.params.backoff_limit + 1;
+        let mut t = self.now;
+        let name = key.name.clone();
+        let base = match kind {
+            JobKind::Sync => self.params.sync,
+            JobKind::Expand => self.params.expand,
+            JobKind::Migrate => self.params.migrate,
+            JobKind::Contract => self.params.contract,
+        };
+        while failed < limit {
+            let mut fails = false;
+            for f in &mut self.faults {
+                match f {
+                    Fault::JobFails { object, job, tries }
+                        if *object == name && *job == kind && *tries > 0 =>
+                    {
+                        *tries -= 1;
+                        fails = true;
+                    }
+                    Fault::DatabaseDown { object, until } if *object == name && t < *until => {
+                        fails = true
+                    }
+                    _ => {}
+                }
+            }
+            if !fails {
+                break;
+            }
+            failed += 1;
+            t += self.params.failed_try;
+        }
+        let done_at = if failed >= limit { t } else { t + base };
+        self.jobs.insert(
+            (
+                key.namespace.clone(),
+                format!("{}-{}", key.name, kind.suffix()),
+            ),
+            Job {
+                owner: key.clone(),
+                kind,
+                image,
+                state: JobState::Running,
+                created: self.now,
+                done_at,
+                failed_tries: failed,
+            },
+        );
+    }
+
+    /// Runs (or re-runs) a Job; its state, with a finished Job of another
+    /// image deleted and re-created (the pod-spec hash changed).
+    fn run_job(&mut self, key: &Key, kind: JobKind, image: &str) -> JobState {
+        let id = (
+            key.namespace.clone(),
+            format!("{}-{}", key.name, kind.suffix()),
+        );
+        match self.jobs.get(&id) {
+            Some(j) if j.image == image => j.state,
+            Some(j) if j.state == JobState::Running => JobState::Running,
+            _ => {
+                self.start_job(key, kind, image.to_owned());
+                JobState::Running
+            }
+        }
+    }
+
+    fn roll_stall(&self, name: &str) -> Duration {
+        self.faults
+            .iter()
+            .map(|f| match f {
+                Fault::RolloutStall { object, extra } if object == name => *extra,
+                _ => Duration::ZERO,
+            })
+            .sum()
+    }
+
+    /// Rolls Deployments, one at a time in roll order, to `image` (and, where
+    /// annotated, `annotation`). True when every one is there.
+    fn roll(&mut self, key: &Key, image: &str, annotation: Option<&str>) -> bool {
+        let extra = self.roll_stall(&key.name);
+        let (now, roll) = (self.now, self.params.roll);
+        let Some(o) = self.objects.get_mut(key) else {
+            return true;
+        };
+        for d in &mut o.deployments {
+            if d.rolling_until.is_some() {
+                return false;
+            }
+            let want_ann = d
+                .annotation
+                .is_some()
+                .then(|| annotation.map(str::to_owned))
+                .flatten();
+            let needs = d.image != image
+                || (d.annotation.is_some() && want_ann.is_some() && d.annotation != want_ann);
+            if needs {
+                d.image = image.to_owned();
+                if want_ann.is_some() {
+                    d.annotation = want_ann;
+                }
+                d.rolling_until = Some(now + roll + extra);
+                return false;
+            }
+        }
+        true
+    }
+
+    fn reconcile(&mut self, key: &Key) -> bool {
+        self.passes += 1;
+        let Some(before) = self.objects.get(key).map(|o| {
+            (
+                o.status.clone(),
+                o.deployments
+                    .iter()
+                    .map(|d| (d.image.clone(), d.rolling_until))
+                    .collect::<Vec<_>>(),
+            )
+        }) else {
+            return false;
+        };
+        let jobs_before = self.jobs.len();
+        match key.kind {
+            Kind::Horizon => self.reconcile_horizon(key),
+            Kind::Placement | Kind::Barbican => self.reconcile_gated(key),
+            _ => self.reconcile_phased(key),
+        }
+        let Some(o) = self.objects.get_mut(key) else {
+            return true;
+        };
+        o.observed_generation = o.generation;
+        let after = (
+            o.status.clone(),
+            o.deployments
+                .iter()
+                .map(|d| (d.image.clone(), d.rolling_until))
+                .collect::<Vec<_>>(),
+        );
+        before != after || self.jobs.len() != jobs_before
+    }
+
+    fn reconcile_horizon(&mut self, key: &Key) {
+        let Some(image) = self.objects.get(key).map(|o| o.image.reference()) else {
+            return;
+        };
+        let done = self.roll(key, &image, None);
+        if let Some(o) = self.objects.get_mut(key) {
+            set_ready(o, done);
+        }
+    }
+
+    /// Placement and Barbican: one sync Job behind a release gate (§6.4, §8.3).
+    fn reconcile_gated(&mut self, key: &Key) {
+        let Some(o) = self.objects.get(key) else {
+            return;
+        };
+        let image = o.image.reference();
+        let spec = o.release.clone().unwrap_or_default();
+        let installed = o.status.installed_release.clone().unwrap_or_default();
+        if let Some(reason) = lockstep_guard(o) {
+            let o = self.objects.get_mut(key).map(|o| {
+                set_cond(o, "DatabaseReady", false, "ImageReleaseMismatch", &reason);
+            });
+            let _ = o;
+            return;
+        }
+        if !installed.is_empty() && installed != spec {
+            let verdict = match (parse(&installed), parse(&spec)) {
+                (Some(i), Some(s)) => match step(i, s) {
+                    Step::Down => Some((
+                        "DowngradeNotSupported",
+                        format!("{installed} → {spec} is a downgrade"),
+                    )),
+                    Step::Skip => Some((
+                        "UpgradePathInvalid",
+                        format!("{installed} → {spec} is not a sequential upgrade"),
+                    )),
+                    _ => None,
+                },
+                _ => Some((
+                    "VersionParseError",
+                    format!("cannot parse {installed} or {spec}"),
+                )),
+            };
+            if let Some((reason, msg)) = verdict {
+                self.refuse(key, reason, msg);
+                return;
+            }
+            if o.status.installed_image.as_deref() == Some(image.as_str()) {
+                self.refuse(key, "ImageReleaseMismatch", format!("release bump {installed} → {spec} with an unchanged image {image}: nothing would migrate"));
+                return;
+            }
+            if let Some(o) = self.objects.get_mut(key)
+                && o.status.target_release.as_deref() != Some(spec.as_str())
+            {
+                o.status.target_release = Some(spec.clone());
+            }
+        }
+        match self.run_job(key, JobKind::Sync, &image) {
+            JobState::Running => {
+                if let Some(o) = self.objects.get_mut(key) {
+                    set_cond(
+                        o,
+                        "DatabaseReady",
+                        false,
+                        "DBSyncInProgress",
+                        "db sync running",
+                    );
+                    set_ready(o, false);
+                }
+            }
+            JobState::Failed => self.job_failed(key, JobKind::Sync),
+            JobState::Complete => {
+                let newly = self
+                    .objects
+                    .get(key)
+                    .is_some_and(|o| o.status.installed_release.as_deref() != Some(spec.as_str()));
+                if let Some(o) = self.objects.get_mut(key) {
+                    o.status.installed_release = Some(spec.clone());
+                    o.status.installed_image = Some(image.clone());
+                    o.status.target_release = None;
+                    set_cond(o, "DatabaseReady", true, "DatabaseSynced", "");
+                }
+                if newly {
+                    self.event(
+                        key,
+                        false,
+                        "DatabaseSynced",
+                        format!("database synced at {spec}"),
+                    );
+                }
+                let done = self.roll(key, &image, None);
+                if let Some(o) = self.objects.get_mut(key) {
+                    set_ready(o, done);
+                }
+            }
+        }
+    }
+
+    fn refuse(&mut self, key: &Key, reason: &str, message: String) {
+        let fresh = self
+            .objects
+            .get(key)
+            .and_then(|o| o.status.condition("DatabaseReady"))
+            .is_none_or(|c| c.reason != reason);
+        if let Some(o) = self.objects.get_mut(key) {
+            set_cond(o, "DatabaseReady", false, reason, &message);
+            set_ready(o, false);
+        }
+        if fresh {
+            self.event(key, true, reason, message);
+        }
+    }
+
+    fn job_failed(&mut self, key: &Key, kind: JobKind) {
+        let name = format!("{}-{}", key.name, kind.suffix());
+        let reason = format!("{}Failed", kind.phase());
+        let reason = if kind == JobKind::Sync {
+            "DBSyncFailed".to_owned()
+        } else {
+            reason
+        };
+        let msg = format!(
+            "{} job {name} failed: job has permanently failed: {}/{name}",
+            kind.phase(),
+            key.namespace
+        );
+        self.refuse(key, &reason, msg);
+    }
+
+    /// Keystone, Glance, Nova, Cinder, Neutron: the shared phase machine (§7).
+    fn reconcile_phased(&mut self, key: &Key) {
+        let Some(o) = self.objects.get(key) else {
+            return;
+        };
+        let image = o.image.reference();
+        let spec = spec_release(o);
+        let installed = o.status.installed_release.clone();
+        let phase = o.status.upgrade_phase.clone().unwrap_or_default();
+        let target = o.status.target_release.clone();
+        let aborting = !phase.is_empty() && spec == installed;
+        if !aborting && let Some(reason) = lockstep_guard(o) {
+            if let Some(o) = self.objects.get_mut(key) {
+                set_cond(o, "DatabaseReady", false, "ImageReleaseMismatch", &reason);
+                set_ready(o, false);
+            }
+            return;
+        }
+        let ns = key.namespace.clone();
+        if phase.is_empty() {
+            let (Some(spec), Some(inst)) = (spec.clone(), installed.clone()) else {
+                // Fresh install, or a digest-pinned Keystone: the steady sync only.
+                return self.steady(key, &image, spec.as_deref());
+            };
+            let base = |r: &str| r.split('-').next().unwrap_or_default().to_owned();
+            if base(&spec) == base(&inst) {
+                return self.steady(key, &image, Some(&spec));
+            }
+            let refusal = match (parse(&inst), parse(&spec)) {
+                (Some(i), Some(s)) => match step(i, s) {
+                    Step::Down => Some((
+                        "DowngradeNotSupported",
+                        format!("{inst} → {spec} is a downgrade"),
+                    )),
+                    Step::Skip => Some((
+                        "UpgradePathInvalid",
+                        format!("{inst} → {spec} is not a sequential upgrade"),
+                    )),
+                    _ => None,
+                },
+                _ => Some(("VersionParseError", format!("cannot parse {inst} → {spec}"))),
+            };
+            if let Some((reason, msg)) = refusal {
+                return self.refuse(key, reason, msg);
+            }
+            if let Some(o) = self.objects.get_mut(key) {
+                o.status.target_release = Some(spec.clone());
+                o.status.upgrade_phase = Some("Expanding".into());
+                set_cond(
+                    o,
+                    "DatabaseReady",
+                    false,
+                    "ExpandInProgress",
+                    &format!("expand phase running: {inst} → {spec}"),
+                );
+                set_ready(o, false);
+            }
+            self.event(
+                key,
+                false,
+                "UpgradeInitiated",
+                format!("upgrade initiated: {inst} → {spec}"),
+            );
+            return;
+        }
+        if aborting {
+            for k in [JobKind::Expand, JobKind::Migrate, JobKind::Contract] {
+                self.delete_job(&ns, &format!("{}-{}", key.name, k.suffix()));
+            }
+            if let Some(o) = self.objects.get_mut(key) {
+                o.status.upgrade_phase = None;
+                o.status.target_release = None;
+            }
+            self.event(
+                key,
+                false,
+                "UpgradeAborted",
+                format!("upgrade to {} aborted", target.unwrap_or_default()),
+            );
+            return;
+        }
+        if spec != target {
+            return self.refuse(
+                key,
+                "UpgradeTargetChanged",
+                format!(
+                    "spec release {} differs from the upgrade target {}; set it back to continue or to {} to abort",
+                    spec.unwrap_or_default(),
+                    target.clone().unwrap_or_default(),
+                    installed.unwrap_or_default()
+                ),
+            );
+        }
+        let (inst, tgt) = (installed.unwrap_or_default(), target.unwrap_or_default());
+        let job_phase = |p: &str| match p {
+            "Expanding" => Some((
+                JobKind::Expand,
+                "Migrating",
+                "MigrateInProgress",
+                "ExpandComplete",
+            )),
+            "Migrating" => Some((
+                JobKind::Migrate,
+                "RollingUpdate",
+                "UpgradeRollingUpdate",
+                "MigrateComplete",
+            )),
+            "Contracting" => Some((JobKind::Contract, "", "DatabaseSynced", "UpgradeComplete")),
+            _ => None,
+        };
+        if let Some((job, next, next_reason, done_event)) = job_phase(&phase) {
+            match self.run_job(key, job, &image) {
+                JobState::Running => {
+                    let reason = format!("{}InProgress", job.phase());
+                    if let Some(o) = self.objects.get_mut(key) {
+                        set_cond(
+                            o,
+                            "DatabaseReady",
+                            false,
+                            &reason,
+                            &format!(
+                                "{} phase running: {inst} → {tgt}",
+                                job.phase().to_lowercase()
+                            ),
+                        );
+                    }
+                }
+                JobState::Failed => self.job_failed(key, job),
+                JobState::Complete => {
+                    if let Some(o) = self.objects.get_mut(key) {
+                        if next.is_empty() {
+                            o.status.installed_release = Some(tgt.clone());
+                            o.status.target_release = None;
+                            o.status.upgrade_phase = None;
+                            set_cond(o, "DatabaseReady", true, "DatabaseSynced", "");
+                        } else {
+                            o.status.upgrade_phase = Some(next.to_owned());
+                            set_cond(
+                                o,
+                                "DatabaseReady",
+                                false,
+                                next_reason,
+                                &format!("{next} phase running: {inst} → {tgt}"),
+                            );
+                        }
+                    }
+                    self.event(
+                        key,
+                        false,
+                        done_event,
+                        format!("{}: {inst} → {tgt}", done_event),
+                    );
+                }
+            }
+            return;
+        }
+        // RollingUpdate: workloads move to the new image, then Contracting.
+        let annotation = self
+            .objects
+            .get(key)
+            .and_then(|o| o.status.installed_release.clone());
+        if self.roll(key, &image, annotation.as_deref()) {
+            if let Some(o) = self.objects.get_mut(key) {
+                o.status.upgrade_phase = Some("Contracting".into());
+                set_cond(
+                    o,
+                    "DatabaseReady",
+                    false,
+                    "ContractInProgress",
+                    &format!("contract phase running: {inst} → {tgt}"),
+                );
+            }
+            self.event(
+                key,
+                false,
+                "DeploymentRolloutComplete",
+                format!("all roles rolled out: {inst} → {tgt}"),
+            );
+        }
+    }
+
+    /// The steady path: db-sync on the current image, then the workloads
+    /// (and, after an upgrade, the second roll of annotated roles).
+    fn steady(&mut self, key: &Key, image: &str, spec: Option<&str>) {
+        match self.run_job(key, JobKind::Sync, image) {
+            JobState::Running => {
+                if let Some(o) = self.objects.get_mut(key) {
+                    set_cond(
+                        o,
+                        "DatabaseReady",
+                        false,
+                        "DBSyncInProgress",
+                        "db sync running",
+                    );
+                    set_ready(o, false);
+                }
+            }
+            JobState::Failed => self.job_failed(key, JobKind::Sync),
+            JobState::Complete => {
+                if let Some(o) = self.objects.get_mut(key) {
+                    if o.status.installed_release.is_none() && spec.is_some() {
+                        o.status.installed_release = spec.map(str::to_owned);
+                    }
+                    set_cond(o, "DatabaseReady", true, "DatabaseSynced", "");
+                }
+                let annotation = self
+                    .objects
+                    .get(key)
+                    .and_then(|o| o.status.installed_release.clone());
+                let done = self.roll(key, image, annotation.as_deref());
+                if let Some(o) = self.objects.get_mut(key) {
+                    set_ready(o, done);
+                }
+            }
+        }
+    }
+}
+
+/// The `ImageReleaseMismatch` guard (§6.3): a tag naming another release.
+fn lockstep_guard(o: &Object) -> Option<String> {
+    if o.key.kind.release_source() != ReleaseSource::Field {
+        return None;
+    }
+    let spec = o.release.as_deref().and_then(parse)?;
+    let tagged = o.image.tag_release()?;
+    (tagged.release != spec).then(|| {
+        format!(
+            "image tag {} does not match openStackRelease {spec}",
+            o.image.tag().unwrap_or_default()
+        )
+    })
+}
+
+fn set_cond(o: &mut Object, type_: &str, ok: bool, reason: &str, message: &str) {
+    let gen_ = o.generation;
+    let c = Condition {
+        type_: type_.to_owned(),
+        status: if ok { "True" } else { "False" }.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: Some(gen_),
+    };
+    match o.status.conditions.iter_mut().find(|x| x.type_ == type_) {
+        Some(x) => *x = c,
+        None => o.status.conditions.push(c),
+    }
+}
+
+fn set_ready(o: &mut Object, workloads_done: bool) {
+    let db_ok = o
+        .status
+        .condition("DatabaseReady")
+        .is_none_or(|c| c.status == "True");
+    let ok = db_ok && workloads_done && o.status.upgrade_phase.is_none();
+    if ok {
+        set_cond(o, "Ready", true, "AllReady", "All sub-conditions are ready");
+    } else {
+        set_cond(o, "Ready", false, "NotAllReady", "");
+    }
+}
