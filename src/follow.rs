@@ -184,7 +184,14 @@ pub fn assess(to: &str, obs: &Observation) -> Progress {
             step,
         };
     }
-    let installed = s.installed().unwrap_or_default();
+    // Horizon (no release tracking) and a digest-pinned Keystone (frozen
+    // release) are done when Ready at this generation: their only work is a roll.
+    let tracks_release = obs.kind != Kind::Horizon && !to.is_empty();
+    let installed = if tracks_release {
+        s.installed().unwrap_or_default()
+    } else {
+        to
+    };
     let target_clear = s.in_flight_target().is_none();
     // Keystone's installedRelease is the raw tag (`2026.1-p1`); compare releases.
     let installed_base = installed.split('-').next().unwrap_or_default();
@@ -259,6 +266,16 @@ mod tests {
         assert!(matches!(p, Progress::Settling { .. }), "not Ready yet");
         let p = assess("2026.2", &obs(Kind::Glance, "2026.2", "", "", true));
         assert_eq!(p, Progress::Complete);
+    }
+
+    #[test]
+    fn horizon_completes_on_ready() {
+        let mut o = obs(Kind::Horizon, "", "", "", true);
+        o.status.installed_release = None;
+        o.status.target_release = None;
+        assert_eq!(assess("2026.2", &o), Progress::Complete);
+        o.status.conditions[0].status = "False".into();
+        assert!(matches!(assess("2026.2", &o), Progress::Settling { .. }));
     }
 
     #[test]

@@ -158,6 +158,48 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
     })
 }
 
+/// Every desired object of a tree (`None`: the empty tree), with the
+/// problems found on the way: the full picture a rehearsal starts from.
+pub fn tree_desired(
+    repo: &GitRepo,
+    tree: Option<Oid>,
+    opts: &CheckOptions,
+) -> Result<(Vec<Desired>, Vec<Problem>), GitError> {
+    let Some(tree) = tree else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let mut walker = Walker {
+        repo,
+        opts,
+        cache: HashMap::new(),
+    };
+    let files = repo.files(tree, &opts.prefixes, manifest::is_manifest_path)?;
+    walker.parse_many(
+        files
+            .iter()
+            .filter(|(_, e)| e.kind == EntryKind::File)
+            .map(|(p, e)| (p.as_str(), e.oid)),
+    )?;
+    let mut desired = Vec::new();
+    let mut problems = Vec::new();
+    let mut skipped = Vec::new();
+    for (path, entry) in &files {
+        desired.extend(walker.side(path, Some(entry), &mut problems, &mut skipped)?);
+    }
+    Ok((desired, problems))
+}
+
+/// The tree a report's `base` names (`None` for the empty tree).
+pub fn base_tree(repo: &GitRepo, report: &CheckReport) -> Result<Option<Oid>, GitError> {
+    match &report.base {
+        None => Ok(None),
+        Some(b) => match repo.resolve(b)? {
+            Resolved::Commit(c) => Ok(Some(repo.commit(c)?.tree)),
+            Resolved::Tree(t) => Ok(Some(t)),
+        },
+    }
+}
+
 /// Whether YAML text could hold a name that is not written out literally:
 /// hex escapes (`"\x70rod"`, `"\u0070rod"`), an escaped line break inside a
 /// double-quoted scalar (`"pr\<newline>od"`), or a `!!binary` scalar. Other

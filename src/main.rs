@@ -13,7 +13,7 @@ use lockstep::gate::Verdict;
 use lockstep::git::GitRepo;
 use lockstep::history::{CheckOptions, check};
 use lockstep::secret::Secret;
-use lockstep::{demo, live, manifest, report};
+use lockstep::{demo, history, live, manifest, rehearse, report};
 
 #[derive(Parser)]
 #[command(
@@ -61,6 +61,24 @@ enum Command {
         max_file_bytes: usize,
         #[command(flatten)]
         report: ReportArgs,
+    },
+    /// Run the accepted hops of BASE..HEAD through a simulated C5C3 operator
+    /// (virtual time, with lockstep's own follow and repair) and print the
+    /// predicted timeline: rehearse before the maintenance window.
+    Rehearse {
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+        /// Starting baseline [default: HEAD's first parent].
+        #[arg(long)]
+        base: Option<String>,
+        #[arg(long, default_value = "HEAD")]
+        head: String,
+        #[arg(long = "path", value_name = "PREFIX")]
+        paths: Vec<String>,
+        /// Inject trouble: OBJECT:JOB:fail=N (JOB: sync, expand, migrate,
+        /// contract), OBJECT:db-down=DURATION, OBJECT:roll-stall=DURATION (repeatable).
+        #[arg(long = "fault", value_name = "SPEC")]
+        faults: Vec<String>,
     },
     /// Build a throwaway repository from the embedded example fleet, walk a
     /// scripted history through the gate and print what a user would see.
@@ -183,6 +201,46 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 post_statuses(&spec, &report_args, &report)?;
             }
             Ok(if report.verdict == Verdict::Refused {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Rehearse {
+            repo,
+            base,
+            head,
+            paths,
+            faults,
+        } => {
+            let faults = faults
+                .iter()
+                .map(|f| rehearse::parse_fault(f))
+                .collect::<Result<Vec<_>, _>>()?;
+            let git = GitRepo::open(&repo)?;
+            let opts = CheckOptions {
+                base,
+                head,
+                prefixes: paths,
+                ..CheckOptions::default()
+            };
+            let report = check(&git, &opts)?;
+            let (baseline, _) =
+                history::tree_desired(&git, history::base_tree(&git, &report)?, &opts)?;
+            let refused = report
+                .commits
+                .iter()
+                .filter(|c| c.verdict == Verdict::Refused)
+                .count();
+            if refused > 0 {
+                println!(
+                    "{refused} refused commit(s) in the range are not rehearsed (see lockstep check)"
+                );
+            }
+            let r =
+                rehearse::rehearse(&baseline, &report, faults, lockstep::sim::Params::default());
+            print!("{}", rehearse::text(&r));
+            Ok(if r.failed {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS

@@ -274,6 +274,19 @@ impl ImageRef {
         self.tag().and_then(|t| TaggedRelease::parse(t).ok())
     }
 
+    /// Parses what [`ImageRef::reference`] prints.
+    pub fn parse_reference(s: &str) -> Result<Self, ImageError> {
+        if let Some((repo, digest)) = s.split_once('@') {
+            return Self::new(Some(repo), None, Some(digest));
+        }
+        // The tag follows the last ':' after the last '/' (a registry port is not a tag).
+        let slash = s.rfind('/').map_or(0, |i| i + 1);
+        match s[slash..].rfind(':') {
+            Some(i) => Self::new(Some(&s[..slash + i]), Some(&s[slash + i + 1..]), None),
+            None => Self::new(Some(s), None, None),
+        }
+    }
+
     /// What the workloads run: `repository@digest` or `repository:tag`.
     pub fn reference(&self) -> String {
         match &self.pin {
@@ -433,6 +446,14 @@ mod tests {
             ImageRef::new(Some("x"), None, Some("sha256:ABC")),
             Err(ImageError::BadDigest(_))
         ));
+        for r in [
+            "ghcr.io/c5c3/nova:2026.1-p2",
+            "registry.local:5000/glance:2026.2",
+            &format!("registry.local:5000/glance@sha256:{}", "a".repeat(64)),
+        ] {
+            assert_eq!(ImageRef::parse_reference(r).unwrap().reference(), r);
+        }
+        assert!(ImageRef::parse_reference("registry.local:5000/glance").is_err());
         assert!(
             ImageRef::new(Some("x"), Some("28.0.0"), None)
                 .unwrap()

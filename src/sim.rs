@@ -919,6 +919,10 @@ impl World {
                     if o.status.installed_release.is_none() && spec.is_some() {
                         o.status.installed_release = spec.map(str::to_owned);
                     }
+                    // Neutron records the image that migrated the schema (§3.1).
+                    if key.kind == Kind::Neutron {
+                        o.status.installed_image = Some(image.to_owned());
+                    }
                     set_cond(o, "DatabaseReady", true, "DatabaseSynced", "");
                 }
                 let annotation = self
