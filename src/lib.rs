@@ -11,6 +11,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod cluster;
 pub mod demo;
 pub mod desired;
 pub mod follow;

@@ -47,7 +47,13 @@ fi
 [[ -x $ETCD_BIN ]] || die "etcd not executable: $ETCD_BIN"
 
 # ---- ports ---------------------------------------------------------------
-port_in_use() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
+port_in_use() {
+  if command -v ss >/dev/null 2>&1; then
+    ss -Htln "sport = :$1" 2>/dev/null | grep -q .
+  else
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+  fi
+}
 free_port() {
   local p taken=" $* "
   for _ in $(seq 1 200); do
@@ -130,12 +136,12 @@ alive() { [[ -f $DIR/$1.pid ]] && kill -0 "$(cat "$DIR/$1.pid")" 2>/dev/null; }
 T0=$(date +%s.%N)
 rm -rf "$DIR/etcd-data"
 ETCD_URL=http://127.0.0.1:$ETCD_PORT
-spawn etcd "$ETCD_BIN" \
-  --name default --data-dir "$DIR/etcd-data" \
+spawn etcd env -u ETCD_BIN "$ETCD_BIN" \
+  --name lockstep --data-dir "$DIR/etcd-data" \
   --listen-client-urls "$ETCD_URL" --advertise-client-urls "$ETCD_URL" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-  --initial-cluster "default=http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "lockstep=http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-cluster-state new \
   --unsafe-no-fsync --log-level warn
 

@@ -1,0 +1,229 @@
+//! The cluster over kube-rs: dynamic objects for the C5C3 kinds (their
+//! schemas are the operators', not ours), typed Jobs and Events.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Client;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
+
+use super::{
+    ApplyRequest, Cluster, ClusterError, ClusterObject, FIELD_MANAGER, JobInfo, apply_body,
+};
+use crate::kind::{Key, Kind, VERSION};
+use crate::live::{Condition, LiveStatus};
+use crate::release::ImageRef;
+
+pub struct KubeCluster {
+    client: Client,
+    /// Who reports lockstep's Events (the pod name, in a cluster).
+    instance: String,
+}
+
+impl KubeCluster {
+    pub fn new(client: Client) -> Self {
+        let instance = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| "lockstep".into());
+        Self { client, instance }
+    }
+
+    /// In-cluster configuration, or `$KUBECONFIG` / `~/.kube/config`.
+    pub async fn infer() -> Result<Self, ClusterError> {
+        let client = Client::try_default().await.map_err(|e| {
+            ClusterError::Other(format!("cannot configure a Kubernetes client: {e}"))
+        })?;
+        Ok(Self::new(client))
+    }
+
+    /// A client from an explicit kubeconfig file.
+    pub async fn from_kubeconfig(path: &std::path::Path) -> Result<Self, ClusterError> {
+        let kc = kube::config::Kubeconfig::read_from(path)
+            .map_err(|e| ClusterError::Other(format!("{}: {e}", path.display())))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| ClusterError::Other(format!("{}: {e}", path.display())))?;
+        let client = Client::try_from(config).map_err(|e| ClusterError::Other(e.to_string()))?;
+        Ok(Self::new(client))
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn api(&self, key: &Key) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk(key.kind.group(), VERSION, key.kind.as_str());
+        let ar = ApiResource::from_gvk_with_plural(&gvk, key.kind.plural());
+        Api::namespaced_with(self.client.clone(), &key.namespace, &ar)
+    }
+}
+
+/// Maps kube-rs errors onto what lockstep does about them.
+fn classify(key: &Key, e: kube::Error) -> ClusterError {
+    match e {
+        kube::Error::Api(s) => match s.code {
+            404 => ClusterError::NotFound(key.clone()),
+            409 => ClusterError::Conflict {
+                key: key.clone(),
+                message: s.message,
+            },
+            400 | 403 | 422 => ClusterError::Invalid {
+                key: key.clone(),
+                message: s.message,
+            },
+            408 | 429 | 500..=599 => {
+                ClusterError::Unavailable(format!("{} {}: {}", s.code, s.reason, s.message))
+            }
+            _ => ClusterError::Other(format!("{} {}: {}", s.code, s.reason, s.message)),
+        },
+        // Connection refused, timeouts, TLS and the like: try again later.
+        other => ClusterError::Unavailable(other.to_string()),
+    }
+}
+
+fn to_object(key: &Key, obj: &DynamicObject) -> ClusterObject {
+    let spec = obj.data.get("spec");
+    let text = |v: Option<&serde_json::Value>, k: &str| {
+        v.and_then(|v| v.get(k))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
+    let image = spec.and_then(|s| s.get("image")).and_then(|i| {
+        ImageRef::new(
+            i.get("repository").and_then(|v| v.as_str()),
+            i.get("tag").and_then(|v| v.as_str()),
+            i.get("digest").and_then(|v| v.as_str()),
+        )
+        .ok()
+    });
+    let status = obj.data.get("status");
+    let conditions: Vec<Condition> = status
+        .and_then(|s| s.get("conditions"))
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
+    ClusterObject {
+        key: key.clone(),
+        generation: obj.metadata.generation.unwrap_or_default(),
+        resource_version: obj.metadata.resource_version.clone().unwrap_or_default(),
+        release: text(spec, "openStackRelease"),
+        image,
+        status: LiveStatus {
+            installed_release: text(status, "installedRelease"),
+            target_release: text(status, "targetRelease"),
+            upgrade_phase: text(status, "upgradePhase"),
+            installed_image: text(status, "installedImage"),
+            generation: obj.metadata.generation,
+            conditions,
+        },
+    }
+}
+
+impl Cluster for KubeCluster {
+    async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
+        let obj = self
+            .api(key)
+            .get_opt(&key.name)
+            .await
+            .map_err(|e| classify(key, e))?;
+        Ok(obj.map(|o| to_object(key, &o)))
+    }
+
+    async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
+        let body = apply_body(req);
+        // No force: a field another manager owns with another value is a
+        // conflict to report, not a fight to win (contract §9.2).
+        let params = PatchParams::apply(FIELD_MANAGER);
+        let obj = self
+            .api(&req.key)
+            .patch(&req.key.name, &params, &Patch::Apply(&body))
+            .await
+            .map_err(|e| classify(&req.key, e))?;
+        Ok(to_object(&req.key, &obj))
+    }
+
+    async fn jobs(&self, key: &Key) -> Result<Vec<JobInfo>, ClusterError> {
+        let api: Api<Job> = Api::namespaced(self.client.clone(), &key.namespace);
+        let prefix = format!("{}-db-", key.name);
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| classify(key, e))?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|j| {
+                let name = j.metadata.name.clone()?;
+                if !name.starts_with(&prefix) {
+                    return None;
+                }
+                let conds = j
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.clone())
+                    .unwrap_or_default();
+                let is = |t: &str| conds.iter().any(|c| c.type_ == t && c.status == "True");
+                let message = conds
+                    .iter()
+                    .find(|c| c.type_ == "Failed" && c.status == "True")
+                    .and_then(|c| c.message.clone());
+                Some(JobInfo {
+                    name,
+                    complete: is("Complete"),
+                    failed: is("Failed"),
+                    message,
+                })
+            })
+            .collect())
+    }
+
+    async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
+        let api: Api<Job> = Api::namespaced(self.client.clone(), namespace);
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(classify(&Key::new(Kind::ControlPlane, namespace, name), e)),
+        }
+    }
+
+    async fn record_event(
+        &self,
+        key: &Key,
+        reason: &str,
+        message: &str,
+        warning: bool,
+    ) -> Result<(), ClusterError> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &key.namespace);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let event = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}.lockstep.", key.name)),
+                namespace: Some(key.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(now)),
+            action: Some("Reconcile".into()),
+            reason: Some(reason.to_owned()),
+            note: Some(crate::forge::shorten(message, 1024)),
+            type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+            reporting_controller: Some("c5c3.io/lockstep".into()),
+            reporting_instance: Some(self.instance.clone()),
+            regarding: Some(ObjectReference {
+                api_version: Some(key.kind.api_version()),
+                kind: Some(key.kind.as_str().into()),
+                name: Some(key.name.clone()),
+                namespace: Some(key.namespace.clone()),
+                ..ObjectReference::default()
+            }),
+            ..Event::default()
+        };
+        api.create(&PostParams::default(), &event)
+            .await
+            .map_err(|e| classify(key, e))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,144 @@
+//! The in-process cluster: the simulated operator's world behind the same
+//! trait, for the embedded default and fast tests.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{ApplyRequest, Cluster, ClusterError, ClusterObject, JobInfo};
+use crate::kind::{Key, Kind};
+use crate::sim::{Event, JobState, World};
+
+#[derive(Clone)]
+pub struct MemoryCluster {
+    world: Arc<Mutex<World>>,
+}
+
+impl MemoryCluster {
+    pub fn new(world: World) -> Self {
+        Self {
+            world: Arc::new(Mutex::new(world)),
+        }
+    }
+
+    /// The world, for driving the simulation (advancing its clock).
+    pub fn world(&self) -> Result<MutexGuard<'_, World>, ClusterError> {
+        self.world
+            .lock()
+            .map_err(|_| ClusterError::Other("simulated cluster poisoned".into()))
+    }
+}
+
+impl Cluster for MemoryCluster {
+    async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
+        let w = self.world()?;
+        if key.kind == Kind::ControlPlane {
+            return Ok(w.planes.get(key).map(|p| ClusterObject {
+                key: key.clone(),
+                generation: p.generation,
+                resource_version: p.generation.to_string(),
+                release: Some(p.release.clone()),
+                image: None,
+                status: Default::default(),
+            }));
+        }
+        Ok(w.objects.get(key).map(|o| {
+            let mut status = o.status.clone();
+            status.generation = Some(o.generation);
+            ClusterObject {
+                key: key.clone(),
+                generation: o.generation,
+                resource_version: format!("{}-{}", o.generation, w.passes),
+                release: o.release.clone(),
+                image: Some(o.image.clone()),
+                status,
+            }
+        }))
+    }
+
+    async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
+        {
+            let mut w = self.world()?;
+            if req.key.kind == Kind::ControlPlane {
+                let release = req.release.clone().unwrap_or_default();
+                // The plane re-asserts every child: defaults, or the overrides given.
+                let children: Vec<_> = w
+                    .objects
+                    .values()
+                    .filter(|o| o.projected_by.as_ref() == Some(&req.key))
+                    .map(|o| {
+                        let image = req
+                            .overrides
+                            .iter()
+                            .find(|(k, _)| *k == o.key.kind)
+                            .map(|(_, i)| i.clone())
+                            .unwrap_or_else(|| {
+                                crate::release::ImageRef::default_for(
+                                    o.key.kind.service(),
+                                    &release,
+                                )
+                            });
+                        (o.key.clone(), image)
+                    })
+                    .collect();
+                w.apply_plane(&req.key, &release, &children).map_err(|e| {
+                    ClusterError::Invalid {
+                        key: req.key.clone(),
+                        message: e.0,
+                    }
+                })?;
+            } else {
+                let image = req.image.clone().ok_or_else(|| ClusterError::Invalid {
+                    key: req.key.clone(),
+                    message: "spec.image is required".into(),
+                })?;
+                let release = (req.key.kind.release_source() == crate::kind::ReleaseSource::Field)
+                    .then(|| req.release.clone())
+                    .flatten();
+                w.apply(&req.key, release, image)
+                    .map_err(|_| ClusterError::NotFound(req.key.clone()))?;
+            }
+            w.settle();
+        }
+        self.get(&req.key)
+            .await?
+            .ok_or_else(|| ClusterError::NotFound(req.key.clone()))
+    }
+
+    async fn jobs(&self, key: &Key) -> Result<Vec<JobInfo>, ClusterError> {
+        let w = self.world()?;
+        Ok(w.jobs
+            .iter()
+            .filter(|((ns, _), j)| *ns == key.namespace && j.owner == *key)
+            .map(|((_, name), j)| JobInfo {
+                name: name.clone(),
+                complete: j.state == JobState::Complete,
+                failed: j.state == JobState::Failed,
+                message: (j.state == JobState::Failed).then(|| {
+                    "BackoffLimitExceeded: Job has reached the specified backoff limit".to_owned()
+                }),
+            })
+            .collect())
+    }
+
+    async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
+        Ok(self.world()?.delete_job(namespace, name))
+    }
+
+    async fn record_event(
+        &self,
+        key: &Key,
+        reason: &str,
+        message: &str,
+        warning: bool,
+    ) -> Result<(), ClusterError> {
+        let mut w = self.world()?;
+        let at = w.now;
+        w.events.push(Event {
+            at,
+            key: key.clone(),
+            warning,
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        });
+        Ok(())
+    }
+}

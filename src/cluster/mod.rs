@@ -1,0 +1,234 @@
+//! The cluster edge: exactly what lockstep reads and writes, behind one small
+//! trait, with a real implementation over kube-rs ([`kube`]) and an
+//! in-process one over the simulated operator ([`memory`]).
+//!
+//! Writes are few and careful (contract §9): one server-side-apply patch per
+//! object carrying release and image together, field manager `lockstep`,
+//! never forced (a conflict with another manager is reported, not won);
+//! deleting a permanently failed phase Job; recording an Event for every
+//! repair. Status is never written: the operators own it.
+
+pub mod kube;
+pub mod memory;
+
+use std::future::Future;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::kind::{Key, Kind};
+use crate::live::LiveStatus;
+use crate::release::ImageRef;
+
+/// The field manager lockstep applies as.
+pub const FIELD_MANAGER: &str = "lockstep";
+
+/// A C5C3 object as the cluster has it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterObject {
+    pub key: Key,
+    pub generation: i64,
+    pub resource_version: String,
+    /// `spec.openStackRelease`, where the kind has one.
+    pub release: Option<String>,
+    /// `spec.image` (services); `None` for a ControlPlane.
+    pub image: Option<ImageRef>,
+    pub status: LiveStatus,
+}
+
+/// A phase or sync Job of a service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobInfo {
+    pub name: String,
+    pub complete: bool,
+    pub failed: bool,
+    /// The failure's message, when Kubernetes gives one.
+    pub message: Option<String>,
+}
+
+/// One object's release and image, as lockstep applies them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApplyRequest {
+    pub key: Key,
+    /// `spec.openStackRelease` (planes and the kinds that have it).
+    pub release: Option<String>,
+    /// `spec.image` of a service.
+    pub image: Option<ImageRef>,
+    /// A plane's `services.<svc>.image` overrides lockstep carries.
+    pub overrides: Vec<(Kind, ImageRef)>,
+}
+
+#[derive(Debug, Error)]
+pub enum ClusterError {
+    #[error("{0} does not exist in the cluster")]
+    NotFound(Key),
+    /// Another field manager owns a field lockstep tried to set to another value.
+    #[error("{key}: conflict with another writer, not forced: {message}")]
+    Conflict { key: Key, message: String },
+    /// The API server (schema, CEL rules, admission webhooks) refused the object.
+    #[error("{key}: refused by the API server: {message}")]
+    Invalid { key: Key, message: String },
+    /// Down, slow, throttled or failing: worth another try later.
+    #[error("API server unavailable: {0}")]
+    Unavailable(String),
+    #[error("cluster: {0}")]
+    Other(String),
+}
+
+impl ClusterError {
+    pub fn retryable(&self) -> bool {
+        matches!(self, ClusterError::Unavailable(_))
+    }
+}
+
+pub trait Cluster: Send + Sync {
+    fn get(
+        &self,
+        key: &Key,
+    ) -> impl Future<Output = Result<Option<ClusterObject>, ClusterError>> + Send;
+
+    /// Server-side apply of release and image together; returns the object
+    /// as stored (with its new generation).
+    fn apply(
+        &self,
+        req: &ApplyRequest,
+    ) -> impl Future<Output = Result<ClusterObject, ClusterError>> + Send;
+
+    /// The `<name>-db-*` Jobs of a service.
+    fn jobs(&self, key: &Key) -> impl Future<Output = Result<Vec<JobInfo>, ClusterError>> + Send;
+
+    /// Deletes a Job with background propagation; false when it was already gone.
+    fn delete_job(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<bool, ClusterError>> + Send;
+
+    /// Records a Kubernetes Event on the object (every repair is one).
+    fn record_event(
+        &self,
+        key: &Key,
+        reason: &str,
+        message: &str,
+        warning: bool,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
+}
+
+/// Retries an operation on a cluster that is down, slow or throttling,
+/// with exponential backoff and jitter. Other errors return at once. The
+/// writes lockstep makes are idempotent (a server-side apply of the same
+/// fields, a delete), so a retry never duplicates an edit.
+pub async fn with_backoff<T, F, Fut>(
+    attempts: u32,
+    base: Duration,
+    mut op: F,
+) -> Result<T, ClusterError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ClusterError>>,
+{
+    let mut n = 0;
+    loop {
+        match op().await {
+            Err(e) if e.retryable() && n + 1 < attempts => {
+                n += 1;
+                let ceiling = base
+                    .saturating_mul(2u32.saturating_pow(n - 1))
+                    .min(Duration::from_secs(60));
+                tracing::warn!(error = %e, attempt = n, "cluster call failed; retrying");
+                tokio::time::sleep(ceiling.mul_f64(0.5 + fastrand::f64() / 2.0)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The server-side-apply body for a request: only the fields lockstep owns.
+/// The unused one of tag and digest is omitted, never sent empty (the CRDs'
+/// CEL rule uses `has()`, contract §2.2).
+pub fn apply_body(req: &ApplyRequest) -> serde_json::Value {
+    let kind = req.key.kind;
+    let mut spec = serde_json::Map::new();
+    if let Some(r) = &req.release
+        && (kind == Kind::ControlPlane
+            || kind.release_source() == crate::kind::ReleaseSource::Field)
+    {
+        spec.insert("openStackRelease".into(), r.clone().into());
+    }
+    if let Some(i) = &req.image {
+        spec.insert("image".into(), image_json(i));
+    }
+    if !req.overrides.is_empty() {
+        let mut services = serde_json::Map::new();
+        for (k, i) in &req.overrides {
+            services.insert(
+                k.service().into(),
+                serde_json::json!({ "image": image_json(i) }),
+            );
+        }
+        spec.insert("services".into(), services.into());
+    }
+    serde_json::json!({
+        "apiVersion": kind.api_version(),
+        "kind": kind.as_str(),
+        "metadata": { "name": req.key.name, "namespace": req.key.namespace },
+        "spec": spec,
+    })
+}
+
+fn image_json(i: &ImageRef) -> serde_json::Value {
+    match &i.pin {
+        crate::release::Pin::Tag(t) => serde_json::json!({ "repository": i.repository, "tag": t }),
+        crate::release::Pin::Digest(d) => {
+            serde_json::json!({ "repository": i.repository, "digest": d })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_carry_only_lockstep_fields_and_one_pin() {
+        let img = ImageRef::new(
+            Some("ghcr.io/c5c3/glance"),
+            None,
+            Some(&format!("sha256:{}", "a".repeat(64))),
+        )
+        .unwrap();
+        let b = apply_body(&ApplyRequest {
+            key: Key::new(Kind::Glance, "image", "glance"),
+            release: Some("2026.2".into()),
+            image: Some(img),
+            overrides: vec![],
+        });
+        assert_eq!(b["spec"]["openStackRelease"], "2026.2");
+        assert!(b["spec"]["image"].get("tag").is_none(), "no empty tag: {b}");
+        assert_eq!(b["apiVersion"], "glance.openstack.c5c3.io/v1alpha1");
+        let ks = apply_body(&ApplyRequest {
+            key: Key::new(Kind::Keystone, "identity", "keystone"),
+            release: Some("2026.2".into()),
+            image: Some(ImageRef::default_for("keystone", "2026.2")),
+            overrides: vec![],
+        });
+        assert!(
+            ks["spec"].get("openStackRelease").is_none(),
+            "Keystone has no such field"
+        );
+        let plane = apply_body(&ApplyRequest {
+            key: Key::new(Kind::ControlPlane, "openstack", "prod"),
+            release: Some("2026.2".into()),
+            image: None,
+            overrides: vec![(
+                Kind::Placement,
+                ImageRef::default_for("placement", "2026.2"),
+            )],
+        });
+        assert_eq!(
+            plane["spec"]["services"]["placement"]["image"]["tag"],
+            "2026.2"
+        );
+        assert_eq!(plane["spec"].as_object().unwrap().len(), 2);
+    }
+}
