@@ -41,6 +41,7 @@ async fn memory_cluster_applies_follows_and_repairs() {
             release: Some("2026.2".into()),
             image: Some(img("nova", "2026.2")),
             overrides: vec![],
+            document: None,
         })
         .await
         .unwrap();
@@ -54,6 +55,7 @@ async fn memory_cluster_applies_follows_and_repairs() {
             release: Some("2026.2".into()),
             image: Some(img("nova", "2026.2")),
             overrides: vec![],
+            document: None,
         })
         .await
         .unwrap();
@@ -102,6 +104,7 @@ async fn memory_cluster_applies_follows_and_repairs() {
             release: Some("2026.1".into()),
             image: None,
             overrides: vec![],
+            document: None,
         })
         .await
         .unwrap_err();
@@ -140,6 +143,7 @@ fn request() -> ApplyRequest {
         release: Some("2026.2".into()),
         image: Some(img("nova", "2026.2")),
         overrides: vec![],
+        document: None,
     }
 }
 

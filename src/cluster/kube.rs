@@ -201,7 +201,8 @@ impl Cluster for KubeCluster {
         let now = k8s_openapi::jiff::Timestamp::now();
         let event = Event {
             metadata: ObjectMeta {
-                generate_name: Some(format!("{}.lockstep.", key.name)),
+                // A prefix may end in "-" (the API server masks it), never in ".".
+                generate_name: Some(format!("{}.lockstep-", key.name)),
                 namespace: Some(key.namespace.clone()),
                 ..ObjectMeta::default()
             },

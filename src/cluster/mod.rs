@@ -56,6 +56,12 @@ pub struct ApplyRequest {
     pub image: Option<ImageRef>,
     /// A plane's `services.<svc>.image` overrides lockstep carries.
     pub overrides: Vec<(Kind, ImageRef)>,
+    /// The whole document from Git, when lockstep is the object's applier:
+    /// server-side apply owns what it sends, and a later apply that left out
+    /// fields sent before would remove them. With a document, the hop's
+    /// release and image are written into it and the whole of it is applied;
+    /// without, only release and image are (another manager owns the rest).
+    pub document: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Error)]
@@ -148,7 +154,10 @@ where
 /// CEL rule uses `has()`, contract §2.2).
 pub fn apply_body(req: &ApplyRequest) -> serde_json::Value {
     let kind = req.key.kind;
-    let mut spec = serde_json::Map::new();
+    let mut spec = match req.document.as_ref().and_then(|d| d.get("spec")) {
+        Some(serde_json::Value::Object(m)) => m.clone(),
+        _ => serde_json::Map::new(),
+    };
     if let Some(r) = &req.release
         && (kind == Kind::ControlPlane
             || kind.release_source() == crate::kind::ReleaseSource::Field)
@@ -159,19 +168,33 @@ pub fn apply_body(req: &ApplyRequest) -> serde_json::Value {
         spec.insert("image".into(), image_json(i));
     }
     if !req.overrides.is_empty() {
-        let mut services = serde_json::Map::new();
-        for (k, i) in &req.overrides {
-            services.insert(
-                k.service().into(),
-                serde_json::json!({ "image": image_json(i) }),
-            );
+        let services = spec
+            .entry("services")
+            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+        if let serde_json::Value::Object(services) = services {
+            for (k, i) in &req.overrides {
+                let entry = services
+                    .entry(k.service())
+                    .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+                if let serde_json::Value::Object(e) = entry {
+                    // The override replaces the whole ImageSpec (§4.2).
+                    e.insert("image".into(), image_json(i));
+                }
+            }
         }
-        spec.insert("services".into(), services.into());
+    }
+    let mut metadata = serde_json::json!({ "name": req.key.name, "namespace": req.key.namespace });
+    if let Some(m) = req.document.as_ref().and_then(|d| d.get("metadata")) {
+        for k in ["labels", "annotations"] {
+            if let Some(v) = m.get(k) {
+                metadata[k] = v.clone();
+            }
+        }
     }
     serde_json::json!({
         "apiVersion": kind.api_version(),
         "kind": kind.as_str(),
-        "metadata": { "name": req.key.name, "namespace": req.key.namespace },
+        "metadata": metadata,
         "spec": spec,
     })
 }
@@ -202,6 +225,7 @@ mod tests {
             release: Some("2026.2".into()),
             image: Some(img),
             overrides: vec![],
+            document: None,
         });
         assert_eq!(b["spec"]["openStackRelease"], "2026.2");
         assert!(b["spec"]["image"].get("tag").is_none(), "no empty tag: {b}");
@@ -211,6 +235,7 @@ mod tests {
             release: Some("2026.2".into()),
             image: Some(ImageRef::default_for("keystone", "2026.2")),
             overrides: vec![],
+            document: None,
         });
         assert!(
             ks["spec"].get("openStackRelease").is_none(),
@@ -224,11 +249,41 @@ mod tests {
                 Kind::Placement,
                 ImageRef::default_for("placement", "2026.2"),
             )],
+            document: None,
         });
         assert_eq!(
             plane["spec"]["services"]["placement"]["image"]["tag"],
             "2026.2"
         );
         assert_eq!(plane["spec"].as_object().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_document_is_applied_whole_with_the_hops_values() {
+        let doc = serde_json::json!({
+            "apiVersion": "glance.openstack.c5c3.io/v1alpha1", "kind": "Glance",
+            "metadata": {"name": "glance", "namespace": "image", "labels": {"team": "images"}},
+            "spec": {"openStackRelease": "2026.1", "region": "RegionTwo",
+                     "image": {"repository": "ghcr.io/c5c3/glance", "tag": "2026.1"}}
+        });
+        let digest = format!("sha256:{}", "b".repeat(64));
+        let b = apply_body(&ApplyRequest {
+            key: Key::new(Kind::Glance, "image", "glance"),
+            release: Some("2026.2".into()),
+            image: Some(ImageRef::new(Some("ghcr.io/c5c3/glance"), None, Some(&digest)).unwrap()),
+            overrides: vec![],
+            document: Some(doc),
+        });
+        assert_eq!(
+            b["spec"]["region"], "RegionTwo",
+            "the rest of the document is kept"
+        );
+        assert_eq!(b["spec"]["openStackRelease"], "2026.2");
+        assert_eq!(
+            b["spec"]["image"],
+            serde_json::json!({"repository": "ghcr.io/c5c3/glance", "digest": digest}),
+            "the old tag is gone, not blanked"
+        );
+        assert_eq!(b["metadata"]["labels"]["team"], "images");
     }
 }
