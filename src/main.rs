@@ -7,11 +7,13 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 
+use lockstep::cluster::kube::KubeCluster;
 use lockstep::forge::delivery::{Outcome, RetryPolicy};
 use lockstep::forge::{self, AnyForge, ForgeKind, ForgeSpec};
 use lockstep::gate::Verdict;
 use lockstep::git::GitRepo;
 use lockstep::history::{CheckOptions, check};
+use lockstep::repair::Retried;
 use lockstep::secret::Secret;
 use lockstep::{demo, history, live, manifest, rehearse, report};
 
@@ -79,6 +81,15 @@ enum Command {
         /// contract), OBJECT:db-down=DURATION, OBJECT:roll-stall=DURATION (repeatable).
         #[arg(long = "fault", value_name = "SPEC")]
         faults: Vec<String>,
+    },
+    /// Re-run a permanently failed phase Job of an object (the forward
+    /// repair lockstep does by itself for projected services).
+    Retry {
+        /// The object, as kind/namespace/name (e.g. nova/compute/nova).
+        object: String,
+        /// Kubeconfig to use [default: in-cluster, or $KUBECONFIG / ~/.kube/config].
+        #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
     },
     /// Build a throwaway repository from the embedded example fleet, walk a
     /// scripted history through the gate and print what a user would see.
@@ -246,6 +257,29 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::SUCCESS
             })
         }
+        Command::Retry { object, kubeconfig } => {
+            let key = parse_object(&object)?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let outcome = runtime.block_on(async {
+                let cluster = match &kubeconfig {
+                    Some(k) => KubeCluster::from_kubeconfig(k).await?,
+                    None => KubeCluster::infer().await?,
+                };
+                lockstep::repair::retry(&cluster, &key).await
+            })?;
+            match outcome {
+                Retried::Deleted(job) => {
+                    println!("{key}: deleted failed Job {job}; the operator runs it again");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Retried::Nothing(why) => {
+                    println!("{why}");
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
         Command::Demo { keep, output } => {
             let tmp;
             let dir = match keep {
@@ -312,6 +346,17 @@ fn post_statuses(
         n.push(remote)?;
     }
     Ok(())
+}
+
+/// `kind/namespace/name`, the kind by its service name or kind name.
+fn parse_object(s: &str) -> anyhow::Result<lockstep::kind::Key> {
+    let parts: Vec<&str> = s.split('/').collect();
+    let [kind, ns, name] = parts.as_slice() else {
+        anyhow::bail!("{s:?}: expected kind/namespace/name, e.g. nova/compute/nova");
+    };
+    let kind = lockstep::kind::Kind::from_service(&kind.to_lowercase())
+        .ok_or_else(|| anyhow::anyhow!("{s:?}: {kind:?} is not a service kind (keystone, glance, placement, barbican, horizon, nova, cinder, neutron)"))?;
+    Ok(lockstep::kind::Key::new(kind, *ns, *name))
 }
 
 fn print(report: &lockstep::history::CheckReport, output: Output) {

@@ -124,6 +124,57 @@ pub fn plan(
     }
 }
 
+/// What `lockstep retry` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Retried {
+    /// The failed Job was deleted; the operator runs it again.
+    Deleted(String),
+    /// Nothing failed that a re-run could fix.
+    Nothing(String),
+}
+
+/// `lockstep retry`: the forward repair, by hand. Deletes the permanently
+/// failed phase Job the object's `DatabaseReady` names (never touching its
+/// release) and records an Event saying who asked.
+pub async fn retry<C: crate::cluster::Cluster>(
+    cluster: &C,
+    key: &Key,
+) -> Result<Retried, crate::cluster::ClusterError> {
+    let Some(obj) = cluster.get(key).await? else {
+        return Err(crate::cluster::ClusterError::NotFound(key.clone()));
+    };
+    let db = obj.status.condition("DatabaseReady").cloned();
+    let Some(job) = db
+        .as_ref()
+        .filter(|c| c.status == "False")
+        .and_then(|c| failed_job(&c.reason, &key.name))
+    else {
+        let why = db.map_or_else(
+            || "no DatabaseReady condition yet".to_owned(),
+            |c| format!("DatabaseReady is {} ({})", c.status, c.reason),
+        );
+        return Ok(Retried::Nothing(format!(
+            "{key}: no failed phase Job to re-run: {why}"
+        )));
+    };
+    let jobs = cluster.jobs(key).await?;
+    if !jobs.iter().any(|j| j.name == job && j.failed) {
+        return Ok(Retried::Nothing(format!(
+            "{key}: {job} is not a failed Job (already re-running, or deleted by someone else)"
+        )));
+    }
+    cluster.delete_job(&key.namespace, &job).await?;
+    cluster
+        .record_event(
+            key,
+            "RetryRequested",
+            &format!("lockstep retry: deleted failed Job {job} so the operator runs it again"),
+            false,
+        )
+        .await?;
+    Ok(Retried::Deleted(job))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

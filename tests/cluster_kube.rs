@@ -261,6 +261,53 @@ async fn kube_cluster_against_a_real_api_server() {
         "a Job deleted by someone else is no error"
     );
 
+    // `lockstep retry` by hand: the failed Job named by DatabaseReady is deleted.
+    let again_job: Job = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "nova-db-expand"},
+        "spec": {"backoffLimit": 4, "template": {"spec": {"restartPolicy": "Never",
+                 "containers": [{"name": "c", "image": "ghcr.io/c5c3/nova:2026.2"}]}}}
+    }))
+    .unwrap();
+    jobs.create(&PostParams::default(), &again_job)
+        .await
+        .unwrap();
+    jobs.patch_status(
+        "nova-db-expand",
+        &PatchParams::default(),
+        &Patch::Merge(&failed),
+    )
+    .await
+    .unwrap();
+    let kc = server.kubeconfig();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_lockstep"))
+            .args(["retry", "nova/compute/nova", "--kubeconfig"])
+            .arg(kc)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("deleted failed Job nova-db-expand"));
+    assert!(
+        jobs.get_opt("nova-db-expand")
+            .await
+            .unwrap()
+            .is_none_or(|j| j.metadata.deletion_timestamp.is_some())
+    );
+    // Nothing failed any more: retry says so and changes nothing.
+    let again = lockstep::repair::retry(&c, &nova).await.unwrap();
+    assert!(
+        matches!(again, lockstep::repair::Retried::Nothing(ref m) if m.contains("not a failed Job")),
+        "{again:?}"
+    );
+
     // Every repair is an Event on the object.
     c.record_event(
         &nova,
@@ -277,6 +324,12 @@ async fn kube_cluster_against_a_real_api_server() {
         .iter()
         .find(|e| e.reason.as_deref() == Some("RepairJobDeleted"))
         .expect("the event");
+    assert!(
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("RetryRequested")),
+        "retry recorded its Event"
+    );
     assert_eq!(e.regarding.as_ref().unwrap().name.as_deref(), Some("nova"));
     assert_eq!(e.reporting_controller.as_deref(), Some("c5c3.io/lockstep"));
 
