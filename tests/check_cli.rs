@@ -13,9 +13,10 @@ const GLANCE: &str = "standalone/image/glance.yaml";
 const STAGING: &str = "clusters/staging/controlplane.yaml";
 const PROD: &str = "clusters/prod/controlplane.yaml";
 
+/// Writes a live snapshot where only this test sees it (inside the
+/// repository's .git: never committed, never shared with parallel tests).
 fn live_file(repo: &FleetRepo, yaml: &str) -> String {
-    let p = repo.path().join("../live.yaml");
-    let p = std::path::absolute(&p).expect("abs");
+    let p = repo.path().join(".git/live.yaml");
     std::fs::write(&p, yaml).expect("write live");
     p.to_string_lossy().into_owned()
 }
