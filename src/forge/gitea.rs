@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::github::{check_owner_repo, check_sha};
-use super::http::{client, join, send};
+use super::http::{client, get_json, join, send};
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
 use crate::secret::Secret;
 
@@ -77,7 +77,7 @@ impl Forge for Gitea {
     async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
         check_sha(sha)?;
         let what = format!("reading the statuses of {sha}");
-        let resp = send(
+        let list: Vec<ApiStatus> = get_json(
             "gitea",
             &what,
             self.request(
@@ -86,11 +86,6 @@ impl Forge for Gitea {
             ),
         )
         .await?;
-        let list: Vec<ApiStatus> = resp.json().await.map_err(|e| ForgeError::Transport {
-            host: "gitea",
-            what,
-            message: format!("unexpected answer: {e}"),
-        })?;
         Ok(list
             .into_iter()
             .map(|s| Posted {

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::http::{client, join, send};
+use super::http::{client, get_json, join, send};
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
 use crate::secret::Secret;
 
@@ -79,7 +79,7 @@ impl Forge for GitHub {
     async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
         check_sha(sha)?;
         let what = format!("reading the statuses of {sha}");
-        let resp = send(
+        let list: Vec<ApiStatus> = get_json(
             "github",
             &what,
             self.request(
@@ -88,11 +88,6 @@ impl Forge for GitHub {
             ),
         )
         .await?;
-        let list: Vec<ApiStatus> = resp.json().await.map_err(|e| ForgeError::Transport {
-            host: "github",
-            what,
-            message: format!("unexpected answer: {e}"),
-        })?;
         Ok(list
             .into_iter()
             .map(|s| Posted {

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::github::check_sha;
-use super::http::{client, join, send};
+use super::http::{client, get_json, join, send};
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
 use crate::secret::Secret;
 
@@ -89,7 +89,7 @@ impl Forge for GitLab {
     async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
         check_sha(sha)?;
         let what = format!("reading the statuses of {sha}");
-        let resp = send(
+        let list: Vec<ApiStatus> = get_json(
             "gitlab",
             &what,
             self.request(
@@ -101,11 +101,6 @@ impl Forge for GitLab {
             ),
         )
         .await?;
-        let list: Vec<ApiStatus> = resp.json().await.map_err(|e| ForgeError::Transport {
-            host: "gitlab",
-            what,
-            message: format!("unexpected answer: {e}"),
-        })?;
         Ok(list
             .into_iter()
             .map(|s| Posted {

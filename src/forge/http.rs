@@ -63,6 +63,24 @@ pub async fn send(
     })
 }
 
+/// Sends a request and parses a JSON answer, naming the host when the
+/// answer is not what its API documents.
+pub async fn get_json<T: serde::de::DeserializeOwned>(
+    host: &'static str,
+    what: &str,
+    req: RequestBuilder,
+) -> Result<T, ForgeError> {
+    send(host, what, req)
+        .await?
+        .json()
+        .await
+        .map_err(|e| ForgeError::Transport {
+            host,
+            what: what.to_owned(),
+            message: format!("unexpected answer: {e}"),
+        })
+}
+
 /// A 403 is a rate limit (retry later) rather than a permission problem
 /// (never retry) when the host says so in its headers or body.
 fn rate_limited(headers: &HeaderMap, body: &str) -> bool {
