@@ -134,8 +134,9 @@ struct ReportArgs {
     /// Link shown with each status (your CI job, say).
     #[arg(long, value_name = "URL")]
     target_url: Option<String>,
-    /// With --report notes: push refs/notes/lockstep to this remote afterwards.
-    #[arg(long, value_name = "REMOTE")]
+    /// With --report notes: push refs/notes/lockstep afterwards, to REMOTE or,
+    /// without one, to the current branch's remote.
+    #[arg(long, value_name = "REMOTE", num_args = 0..=1, default_missing_value = "")]
     push_notes: Option<String>,
 }
 
@@ -343,7 +344,18 @@ fn post_statuses(
         );
     }
     if let (AnyForge::Notes(n), Some(remote)) = (&forge, &args.push_notes) {
-        n.push(remote)?;
+        let remote = if remote.is_empty() {
+            n.branch_remote().ok_or_else(|| {
+                anyhow::anyhow!("--push-notes: the current branch has no remote; name one")
+            })?
+        } else {
+            remote.clone()
+        };
+        n.push(&remote)?;
+        eprintln!(
+            "lockstep: pushed {} to {remote}",
+            lockstep::forge::notes::NOTES_REF
+        );
     }
     Ok(())
 }

@@ -89,7 +89,7 @@ fn notes_are_pushed_to_the_remote() {
     repo.write("nova.yaml", nova("nova", "2026.1", "2026.1"));
     repo.commit("fleet");
     repo.git(&["remote", "add", "origin", &bare.to_string_lossy()]);
-    repo.git(&["push", "-q", "origin", "main"]);
+    repo.git(&["push", "-q", "-u", "origin", "main"]);
     let out = lockstep(&[
         "check",
         "--repo",
@@ -97,7 +97,6 @@ fn notes_are_pushed_to_the_remote() {
         "--report",
         "notes",
         "--push-notes",
-        "origin",
     ]);
     assert_eq!(
         out.status.code(),
@@ -120,5 +119,9 @@ fn notes_are_pushed_to_the_remote() {
     assert!(
         text.contains("lockstep/default: success — accepted: nova 2026.1 installed"),
         "{text}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pushed refs/notes/lockstep to origin"),
+        "the branch's remote"
     );
 }

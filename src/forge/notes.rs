@@ -65,6 +65,19 @@ impl Notes {
             })
     }
 
+    /// The remote of the checked-out branch (`branch.<name>.remote`), or
+    /// `origin` when it exists and the branch names none.
+    pub fn branch_remote(&self) -> Option<String> {
+        let repo = self.repo.lock().ok()?;
+        let head = repo.head().ok()?;
+        let branch = head.shorthand().ok()?.to_owned();
+        let config = repo.config().ok()?;
+        if let Ok(r) = config.get_string(&format!("branch.{branch}.remote")) {
+            return Some(r);
+        }
+        repo.find_remote("origin").ok().map(|_| "origin".to_owned())
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
