@@ -67,6 +67,18 @@ async fn memory_cluster_applies_follows_and_repairs() {
                 .is_some_and(|j| j.state == lockstep::sim::JobState::Failed)
         });
     }
+    let obs = lockstep::cluster::observe(&c, &nova)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(lockstep::follow::assess("2026.2", &obs), lockstep::follow::Progress::Failed { ref reason, .. } if reason == "ExpandFailed")
+    );
+    assert_eq!(
+        c.deployments(&nova).await.unwrap().len(),
+        5,
+        "the five Nova roles"
+    );
     let jobs = c.jobs(&nova).await.unwrap();
     let failed: Vec<_> = jobs
         .iter()

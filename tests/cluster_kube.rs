@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
@@ -219,6 +220,57 @@ async fn kube_cluster_against_a_real_api_server() {
         seen.status.condition("DatabaseReady").unwrap().reason,
         "ExpandFailed"
     );
+
+    // Deployments: the second roll is done when every annotated role runs the
+    // installed release and has converged.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "compute");
+    for (name, annotated) in [("nova-conductor", true), ("nova", false)] {
+        let mut annotations = serde_json::Map::new();
+        if annotated {
+            annotations.insert("nova.c5c3.io/installed-release".into(), "2026.1".into());
+        }
+        let d: Deployment = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}, "annotations": annotations},
+                                  "spec": {"containers": [{"name": "c", "image": "ghcr.io/c5c3/nova:2026.2"}]}}}
+        }))
+        .unwrap();
+        deployments
+            .create(&PostParams::default(), &d)
+            .await
+            .unwrap();
+        let converged = serde_json::json!({"status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}});
+        deployments
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&converged))
+            .await
+            .unwrap();
+    }
+    let roles = c.deployments(&nova).await.unwrap();
+    assert_eq!(roles.len(), 2);
+    assert!(roles.iter().all(|d| d.rolled_out), "{roles:?}");
+    let obs = lockstep::cluster::observe(&c, &nova)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(obs.second_roll_done, "annotation matches installed 2026.1");
+    let promoted = serde_json::json!({"status": {"installedRelease": "2026.2", "targetRelease": null, "upgradePhase": null}});
+    dynamic(&client, &nova)
+        .patch_status("nova", &PatchParams::default(), &Patch::Merge(&promoted))
+        .await
+        .unwrap();
+    let obs = lockstep::cluster::observe(&c, &nova)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !obs.second_roll_done,
+        "the conductor still carries 2026.1: the second roll is pending"
+    );
+    assert!(matches!(
+        lockstep::follow::assess("2026.2", &obs),
+        lockstep::follow::Progress::Failed { .. } | lockstep::follow::Progress::Settling { .. }
+    ));
 
     // Jobs: the failed phase Job is found and deleted (background propagation).
     let jobs: Api<Job> = Api::namespaced(client.clone(), "compute");

@@ -1,6 +1,7 @@
 //! The cluster over kube-rs: dynamic objects for the C5C3 kinds (their
 //! schemas are the operators', not ours), typed Jobs and Events.
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
@@ -12,7 +13,8 @@ use kube::api::{
 };
 
 use super::{
-    ApplyRequest, Cluster, ClusterError, ClusterObject, FIELD_MANAGER, JobInfo, apply_body,
+    ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentInfo, FIELD_MANAGER, JobInfo,
+    apply_body,
 };
 use crate::kind::{Key, Kind, VERSION};
 use crate::live::{Condition, LiveStatus};
@@ -176,6 +178,50 @@ impl Cluster for KubeCluster {
                     complete: is("Complete"),
                     failed: is("Failed"),
                     message,
+                })
+            })
+            .collect())
+    }
+
+    async fn deployments(&self, key: &Key) -> Result<Vec<DeploymentInfo>, ClusterError> {
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), &key.namespace);
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| classify(key, e))?;
+        let role_prefix = format!("{}-", key.name);
+        let annotation = super::second_roll_annotation(key.kind);
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|d| {
+                let name = d.metadata.name.clone()?;
+                // `<name>-db-…` are Jobs' names, never Deployments'; roles are `<name>-<role>`.
+                if name != key.name && !name.starts_with(&role_prefix) {
+                    return None;
+                }
+                let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let st = d.status.clone().unwrap_or_default();
+                let rolled_out = st.observed_generation.unwrap_or(0)
+                    >= d.metadata.generation.unwrap_or(0)
+                    && st.updated_replicas.unwrap_or(0) == want
+                    && st.ready_replicas.unwrap_or(0) == want
+                    && st.replicas.unwrap_or(0) == want;
+                let installed_release = annotation.and_then(|a| {
+                    d.spec
+                        .as_ref()?
+                        .template
+                        .metadata
+                        .as_ref()?
+                        .annotations
+                        .as_ref()?
+                        .get(a)
+                        .cloned()
+                });
+                Some(DeploymentInfo {
+                    name,
+                    rolled_out,
+                    installed_release,
                 })
             })
             .collect())

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{ApplyRequest, Cluster, ClusterError, ClusterObject, JobInfo};
+use super::{ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentInfo, JobInfo};
 use crate::kind::{Key, Kind};
 use crate::sim::{Event, JobState, World};
 
@@ -117,6 +117,23 @@ impl Cluster for MemoryCluster {
                 }),
             })
             .collect())
+    }
+
+    async fn deployments(&self, key: &Key) -> Result<Vec<DeploymentInfo>, ClusterError> {
+        let w = self.world()?;
+        Ok(w.objects
+            .get(key)
+            .map(|o| {
+                o.deployments
+                    .iter()
+                    .map(|d| DeploymentInfo {
+                        name: d.name.clone(),
+                        rolled_out: d.rolling_until.is_none() && d.image == o.image.reference(),
+                        installed_release: d.annotation.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {

@@ -46,6 +46,58 @@ pub struct JobInfo {
     pub message: Option<String>,
 }
 
+/// A Deployment of a service, as far as following a hop needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeploymentInfo {
+    pub name: String,
+    /// Fully converged (§7.1): observed the current generation, and updated
+    /// = ready = total = desired replicas.
+    pub rolled_out: bool,
+    /// The pod template's second-roll annotation
+    /// (`nova.c5c3.io/installed-release`, `cinder.c5c3.io/installed-release`).
+    pub installed_release: Option<String>,
+}
+
+/// The pod-template annotation that makes Nova's and Cinder's workers roll
+/// a second time after contract (§7.6).
+pub fn second_roll_annotation(kind: Kind) -> Option<&'static str> {
+    match kind {
+        Kind::Nova => Some("nova.c5c3.io/installed-release"),
+        Kind::Cinder => Some("cinder.c5c3.io/installed-release"),
+        _ => None,
+    }
+}
+
+/// What the tracker needs of a child: its status, and whether its annotated
+/// workers finished the second roll.
+pub async fn observe<C: Cluster>(
+    cluster: &C,
+    key: &Key,
+) -> Result<Option<crate::follow::Observation>, ClusterError> {
+    let Some(obj) = cluster.get(key).await? else {
+        return Ok(None);
+    };
+    let second_roll_done = if second_roll_annotation(key.kind).is_some() {
+        let installed = obj.status.installed_release.clone();
+        cluster.deployments(key).await?.iter().all(|d| {
+            d.rolled_out && (d.installed_release.is_none() || d.installed_release == installed)
+        })
+    } else {
+        true
+    };
+    Ok(Some(crate::follow::Observation {
+        kind: key.kind,
+        generation: obj.generation,
+        image_reference: obj
+            .image
+            .as_ref()
+            .map(|i| i.reference())
+            .unwrap_or_default(),
+        status: obj.status,
+        second_roll_done,
+    }))
+}
+
 /// One object's release and image, as lockstep applies them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApplyRequest {
@@ -102,6 +154,12 @@ pub trait Cluster: Send + Sync {
 
     /// The `<name>-db-*` Jobs of a service.
     fn jobs(&self, key: &Key) -> impl Future<Output = Result<Vec<JobInfo>, ClusterError>> + Send;
+
+    /// The Deployments of a service (`<name>` and `<name>-<role>`).
+    fn deployments(
+        &self,
+        key: &Key,
+    ) -> impl Future<Output = Result<Vec<DeploymentInfo>, ClusterError>> + Send;
 
     /// Deletes a Job with background propagation; false when it was already gone.
     fn delete_job(
