@@ -28,4 +28,5 @@ pub mod repair;
 pub mod report;
 pub mod secret;
 pub mod sim;
+pub mod sim_kube;
 pub mod webhook;

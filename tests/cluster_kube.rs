@@ -3,7 +3,9 @@
 //! upstream CRDs installed from `../shared/fixtures/crds`: the CRDs' own
 //! schema and CEL rules judge every patch lockstep sends.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -18,52 +20,7 @@ use lockstep::cluster::{ApplyRequest, Cluster, ClusterError};
 use lockstep::kind::{Key, Kind};
 use lockstep::release::ImageRef;
 
-fn peer() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/kube")
-}
-
-fn shared() -> PathBuf {
-    std::env::var_os("LOCKSTEP_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"))
-}
-
-/// etcd + kube-apiserver in a temporary directory, stopped when dropped.
-struct ApiServer {
-    dir: tempfile::TempDir,
-}
-
-impl ApiServer {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new("bash")
-            .arg(peer().join("start.sh"))
-            .arg(dir.path())
-            .arg("--crds")
-            .arg(shared())
-            .output()
-            .expect("start.sh runs");
-        assert!(
-            out.status.success(),
-            "the API server did not start (build it with tests/peers/kube/build.sh): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Self { dir }
-    }
-
-    fn kubeconfig(&self) -> PathBuf {
-        self.dir.path().join("kubeconfig")
-    }
-}
-
-impl Drop for ApiServer {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(peer().join("stop.sh"))
-            .arg(self.dir.path())
-            .status();
-    }
-}
+use common::ApiServer;
 
 fn document(rel: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(

@@ -156,3 +156,48 @@ pub fn find<'a>(objects: &'a [serde_json::Value], kind: &str, name: &str) -> &'a
         .find(|o| o["kind"] == kind && o["name"] == name)
         .unwrap_or_else(|| panic!("no {kind} {name} in {objects:#?}"))
 }
+
+/// A real etcd + kube-apiserver (tests/peers/kube) with the upstream CRDs
+/// from ../shared, in a temporary directory, stopped when dropped.
+pub struct ApiServer {
+    dir: tempfile::TempDir,
+}
+
+fn kube_peer() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/kube")
+}
+
+impl ApiServer {
+    pub fn start() -> Self {
+        let shared = std::env::var_os("LOCKSTEP_SHARED")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = Command::new("bash")
+            .arg(kube_peer().join("start.sh"))
+            .arg(dir.path())
+            .arg("--crds")
+            .arg(shared)
+            .output()
+            .expect("start.sh runs");
+        assert!(
+            out.status.success(),
+            "the API server did not start (build it with tests/peers/install.sh): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self { dir }
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(kube_peer().join("stop.sh"))
+            .arg(self.dir.path())
+            .status();
+    }
+}

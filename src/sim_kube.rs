@@ -1,0 +1,443 @@
+//! The simulated C5C3 operator driving a real API server: the [`sim`]
+//! world is the operator's brain, and each [`KubeOperator::step`] reads what
+//! changed in the cluster (specs, Jobs deleted by someone else), lets virtual
+//! time pass, and writes back what the real operators write: the status
+//! subresource, phase Jobs (and their status, as the Job controller would),
+//! Events, and the projected children a ControlPlane re-asserts.
+//!
+//! It exists so that lockstep's kube implementation, follow and repair can be
+//! tested end to end against a real kube-apiserver with the upstream CRDs,
+//! where no real operator can run. It projects Keystone, Glance and Nova
+//! children (from templates of the example fleet), enough for those tests.
+//!
+//! [`sim`]: crate::sim
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Client;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use serde_json::{Value, json};
+
+use crate::cluster::ClusterError;
+use crate::kind::{Key, Kind, ReleaseSource, VERSION};
+use crate::release::ImageRef;
+use crate::sim::{JobState, World};
+
+/// The manager the real operators project children as.
+pub const OPERATOR_MANAGER: &str = "cobaltcore-operator";
+
+pub struct KubeOperator {
+    client: Client,
+    pub world: World,
+    /// Plane → its children and their spec templates (all but release and image).
+    planes: BTreeMap<Key, Vec<(Key, Value)>>,
+    /// Jobs written to the cluster, and the state last written.
+    written_jobs: HashMap<(String, String), JobState>,
+    events_posted: usize,
+    /// The virtual instant the world started at, for Event times.
+    epoch: k8s_openapi::jiff::Timestamp,
+}
+
+fn err(e: kube::Error) -> ClusterError {
+    ClusterError::Other(format!("simulated operator: {e}"))
+}
+
+fn api(client: &Client, key: &Key) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(key.kind.group(), VERSION, key.kind.as_str());
+    Api::namespaced_with(
+        client.clone(),
+        &key.namespace,
+        &ApiResource::from_gvk_with_plural(&gvk, key.kind.plural()),
+    )
+}
+
+fn image_of(spec: &Value) -> Option<ImageRef> {
+    let i = spec.get("image")?;
+    ImageRef::new(
+        i.get("repository").and_then(Value::as_str),
+        i.get("tag").and_then(Value::as_str),
+        i.get("digest").and_then(Value::as_str),
+    )
+    .ok()
+}
+
+fn image_json(i: &ImageRef) -> Value {
+    match &i.pin {
+        crate::release::Pin::Tag(t) => json!({"repository": i.repository, "tag": t}),
+        crate::release::Pin::Digest(d) => json!({"repository": i.repository, "digest": d}),
+    }
+}
+
+impl KubeOperator {
+    pub fn new(client: Client, world: World) -> Self {
+        Self {
+            client,
+            world,
+            planes: BTreeMap::new(),
+            written_jobs: HashMap::new(),
+            events_posted: 0,
+            epoch: k8s_openapi::jiff::Timestamp::now(),
+        }
+    }
+
+    /// Takes over a standalone object already in the cluster, as installed
+    /// and Ready at its current spec.
+    pub async fn adopt(&mut self, key: &Key) -> Result<(), ClusterError> {
+        let obj = api(&self.client, key).get(&key.name).await.map_err(err)?;
+        let spec = obj.data.get("spec").cloned().unwrap_or_default();
+        let image =
+            image_of(&spec).ok_or_else(|| ClusterError::Other(format!("{key}: no image")))?;
+        let release = spec
+            .get("openStackRelease")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        self.world.install_steady(key.clone(), release, image, None);
+        if let Some(o) = self.world.objects.get_mut(key) {
+            o.generation = obj.metadata.generation.unwrap_or(1);
+        }
+        self.write_status(key).await
+    }
+
+    /// Takes over a ControlPlane: projects its children (created from the
+    /// templates, release and image from the plane), installed and Ready.
+    pub async fn adopt_plane(
+        &mut self,
+        plane: &Key,
+        templates: Vec<(Kind, Value)>,
+    ) -> Result<(), ClusterError> {
+        let obj = api(&self.client, plane)
+            .get(&plane.name)
+            .await
+            .map_err(err)?;
+        let spec = obj.data.get("spec").cloned().unwrap_or_default();
+        let release = spec
+            .get("openStackRelease")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        self.world.install_plane(plane.clone(), release.clone());
+        let mut children = Vec::new();
+        for (kind, template) in templates {
+            let key = Key::new(
+                kind,
+                plane.namespace.clone(),
+                format!("{}-{}", plane.name, kind.service()),
+            );
+            let image = child_image(&spec, kind, &release);
+            self.project(&key, &template, &release, &image).await?;
+            let rel = (kind.release_source() == ReleaseSource::Field).then(|| release.clone());
+            self.world
+                .install_steady(key.clone(), rel, image, Some(plane.clone()));
+            let generation = api(&self.client, &key)
+                .get(&key.name)
+                .await
+                .map_err(err)?
+                .metadata
+                .generation;
+            if let Some(o) = self.world.objects.get_mut(&key) {
+                o.generation = generation.unwrap_or(1);
+            }
+            self.write_status(&key).await?;
+            children.push((key, template));
+        }
+        self.planes.insert(plane.clone(), children);
+        Ok(())
+    }
+
+    /// Writes a child's spec as the operator does: server-side apply, forced.
+    async fn project(
+        &self,
+        key: &Key,
+        template: &Value,
+        release: &str,
+        image: &ImageRef,
+    ) -> Result<(), ClusterError> {
+        let mut spec = template.clone();
+        spec["image"] = image_json(image);
+        if key.kind.release_source() == ReleaseSource::Field {
+            spec["openStackRelease"] = release.into();
+        }
+        let body = json!({
+            "apiVersion": key.kind.api_version(), "kind": key.kind.as_str(),
+            "metadata": {"name": key.name, "namespace": key.namespace,
+                         "labels": {"c5c3.io/controlplane-name": key.name.rsplit_once('-').map_or("", |(p, _)| p)}},
+            "spec": spec,
+        });
+        api(&self.client, key)
+            .patch(
+                &key.name,
+                &PatchParams::apply(OPERATOR_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+
+    /// One round: read the cluster, let time pass to the next thing due (at
+    /// most `max_wait`), write the cluster. Returns false when the simulated
+    /// operator has nothing left to do.
+    pub async fn step(&mut self, max_wait: Duration) -> Result<bool, ClusterError> {
+        self.read().await?;
+        self.world.settle();
+        let busy = match self.world.next_due() {
+            Some(t) => {
+                let t = t.min(self.world.now + max_wait);
+                self.world.advance_to(t);
+                true
+            }
+            None => false,
+        };
+        self.write().await?;
+        Ok(busy)
+    }
+
+    async fn read(&mut self) -> Result<(), ClusterError> {
+        // Planes: a new release or override is re-asserted on every child.
+        let planes: Vec<(Key, Vec<(Key, Value)>)> = self
+            .planes
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (plane, children) in planes {
+            let obj = api(&self.client, &plane)
+                .get(&plane.name)
+                .await
+                .map_err(err)?;
+            let spec = obj.data.get("spec").cloned().unwrap_or_default();
+            let release = spec
+                .get("openStackRelease")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let images: Vec<(Key, ImageRef)> = children
+                .iter()
+                .map(|(k, _)| (k.clone(), child_image(&spec, k.kind, &release)))
+                .collect();
+            let changed = self
+                .world
+                .planes
+                .get(&plane)
+                .is_none_or(|p| p.release != release)
+                || images
+                    .iter()
+                    .any(|(k, i)| self.world.objects.get(k).is_some_and(|o| &o.image != i));
+            if changed {
+                // The real plane has no admission webhook here; the world's
+                // refusal of a downgrade stands in for it.
+                if self.world.apply_plane(&plane, &release, &images).is_ok() {
+                    for ((key, template), (_, image)) in children.iter().zip(&images) {
+                        self.project(key, template, &release, image).await?;
+                    }
+                }
+            }
+        }
+        // Specs lockstep (or anyone) applied to standalone objects; generations.
+        let keys: Vec<Key> = self.world.objects.keys().cloned().collect();
+        for key in keys {
+            let Some(obj) = api(&self.client, &key)
+                .get_opt(&key.name)
+                .await
+                .map_err(err)?
+            else {
+                self.world.objects.remove(&key);
+                continue;
+            };
+            let spec = obj.data.get("spec").cloned().unwrap_or_default();
+            let projected = self
+                .world
+                .objects
+                .get(&key)
+                .and_then(|o| o.projected_by.clone())
+                .is_some();
+            if !projected && let Some(image) = image_of(&spec) {
+                let release = spec
+                    .get("openStackRelease")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let _ = self.world.apply(&key, release, image);
+            }
+            if let Some(o) = self.world.objects.get_mut(&key) {
+                o.generation = obj.metadata.generation.unwrap_or(o.generation);
+            }
+        }
+        // Jobs deleted by someone else (lockstep's repair): the operator notices.
+        let jobs: Vec<(String, String)> = self.written_jobs.keys().cloned().collect();
+        for (ns, name) in jobs {
+            let japi: Api<Job> = Api::namespaced(self.client.clone(), &ns);
+            let gone = japi
+                .get_opt(&name)
+                .await
+                .map_err(err)?
+                .is_none_or(|j| j.metadata.deletion_timestamp.is_some());
+            if gone {
+                self.written_jobs.remove(&(ns.clone(), name.clone()));
+                self.world.delete_job(&ns, &name);
+            }
+        }
+        Ok(())
+    }
+
+    async fn write(&mut self) -> Result<(), ClusterError> {
+        let keys: Vec<Key> = self.world.objects.keys().cloned().collect();
+        for key in &keys {
+            self.write_status(key).await?;
+        }
+        // Jobs: create what the world runs, record how they ended, delete
+        // what the world dropped (an abort).
+        let world_jobs: Vec<((String, String), String, JobState)> = self
+            .world
+            .jobs
+            .iter()
+            .map(|(id, j)| (id.clone(), j.image.clone(), j.state))
+            .collect();
+        for (id, image, state) in &world_jobs {
+            let japi: Api<Job> = Api::namespaced(self.client.clone(), &id.0);
+            if !self.written_jobs.contains_key(id) {
+                let job: Job = serde_json::from_value(json!({
+                    "metadata": {"name": id.1, "labels": {"app.kubernetes.io/managed-by": "lockstep-operator-sim"}},
+                    "spec": {"backoffLimit": self.world.params.backoff_limit, "template": {"spec": {
+                        "restartPolicy": "Never", "containers": [{"name": "db", "image": image}]}}}
+                }))
+                .map_err(|e| ClusterError::Other(e.to_string()))?;
+                match japi.create(&PostParams::default(), &job).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => return Err(err(e)),
+                }
+                self.written_jobs.insert(id.clone(), JobState::Running);
+            }
+            if self.written_jobs.get(id) != Some(state) && *state != JobState::Running {
+                let now = self.stamp();
+                let status = match state {
+                    JobState::Complete => {
+                        json!({"status": {"startTime": now, "completionTime": now, "succeeded": 1,
+                        "conditions": [
+                            {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods", "lastTransitionTime": now},
+                            {"type": "Complete", "status": "True", "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods", "lastTransitionTime": now}]}})
+                    }
+                    _ => {
+                        json!({"status": {"startTime": now, "failed": self.world.params.backoff_limit + 1,
+                        "conditions": [
+                            {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastTransitionTime": now},
+                            {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastTransitionTime": now}]}})
+                    }
+                };
+                japi.patch_status(&id.1, &PatchParams::default(), &Patch::Merge(&status))
+                    .await
+                    .map_err(err)?;
+                self.written_jobs.insert(id.clone(), *state);
+            }
+        }
+        let dropped: Vec<(String, String)> = self
+            .written_jobs
+            .keys()
+            .filter(|id| !self.world.jobs.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in dropped {
+            let japi: Api<Job> = Api::namespaced(self.client.clone(), &id.0);
+            let _ = japi.delete(&id.1, &DeleteParams::background()).await;
+            self.written_jobs.remove(&id);
+        }
+        // Events, as the operators record them.
+        let new: Vec<crate::sim::Event> = self.world.events[self.events_posted..].to_vec();
+        for e in new {
+            let evs: Api<Event> = Api::namespaced(self.client.clone(), &e.key.namespace);
+            let ev = Event {
+                metadata: ObjectMeta {
+                    generate_name: Some(format!("{}.", e.key.name).replace('.', "-")),
+                    ..ObjectMeta::default()
+                },
+                event_time: Some(MicroTime(self.virtual_now())),
+                action: Some("Reconcile".into()),
+                reason: Some(e.reason.clone()),
+                note: Some(e.message.clone()),
+                type_: Some(if e.warning { "Warning" } else { "Normal" }.into()),
+                reporting_controller: Some(format!("{}-operator", e.key.kind.service())),
+                reporting_instance: Some("operator-sim".into()),
+                regarding: Some(ObjectReference {
+                    api_version: Some(e.key.kind.api_version()),
+                    kind: Some(e.key.kind.as_str().into()),
+                    name: Some(e.key.name.clone()),
+                    namespace: Some(e.key.namespace.clone()),
+                    ..ObjectReference::default()
+                }),
+                ..Event::default()
+            };
+            evs.create(&PostParams::default(), &ev).await.map_err(err)?;
+            self.events_posted += 1;
+        }
+        Ok(())
+    }
+
+    fn virtual_now(&self) -> k8s_openapi::jiff::Timestamp {
+        let secs = i64::try_from(self.world.now.as_secs()).unwrap_or(i64::MAX);
+        self.epoch
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(secs))
+            .unwrap_or(self.epoch)
+    }
+
+    fn stamp(&self) -> String {
+        // RFC 3339 to the second, as metav1.Time serialises.
+        self.virtual_now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string()
+    }
+
+    /// The status subresource, as the operator writes it (`Status().Update()`
+    /// in the real ones; a merge patch here).
+    async fn write_status(&self, key: &Key) -> Result<(), ClusterError> {
+        let Some(o) = self.world.objects.get(key) else {
+            return Ok(());
+        };
+        let now = self.stamp();
+        let conditions: Vec<Value> = o
+            .status
+            .conditions
+            .iter()
+            .map(|c| json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message,
+                            "observedGeneration": o.generation, "lastTransitionTime": now}))
+            .collect();
+        let opt = |v: &Option<String>| v.clone().map_or(Value::Null, Value::from);
+        let mut status = json!({
+            "observedGeneration": o.generation,
+            "conditions": conditions,
+        });
+        if key.kind != Kind::Horizon {
+            status["installedRelease"] = opt(&o.status.installed_release);
+            status["targetRelease"] = opt(&o.status.target_release);
+        }
+        if key.kind.has_phase_machine() {
+            status["upgradePhase"] = opt(&o.status.upgrade_phase);
+        }
+        if matches!(key.kind, Kind::Placement | Kind::Barbican | Kind::Neutron) {
+            status["installedImage"] = opt(&o.status.installed_image);
+        }
+        api(&self.client, key)
+            .patch_status(
+                &key.name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": status})),
+            )
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+}
+
+/// A child's image: the plane's override, else `ghcr.io/c5c3/<svc>:<release>`.
+fn child_image(plane_spec: &Value, kind: Kind, release: &str) -> ImageRef {
+    plane_spec
+        .get("services")
+        .and_then(|s| s.get(kind.service()))
+        .and_then(image_of)
+        .unwrap_or_else(|| ImageRef::default_for(kind.service(), release))
+}
