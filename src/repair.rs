@@ -124,6 +124,45 @@ pub fn plan(
     }
 }
 
+/// Carries out a planned repair on a cluster: every repair is a log line
+/// and a Kubernetes Event on the object, so an audit reads the same in both.
+/// Returns whether something was changed.
+pub async fn execute<C: crate::cluster::Cluster>(
+    cluster: &C,
+    key: &Key,
+    action: &Action,
+    history: &mut RepairHistory,
+    now: Duration,
+) -> Result<bool, crate::cluster::ClusterError> {
+    match action {
+        Action::DeleteJob {
+            namespace,
+            name,
+            attempt,
+        } => {
+            let deleted = cluster.delete_job(namespace, name).await?;
+            let message = format!(
+                "deleted failed Job {name} (attempt {attempt}) so the operator runs it again"
+            );
+            tracing::warn!(object = %key, job = %name, attempt, deleted, "repair forward: {message}");
+            cluster
+                .record_event(key, "RepairJobDeleted", &message, false)
+                .await?;
+            history.retries = *attempt;
+            history.last = Some(now);
+            Ok(deleted)
+        }
+        Action::Report(m) => {
+            tracing::error!(object = %key, "{m}");
+            cluster.record_event(key, "RepairNeeded", m, true).await?;
+            Ok(false)
+        }
+        // Re-asserting the plane is an apply of the accepted hop, which the
+        // caller owns (it has the document); waiting and nothing need no audit.
+        Action::ReassertPlane { .. } | Action::WaitUntil(_) | Action::Nothing => Ok(false),
+    }
+}
+
 /// What `lockstep retry` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Retried {

@@ -91,23 +91,12 @@ async fn follow(
             let obs = observe(c, key).await.unwrap().expect("object exists");
             let (tracker, history) = trackers.get_mut(key).unwrap();
             let p = tracker.observe(&obs, now);
-            if let Action::DeleteJob {
-                namespace,
-                name,
-                attempt,
-            } = repair::plan(key, *plane, &p, history, now, &policy)
-            {
-                assert!(c.delete_job(&namespace, &name).await.unwrap());
-                c.record_event(
-                    key,
-                    "RepairJobDeleted",
-                    &format!("deleted failed Job {name} (attempt {attempt})"),
-                    false,
-                )
+            let action = repair::plan(key, *plane, &p, history, now, &policy);
+            if repair::execute(c, key, &action, history, now)
                 .await
-                .unwrap();
-                history.retries = attempt;
-                history.last = Some(now);
+                .unwrap()
+                && let Action::DeleteJob { name, attempt, .. } = &action
+            {
                 repairs.push(format!("{name} attempt {attempt}"));
             }
             last.insert(key.clone(), p);
