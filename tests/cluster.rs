@@ -105,6 +105,12 @@ async fn memory_cluster_applies_follows_and_repairs() {
             .event_reasons(&nova)
             .contains(&"RepairJobDeleted")
     );
+    let ev = c.events(&nova).await.unwrap();
+    assert_eq!(
+        ev.first().map(|e| e.reason.as_str()),
+        Some("UpgradeInitiated")
+    );
+    assert!(ev.iter().any(|e| e.reason == "ExpandFailed" && e.warning));
     // A plane refuses a downgrade at admission.
     let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
     c.world()

@@ -256,6 +256,24 @@ async fn a_control_plane_hop_with_a_repair_and_a_standalone_abort() {
             "{r} missing from {nova_events:?}"
         );
     }
+    let nova_key = Key::new(Kind::Nova, "openstack", "prod-nova");
+    let ev = c.events(&nova_key).await.unwrap();
+    assert!(
+        ev.iter()
+            .any(|e| e.reason == "ExpandFailed" && e.warning && e.reporter == "nova-operator"),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter().any(|e| e.reason == "RepairJobDeleted"
+            && !e.warning
+            && e.reporter == "c5c3.io/lockstep"),
+        "{ev:?}"
+    );
+    assert_eq!(
+        ev.last().map(|e| e.reason.as_str()),
+        Some("UpgradeComplete"),
+        "oldest first"
+    );
     let jobs: Api<Job> = Api::namespaced(client.clone(), "openstack");
     let expand = jobs.get("prod-nova-db-expand").await.unwrap();
     assert!(

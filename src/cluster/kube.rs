@@ -13,8 +13,8 @@ use kube::api::{
 };
 
 use super::{
-    ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentInfo, FIELD_MANAGER, JobInfo,
-    apply_body,
+    ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentInfo, EventInfo, FIELD_MANAGER,
+    JobInfo, apply_body,
 };
 use crate::kind::{Key, Kind, VERSION};
 use crate::live::{Condition, LiveStatus};
@@ -223,6 +223,26 @@ impl Cluster for KubeCluster {
                     rolled_out,
                     installed_release,
                 })
+            })
+            .collect())
+    }
+
+    async fn events(&self, key: &Key) -> Result<Vec<EventInfo>, ClusterError> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &key.namespace);
+        let params = ListParams::default().fields(&format!(
+            "regarding.name={},regarding.kind={}",
+            key.name,
+            key.kind.as_str()
+        ));
+        let mut items = api.list(&params).await.map_err(|e| classify(key, e))?.items;
+        items.sort_by_key(|e| e.event_time.clone().map(|t| t.0));
+        Ok(items
+            .into_iter()
+            .map(|e| EventInfo {
+                reason: e.reason.unwrap_or_default(),
+                message: e.note.unwrap_or_default(),
+                warning: e.type_.as_deref() == Some("Warning"),
+                reporter: e.reporting_controller.unwrap_or_default(),
             })
             .collect())
     }

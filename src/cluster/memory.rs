@@ -3,7 +3,9 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentInfo, JobInfo};
+use super::{
+    ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentInfo, EventInfo, JobInfo,
+};
 use crate::kind::{Key, Kind};
 use crate::sim::{Event, JobState, World};
 
@@ -134,6 +136,21 @@ impl Cluster for MemoryCluster {
                     .collect()
             })
             .unwrap_or_default())
+    }
+
+    async fn events(&self, key: &Key) -> Result<Vec<EventInfo>, ClusterError> {
+        Ok(self
+            .world()?
+            .events
+            .iter()
+            .filter(|e| &e.key == key)
+            .map(|e| EventInfo {
+                reason: e.reason.clone(),
+                message: e.message.clone(),
+                warning: e.warning,
+                reporter: format!("{}-operator", key.kind.service()),
+            })
+            .collect())
     }
 
     async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {

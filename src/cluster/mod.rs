@@ -98,6 +98,16 @@ pub async fn observe<C: Cluster>(
     }))
 }
 
+/// An Event about an object, as the operators (or lockstep) recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventInfo {
+    pub reason: String,
+    pub message: String,
+    pub warning: bool,
+    /// Who recorded it (`reportingController`).
+    pub reporter: String,
+}
+
 /// One object's release and image, as lockstep applies them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ApplyRequest {
@@ -160,6 +170,13 @@ pub trait Cluster: Send + Sync {
         &self,
         key: &Key,
     ) -> impl Future<Output = Result<Vec<DeploymentInfo>, ClusterError>> + Send;
+
+    /// Events about an object, oldest first (the operators' phase events:
+    /// `UpgradeInitiated`, `ExpandFailed`, `UpgradeCheckWarnings`, …).
+    fn events(
+        &self,
+        key: &Key,
+    ) -> impl Future<Output = Result<Vec<EventInfo>, ClusterError>> + Send;
 
     /// Deletes a Job with background propagation; false when it was already gone.
     fn delete_job(
