@@ -34,6 +34,7 @@ async fn memory_cluster_applies_follows_and_repairs() {
         tries: 5,
     });
     let c = MemoryCluster::new(w);
+    let mut changes = c.watch();
     let before = c.get(&nova).await.unwrap().unwrap();
     let after = c
         .apply(&ApplyRequest {
@@ -48,6 +49,23 @@ async fn memory_cluster_applies_follows_and_repairs() {
     assert_eq!(after.generation, before.generation + 1);
     assert_eq!(after.release.as_deref(), Some("2026.2"));
     assert_eq!(after.status.upgrade_phase.as_deref(), Some("Expanding"));
+    // Watchers hear of the apply, and of the operator's status changes.
+    assert_eq!(next_key(&mut changes).await, Some(nova.clone()));
+    assert!(
+        c.step(Duration::from_secs(600)).unwrap(),
+        "the expand is running"
+    );
+    assert_eq!(
+        next_key(&mut changes).await,
+        None,
+        "600 s in, the failing expand has changed no status"
+    );
+    assert!(c.step(Duration::from_secs(3600)).unwrap());
+    assert_eq!(
+        next_key(&mut changes).await,
+        Some(nova.clone()),
+        "ExpandFailed is announced"
+    );
     // The same apply again is no edit (server-side apply is idempotent).
     let again = c
         .apply(&ApplyRequest {
@@ -127,6 +145,14 @@ async fn memory_cluster_applies_follows_and_repairs() {
         .await
         .unwrap_err();
     assert!(matches!(err, ClusterError::Invalid { .. }), "{err}");
+}
+
+async fn next_key(s: &mut futures::stream::BoxStream<'static, Key>) -> Option<Key> {
+    use futures::StreamExt;
+    tokio::time::timeout(Duration::from_secs(2), s.next())
+        .await
+        .ok()
+        .flatten()
 }
 
 async fn mock_cluster(server: &MockServer, timeout: Option<Duration>) -> KubeCluster {

@@ -60,6 +60,9 @@ async fn kube_cluster_against_a_real_api_server() {
         ns.create(&PostParams::default(), &body).await.unwrap();
     }
 
+    // Watch everything C5C3 from the start.
+    let mut changes = c.watch();
+
     // Install: lockstep applies the whole Git document.
     let nova = Key::new(Kind::Nova, "compute", "nova");
     let doc = document("standalone/compute/nova.yaml");
@@ -100,6 +103,21 @@ async fn kube_cluster_against_a_real_api_server() {
         .filter_map(|m| m.manager.clone())
         .collect();
     assert_eq!(managers, ["lockstep"]);
+
+    // The watch saw the Nova change (install and hop).
+    {
+        use futures::StreamExt;
+        let seen = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+            while let Some(k) = changes.next().await {
+                if k == nova {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(seen, Ok(true), "the watcher reports the Nova");
+    }
 
     // The same hop again writes nothing (no new generation).
     assert_eq!(c.apply(&hop).await.unwrap().generation, 2);

@@ -227,6 +227,31 @@ impl Cluster for KubeCluster {
             .collect())
     }
 
+    fn watch(&self) -> futures::stream::BoxStream<'static, Key> {
+        use futures::StreamExt;
+        use kube::ResourceExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let streams = std::iter::once(Kind::ControlPlane)
+            .chain(Kind::SERVICES)
+            .map(|kind| {
+                let gvk = GroupVersionKind::gvk(kind.group(), VERSION, kind.as_str());
+                let ar = ApiResource::from_gvk_with_plural(&gvk, kind.plural());
+                let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+                // Errors (a CRD not installed, the server restarting) are
+                // retried with backoff inside the watcher; they yield no keys.
+                watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .applied_objects()
+                    .filter_map(move |r| async move {
+                        r.ok().map(|o| {
+                            Key::new(kind, o.namespace().unwrap_or_default(), o.name_any())
+                        })
+                    })
+                    .boxed()
+            });
+        futures::stream::select_all(streams).boxed()
+    }
+
     async fn events(&self, key: &Key) -> Result<Vec<EventInfo>, ClusterError> {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &key.namespace);
         let params = ListParams::default().fields(&format!(

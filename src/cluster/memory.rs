@@ -12,13 +12,42 @@ use crate::sim::{Event, JobState, World};
 #[derive(Clone)]
 pub struct MemoryCluster {
     world: Arc<Mutex<World>>,
+    changes: tokio::sync::broadcast::Sender<Key>,
 }
 
 impl MemoryCluster {
     pub fn new(world: World) -> Self {
         Self {
             world: Arc::new(Mutex::new(world)),
+            changes: tokio::sync::broadcast::channel(4096).0,
         }
+    }
+
+    /// Lets the simulated operator work until its next due event (at most
+    /// `max_wait` of virtual time) and announces every object whose status
+    /// changed to the watchers.
+    pub fn step(&self, max_wait: std::time::Duration) -> Result<bool, ClusterError> {
+        let mut w = self.world()?;
+        let before: Vec<(Key, crate::live::LiveStatus)> = w
+            .objects
+            .iter()
+            .map(|(k, o)| (k.clone(), o.status.clone()))
+            .collect();
+        w.settle();
+        let busy = match w.next_due() {
+            Some(t) => {
+                let t = t.min(w.now + max_wait);
+                w.advance_to(t);
+                true
+            }
+            None => false,
+        };
+        for (k, s) in before {
+            if w.objects.get(&k).is_none_or(|o| o.status != s) {
+                let _ = self.changes.send(k);
+            }
+        }
+        Ok(busy)
     }
 
     /// The world, for driving the simulation (advancing its clock).
@@ -99,6 +128,14 @@ impl Cluster for MemoryCluster {
                     .map_err(|_| ClusterError::NotFound(req.key.clone()))?;
             }
             w.settle();
+            let _ = self.changes.send(req.key.clone());
+            for o in w
+                .objects
+                .values()
+                .filter(|o| o.projected_by.as_ref() == Some(&req.key))
+            {
+                let _ = self.changes.send(o.key.clone());
+            }
         }
         self.get(&req.key)
             .await?
@@ -136,6 +173,15 @@ impl Cluster for MemoryCluster {
                     .collect()
             })
             .unwrap_or_default())
+    }
+
+    fn watch(&self) -> futures::stream::BoxStream<'static, Key> {
+        use futures::StreamExt;
+        // Cancellation-safe: dropping a pending `next()` loses nothing.
+        tokio_stream::wrappers::BroadcastStream::new(self.changes.subscribe())
+            // A slow watcher that lagged misses keys: polling covers them.
+            .filter_map(|r| async move { r.ok() })
+            .boxed()
     }
 
     async fn events(&self, key: &Key) -> Result<Vec<EventInfo>, ClusterError> {

@@ -178,6 +178,11 @@ pub trait Cluster: Send + Sync {
         key: &Key,
     ) -> impl Future<Output = Result<Vec<EventInfo>, ClusterError>> + Send;
 
+    /// The keys of C5C3 objects as they change (spec or status), for
+    /// reacting at once; polling stays on as the backstop, so a missed or
+    /// duplicated key costs nothing but a look.
+    fn watch(&self) -> futures::stream::BoxStream<'static, Key>;
+
     /// Deletes a Job with background propagation; false when it was already gone.
     fn delete_job(
         &self,
