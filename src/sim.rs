@@ -644,43 +644,28 @@ impl World {
                 o.status.target_release = Some(spec.clone());
             }
         }
-        match self.run_job(key, JobKind::Sync, &image) {
-            JobState::Running => {
-                if let Some(o) = self.objects.get_mut(key) {
-                    set_cond(
-                        o,
-                        "DatabaseReady",
-                        false,
-                        "DBSyncInProgress",
-                        "db sync running",
-                    );
-                    set_ready(o, false);
-                }
+        if self.sync(key, &image) {
+            let newly = self
+                .objects
+                .get(key)
+                .is_some_and(|o| o.status.installed_release.as_deref() != Some(spec.as_str()));
+            if let Some(o) = self.objects.get_mut(key) {
+                o.status.installed_release = Some(spec.clone());
+                o.status.installed_image = Some(image.clone());
+                o.status.target_release = None;
+                set_cond(o, "DatabaseReady", true, "DatabaseSynced", "");
             }
-            JobState::Failed => self.job_failed(key, JobKind::Sync),
-            JobState::Complete => {
-                let newly = self
-                    .objects
-                    .get(key)
-                    .is_some_and(|o| o.status.installed_release.as_deref() != Some(spec.as_str()));
-                if let Some(o) = self.objects.get_mut(key) {
-                    o.status.installed_release = Some(spec.clone());
-                    o.status.installed_image = Some(image.clone());
-                    o.status.target_release = None;
-                    set_cond(o, "DatabaseReady", true, "DatabaseSynced", "");
-                }
-                if newly {
-                    self.event(
-                        key,
-                        false,
-                        "DatabaseSynced",
-                        format!("database synced at {spec}"),
-                    );
-                }
-                let done = self.roll(key, &image, None);
-                if let Some(o) = self.objects.get_mut(key) {
-                    set_ready(o, done);
-                }
+            if newly {
+                self.event(
+                    key,
+                    false,
+                    "DatabaseSynced",
+                    format!("database synced at {spec}"),
+                );
+            }
+            let done = self.roll(key, &image, None);
+            if let Some(o) = self.objects.get_mut(key) {
+                set_ready(o, done);
             }
         }
     }
@@ -897,10 +882,15 @@ impl World {
         }
     }
 
-    /// The steady path: db-sync on the current image, then the workloads
-    /// (and, after an upgrade, the second roll of annotated roles).
-    fn steady(&mut self, key: &Key, image: &str, spec: Option<&str>) {
+    /// Runs the db-sync Job on `image`; true once it has completed (while it
+    /// runs, or after it failed for good, the conditions say so).
+    fn sync(&mut self, key: &Key, image: &str) -> bool {
         match self.run_job(key, JobKind::Sync, image) {
+            JobState::Complete => true,
+            JobState::Failed => {
+                self.job_failed(key, JobKind::Sync);
+                false
+            }
             JobState::Running => {
                 if let Some(o) = self.objects.get_mut(key) {
                     set_cond(
@@ -912,27 +902,32 @@ impl World {
                     );
                     set_ready(o, false);
                 }
+                false
             }
-            JobState::Failed => self.job_failed(key, JobKind::Sync),
-            JobState::Complete => {
-                if let Some(o) = self.objects.get_mut(key) {
-                    if o.status.installed_release.is_none() && spec.is_some() {
-                        o.status.installed_release = spec.map(str::to_owned);
-                    }
-                    // Neutron records the image that migrated the schema (§3.1).
-                    if key.kind == Kind::Neutron {
-                        o.status.installed_image = Some(image.to_owned());
-                    }
-                    set_cond(o, "DatabaseReady", true, "DatabaseSynced", "");
+        }
+    }
+
+    /// The steady path: db-sync on the current image, then the workloads
+    /// (and, after an upgrade, the second roll of annotated roles).
+    fn steady(&mut self, key: &Key, image: &str, spec: Option<&str>) {
+        if self.sync(key, image) {
+            if let Some(o) = self.objects.get_mut(key) {
+                if o.status.installed_release.is_none() && spec.is_some() {
+                    o.status.installed_release = spec.map(str::to_owned);
                 }
-                let annotation = self
-                    .objects
-                    .get(key)
-                    .and_then(|o| o.status.installed_release.clone());
-                let done = self.roll(key, image, annotation.as_deref());
-                if let Some(o) = self.objects.get_mut(key) {
-                    set_ready(o, done);
+                // Neutron records the image that migrated the schema (§3.1).
+                if key.kind == Kind::Neutron {
+                    o.status.installed_image = Some(image.to_owned());
                 }
+                set_cond(o, "DatabaseReady", true, "DatabaseSynced", "");
+            }
+            let annotation = self
+                .objects
+                .get(key)
+                .and_then(|o| o.status.installed_release.clone());
+            let done = self.roll(key, image, annotation.as_deref());
+            if let Some(o) = self.objects.get_mut(key) {
+                set_ready(o, done);
             }
         }
     }
