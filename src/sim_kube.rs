@@ -20,13 +20,12 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::cluster::ClusterError;
-use crate::kind::{Key, Kind, ReleaseSource, VERSION};
+use crate::cluster::kube::{dynamic_api, spec_image};
+use crate::cluster::{ClusterError, image_json};
+use crate::kind::{Key, Kind, ReleaseSource};
 use crate::release::ImageRef;
 use crate::sim::{JobState, World};
 
@@ -49,32 +48,6 @@ fn err(e: kube::Error) -> ClusterError {
     ClusterError::Other(format!("simulated operator: {e}"))
 }
 
-fn api(client: &Client, key: &Key) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk(key.kind.group(), VERSION, key.kind.as_str());
-    Api::namespaced_with(
-        client.clone(),
-        &key.namespace,
-        &ApiResource::from_gvk_with_plural(&gvk, key.kind.plural()),
-    )
-}
-
-fn image_of(spec: &Value) -> Option<ImageRef> {
-    let i = spec.get("image")?;
-    ImageRef::new(
-        i.get("repository").and_then(Value::as_str),
-        i.get("tag").and_then(Value::as_str),
-        i.get("digest").and_then(Value::as_str),
-    )
-    .ok()
-}
-
-fn image_json(i: &ImageRef) -> Value {
-    match &i.pin {
-        crate::release::Pin::Tag(t) => json!({"repository": i.repository, "tag": t}),
-        crate::release::Pin::Digest(d) => json!({"repository": i.repository, "digest": d}),
-    }
-}
-
 impl KubeOperator {
     pub fn new(client: Client, world: World) -> Self {
         Self {
@@ -90,10 +63,13 @@ impl KubeOperator {
     /// Takes over a standalone object already in the cluster, as installed
     /// and Ready at its current spec.
     pub async fn adopt(&mut self, key: &Key) -> Result<(), ClusterError> {
-        let obj = api(&self.client, key).get(&key.name).await.map_err(err)?;
+        let obj = dynamic_api(&self.client, key)
+            .get(&key.name)
+            .await
+            .map_err(err)?;
         let spec = obj.data.get("spec").cloned().unwrap_or_default();
         let image =
-            image_of(&spec).ok_or_else(|| ClusterError::Other(format!("{key}: no image")))?;
+            spec_image(&spec).ok_or_else(|| ClusterError::Other(format!("{key}: no image")))?;
         let release = spec
             .get("openStackRelease")
             .and_then(Value::as_str)
@@ -112,7 +88,7 @@ impl KubeOperator {
         plane: &Key,
         templates: Vec<(Kind, Value)>,
     ) -> Result<(), ClusterError> {
-        let obj = api(&self.client, plane)
+        let obj = dynamic_api(&self.client, plane)
             .get(&plane.name)
             .await
             .map_err(err)?;
@@ -135,7 +111,7 @@ impl KubeOperator {
             let rel = (kind.release_source() == ReleaseSource::Field).then(|| release.clone());
             self.world
                 .install_steady(key.clone(), rel, image, Some(plane.clone()));
-            let generation = api(&self.client, &key)
+            let generation = dynamic_api(&self.client, &key)
                 .get(&key.name)
                 .await
                 .map_err(err)?
@@ -170,7 +146,7 @@ impl KubeOperator {
                          "labels": {"c5c3.io/controlplane-name": key.name.rsplit_once('-').map_or("", |(p, _)| p)}},
             "spec": spec,
         });
-        api(&self.client, key)
+        dynamic_api(&self.client, key)
             .patch(
                 &key.name,
                 &PatchParams::apply(OPERATOR_MANAGER).force(),
@@ -207,7 +183,7 @@ impl KubeOperator {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         for (plane, children) in planes {
-            let obj = api(&self.client, &plane)
+            let obj = dynamic_api(&self.client, &plane)
                 .get(&plane.name)
                 .await
                 .map_err(err)?;
@@ -242,7 +218,7 @@ impl KubeOperator {
         // Specs lockstep (or anyone) applied to standalone objects; generations.
         let keys: Vec<Key> = self.world.objects.keys().cloned().collect();
         for key in keys {
-            let Some(obj) = api(&self.client, &key)
+            let Some(obj) = dynamic_api(&self.client, &key)
                 .get_opt(&key.name)
                 .await
                 .map_err(err)?
@@ -257,7 +233,7 @@ impl KubeOperator {
                 .get(&key)
                 .and_then(|o| o.projected_by.clone())
                 .is_some();
-            if !projected && let Some(image) = image_of(&spec) {
+            if !projected && let Some(image) = spec_image(&spec) {
                 let release = spec
                     .get("openStackRelease")
                     .and_then(Value::as_str)
@@ -421,7 +397,7 @@ impl KubeOperator {
         if matches!(key.kind, Kind::Placement | Kind::Barbican | Kind::Neutron) {
             status["installedImage"] = opt(&o.status.installed_image);
         }
-        api(&self.client, key)
+        dynamic_api(&self.client, key)
             .patch_status(
                 &key.name,
                 &PatchParams::default(),
@@ -438,6 +414,6 @@ fn child_image(plane_spec: &Value, kind: Kind, release: &str) -> ImageRef {
     plane_spec
         .get("services")
         .and_then(|s| s.get(kind.service()))
-        .and_then(image_of)
+        .and_then(spec_image)
         .unwrap_or_else(|| ImageRef::default_for(kind.service(), release))
 }

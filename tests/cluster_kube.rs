@@ -12,9 +12,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use lockstep::cluster::kube::KubeCluster;
 use lockstep::cluster::{ApplyRequest, Cluster, ClusterError};
 use lockstep::kind::{Key, Kind};
@@ -37,14 +35,7 @@ fn img(svc: &str, tag: &str) -> ImageRef {
     ImageRef::new(Some(&format!("ghcr.io/c5c3/{svc}")), Some(tag), None).unwrap()
 }
 
-fn dynamic(client: &kube::Client, key: &Key) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk(key.kind.group(), "v1alpha1", key.kind.as_str());
-    Api::namespaced_with(
-        client.clone(),
-        &key.namespace,
-        &ApiResource::from_gvk_with_plural(&gvk, key.kind.plural()),
-    )
-}
+use lockstep::cluster::kube::dynamic_api as dynamic;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_cluster_against_a_real_api_server() {

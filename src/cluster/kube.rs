@@ -59,10 +59,26 @@ impl KubeCluster {
     }
 
     fn api(&self, key: &Key) -> Api<DynamicObject> {
-        let gvk = GroupVersionKind::gvk(key.kind.group(), VERSION, key.kind.as_str());
-        let ar = ApiResource::from_gvk_with_plural(&gvk, key.kind.plural());
-        Api::namespaced_with(self.client.clone(), &key.namespace, &ar)
+        dynamic_api(&self.client, key)
     }
+}
+
+/// The API of a C5C3 object: dynamic, since the schemas are the operators'.
+pub fn dynamic_api(client: &Client, key: &Key) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(key.kind.group(), VERSION, key.kind.as_str());
+    let ar = ApiResource::from_gvk_with_plural(&gvk, key.kind.plural());
+    Api::namespaced_with(client.clone(), &key.namespace, &ar)
+}
+
+/// `spec.image` of an object's spec, when it is a valid ImageSpec.
+pub fn spec_image(spec: &serde_json::Value) -> Option<ImageRef> {
+    let i = spec.get("image")?;
+    ImageRef::new(
+        i.get("repository").and_then(|v| v.as_str()),
+        i.get("tag").and_then(|v| v.as_str()),
+        i.get("digest").and_then(|v| v.as_str()),
+    )
+    .ok()
 }
 
 /// Maps kube-rs errors onto what lockstep does about them.
@@ -95,14 +111,7 @@ fn to_object(key: &Key, obj: &DynamicObject) -> ClusterObject {
             .and_then(|v| v.as_str())
             .map(str::to_owned)
     };
-    let image = spec.and_then(|s| s.get("image")).and_then(|i| {
-        ImageRef::new(
-            i.get("repository").and_then(|v| v.as_str()),
-            i.get("tag").and_then(|v| v.as_str()),
-            i.get("digest").and_then(|v| v.as_str()),
-        )
-        .ok()
-    });
+    let image = spec.and_then(spec_image);
     let status = obj.data.get("status");
     let conditions: Vec<Condition> = status
         .and_then(|s| s.get("conditions"))

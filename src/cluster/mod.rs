@@ -279,7 +279,8 @@ pub fn apply_body(req: &ApplyRequest) -> serde_json::Value {
     })
 }
 
-fn image_json(i: &ImageRef) -> serde_json::Value {
+/// An ImageSpec as the CRDs want it: the unused one of tag and digest omitted.
+pub fn image_json(i: &ImageRef) -> serde_json::Value {
     match &i.pin {
         crate::release::Pin::Tag(t) => serde_json::json!({ "repository": i.repository, "tag": t }),
         crate::release::Pin::Digest(d) => {
