@@ -54,21 +54,31 @@ port_in_use() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
   fi
 }
+# Random ports are drawn below the kernel's ephemeral range, so an outgoing
+# connection elsewhere on the machine cannot take one between our check and
+# etcd's bind; a bind that still loses a race is retried with fresh ports.
+EPHEMERAL_LO=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+if (( EPHEMERAL_LO > 12000 )); then PORT_LO=10000 PORT_SPAN=$((EPHEMERAL_LO - 10000))
+else PORT_LO=61000 PORT_SPAN=4000; fi
 free_port() {
   local p taken=" $* "
   for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((PORT_LO + RANDOM % PORT_SPAN))
     [[ $taken == *" $p "* ]] && continue
     port_in_use "$p" || { echo "$p"; return; }
   done
   die "no free port found"
 }
-[[ -n $ETCD_PORT ]] || ETCD_PORT=$(free_port)
-ETCD_PEER_PORT=$(free_port "$ETCD_PORT")
-[[ -n $API_PORT ]] || API_PORT=$(free_port "$ETCD_PORT" "$ETCD_PEER_PORT")
-for p in "$ETCD_PORT" "$ETCD_PEER_PORT" "$API_PORT"; do
-  port_in_use "$p" && die "port $p on 127.0.0.1 is already in use"
-done
+FIXED_ETCD_PORT=$ETCD_PORT FIXED_API_PORT=$API_PORT
+pick_ports() {
+  ETCD_PORT=${FIXED_ETCD_PORT:-$(free_port)}
+  ETCD_PEER_PORT=$(free_port "$ETCD_PORT")
+  API_PORT=${FIXED_API_PORT:-$(free_port "$ETCD_PORT" "$ETCD_PEER_PORT")}
+  for p in "$ETCD_PORT" "$ETCD_PEER_PORT" "$API_PORT"; do
+    port_in_use "$p" && die "port $p on 127.0.0.1 is already in use"
+  done
+  return 0
+}
 
 # ---- certificates ----------------------------------------------------------
 gen_certs() {
@@ -133,7 +143,8 @@ fail() { # name message
 
 alive() { [[ -f $DIR/$1.pid ]] && kill -0 "$(cat "$DIR/$1.pid")" 2>/dev/null; }
 
-T0=$(date +%s.%N)
+# launch: 0 when ready, 3 when a port was taken under us (retry), else fails.
+launch() {
 rm -rf "$DIR/etcd-data"
 ETCD_URL=http://127.0.0.1:$ETCD_PORT
 spawn etcd env -u ETCD_BIN "$ETCD_BIN" \
@@ -147,7 +158,7 @@ spawn etcd env -u ETCD_BIN "$ETCD_BIN" \
 
 deadline=$(( $(date +%s) + TIMEOUT ))
 until curl -fsS -m 2 "$ETCD_URL/health" 2>/dev/null | grep -q '"health":"true"'; do
-  alive etcd || fail etcd "etcd exited during startup"
+  alive etcd || { port_race && return 3; fail etcd "etcd exited during startup"; }
   (( $(date +%s) < deadline )) || fail etcd "etcd not healthy within ${TIMEOUT}s"
   sleep 0.2
 done
@@ -173,9 +184,28 @@ spawn kube-apiserver "$KUBE_APISERVER_BIN" \
 until [[ $(curl -sS -m 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
              "$API_URL/readyz" 2>/dev/null) == ok ]]; do
   alive etcd || fail etcd "etcd exited while kube-apiserver was starting"
-  alive kube-apiserver || fail kube-apiserver "kube-apiserver exited during startup"
+  alive kube-apiserver || { port_race && return 3; fail kube-apiserver "kube-apiserver exited during startup"; }
   (( $(date +%s) < deadline )) || fail kube-apiserver "kube-apiserver /readyz not ok within ${TIMEOUT}s"
   sleep 0.5
+done
+return 0
+}
+
+# A process died because a port went to someone else after we checked it.
+port_race() {
+  grep -qs 'address already in use' "$DIR/etcd.log" "$DIR/kube-apiserver.log" || return 1
+  [[ -z $FIXED_ETCD_PORT && -z $FIXED_API_PORT ]]
+}
+
+T0=$(date +%s.%N)
+for attempt in 1 2 3 4; do
+  pick_ports
+  rc=0; launch || rc=$?
+  [[ $rc -eq 0 ]] && break
+  echo "start.sh: a port was taken during startup (attempt $attempt); retrying with fresh ports" >&2
+  stop_all
+  rm -f "$DIR/etcd.log" "$DIR/kube-apiserver.log"
+  [[ $attempt -lt 4 ]] || fail etcd "ports kept being taken during startup"
 done
 ready_s=$(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 
