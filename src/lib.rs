@@ -20,6 +20,7 @@ pub mod gate;
 pub mod git;
 pub mod history;
 pub mod kind;
+pub mod lease;
 pub mod live;
 pub mod manifest;
 pub mod rehearse;
