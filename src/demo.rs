@@ -102,7 +102,7 @@ pub const SCRIPT: &[Step] = &[
 /// Writes the fleet into `dir`, commits it, then commits each step of the
 /// script. Returns the repository path.
 pub fn build_repository(dir: &Path) -> Result<(), DemoError> {
-    let repo = Repository::init(dir)?;
+    let repo = Repository::init_opts(dir, git2::RepositoryInitOptions::new().initial_head("main"))?;
     write_dir(&FLEET, dir).map_err(|e| DemoError::Git(e.to_string()))?;
     let mut when = 1_795_000_000i64; // A fixed clock keeps the demo's ids stable.
     commit_all(&repo, "Fleet at 2026.1", when)?;

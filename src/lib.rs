@@ -12,10 +12,13 @@
 )]
 
 pub mod cluster;
+pub mod config;
+pub mod daemon;
 pub mod demo;
 pub mod desired;
 pub mod follow;
 pub mod forge;
+pub mod forward;
 pub mod gate;
 pub mod git;
 pub mod history;
@@ -23,11 +26,15 @@ pub mod kind;
 pub mod lease;
 pub mod live;
 pub mod manifest;
+pub mod metrics;
 pub mod rehearse;
 pub mod release;
 pub mod repair;
 pub mod report;
+pub mod rollout;
 pub mod secret;
+pub mod service;
 pub mod sim;
 pub mod sim_kube;
+pub mod source;
 pub mod webhook;

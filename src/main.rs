@@ -91,6 +91,14 @@ enum Command {
         #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
         kubeconfig: Option<PathBuf>,
     },
+    /// The continuous-sync daemon: watch the repository, judge every new
+    /// commit (and pull request), apply accepted hops one at a time, follow
+    /// and repair them, and report on the Git host. Without a source it runs
+    /// on the embedded example fleet's scripted history, simulated cluster
+    /// and git notes.
+    Run(Box<RunArgs>),
+    /// Print the JSON Schema of `lockstep run --config` files.
+    ConfigSchema,
     /// Build a throwaway repository from the embedded example fleet, walk a
     /// scripted history through the gate and print what a user would see.
     Demo {
@@ -100,6 +108,296 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+}
+
+/// `lockstep run`: a config file, then environment and flags on top.
+#[derive(clap::Args)]
+struct RunArgs {
+    /// YAML configuration (see plans/lockstep-config.schema.json).
+    #[arg(long, env = "LOCKSTEP_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// A local fleet repository to watch.
+    #[arg(
+        long,
+        env = "LOCKSTEP_REPO",
+        value_name = "PATH",
+        conflicts_with = "url"
+    )]
+    repo: Option<PathBuf>,
+    /// A remote fleet repository (https://, ssh://, git://).
+    #[arg(long, env = "LOCKSTEP_URL")]
+    url: Option<String>,
+    #[arg(long, env = "LOCKSTEP_BRANCH")]
+    branch: Option<String>,
+    /// Only manifests under this path (repeatable).
+    #[arg(long = "path", value_name = "PREFIX")]
+    paths: Vec<String>,
+    #[arg(long, env = "LOCKSTEP_CACHE_DIR", value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// HTTPS token for the remote repository (a file).
+    #[arg(long, env = "LOCKSTEP_GIT_TOKEN_FILE", value_name = "FILE")]
+    git_token_file: Option<PathBuf>,
+    #[arg(long, env = "LOCKSTEP_SSH_KEY_FILE", value_name = "FILE")]
+    ssh_key_file: Option<PathBuf>,
+    #[arg(long, env = "LOCKSTEP_KNOWN_HOSTS_FILE", value_name = "FILE")]
+    known_hosts_file: Option<PathBuf>,
+    /// Poll interval (90s, 5m).
+    #[arg(long, env = "LOCKSTEP_POLL", value_name = "DURATION")]
+    poll: Option<String>,
+    /// Judge only commits after this one.
+    #[arg(long, value_name = "REV")]
+    since: Option<String>,
+    /// sim (the simulated operator, default) or kube.
+    #[arg(long, env = "LOCKSTEP_CLUSTER_MODE", value_name = "MODE")]
+    cluster_mode: Option<String>,
+    #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// This cluster's name in status contexts (lockstep/<name>).
+    #[arg(long, env = "LOCKSTEP_CLUSTER")]
+    cluster_name: Option<String>,
+    /// notes (default), github, gitlab or gitea.
+    #[arg(long, env = "LOCKSTEP_REPORT", value_name = "HOST")]
+    report: Option<String>,
+    #[arg(long, env = "LOCKSTEP_FORGE_URL", value_name = "URL")]
+    forge_url: Option<String>,
+    #[arg(long, env = "LOCKSTEP_FORGE_REPO", value_name = "REPO")]
+    forge_repo: Option<String>,
+    #[arg(long, env = "LOCKSTEP_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    #[arg(long, value_name = "VAR")]
+    token_env: Option<String>,
+    #[arg(long, value_name = "URL")]
+    target_url: Option<String>,
+    /// With notes: push refs/notes/lockstep when stopping (to REMOTE, or the branch's remote).
+    #[arg(long, value_name = "REMOTE", num_args = 0..=1, default_missing_value = "")]
+    push_notes: Option<String>,
+    /// Webhook receiver address (HOST:PORT).
+    #[arg(long, env = "LOCKSTEP_LISTEN", value_name = "ADDR")]
+    listen: Option<String>,
+    /// /healthz, /readyz and /metrics address (HOST:PORT).
+    #[arg(long, env = "LOCKSTEP_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<String>,
+    #[arg(long, env = "LOCKSTEP_GITHUB_WEBHOOK_SECRET_FILE", value_name = "FILE")]
+    github_webhook_secret_file: Option<PathBuf>,
+    #[arg(long, env = "LOCKSTEP_GITLAB_WEBHOOK_SECRET_FILE", value_name = "FILE")]
+    gitlab_webhook_secret_file: Option<PathBuf>,
+    #[arg(long, env = "LOCKSTEP_GITEA_WEBHOOK_SECRET_FILE", value_name = "FILE")]
+    gitea_webhook_secret_file: Option<PathBuf>,
+    /// Elect a leader on a Lease (several replicas, kube mode).
+    #[arg(long)]
+    leader_election: bool,
+    /// text or json.
+    #[arg(long, env = "LOCKSTEP_LOG_FORMAT", value_name = "FORMAT")]
+    log_format: Option<String>,
+    /// A tracing filter (info, lockstep=debug).
+    #[arg(long, env = "LOCKSTEP_LOG", value_name = "FILTER")]
+    log_level: Option<String>,
+    /// Stop once every hop is complete (or waits on a person) and every
+    /// status is delivered.
+    #[arg(long)]
+    until_idle: bool,
+    /// Without a source: keep the example repository in this new directory.
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The file's configuration with flags and environment on top.
+    fn config(&self) -> anyhow::Result<lockstep::config::Config> {
+        use lockstep::config::{ClusterMode, Config, LogFormat, ReportKind};
+        let mut c = match &self.config {
+            Some(f) => Config::load(f)?,
+            None => Config::default(),
+        };
+        let set = |slot: &mut Option<PathBuf>, v: &Option<PathBuf>| {
+            if v.is_some() {
+                *slot = v.clone();
+            }
+        };
+        if self.repo.is_some() {
+            c.source.repo = self.repo.clone();
+            c.source.url = None;
+        }
+        if self.url.is_some() {
+            c.source.url = self.url.clone();
+            c.source.repo = None;
+        }
+        if let Some(b) = &self.branch {
+            c.source.branch = b.clone();
+        }
+        if !self.paths.is_empty() {
+            c.source.paths = self.paths.clone();
+        }
+        set(&mut c.source.cache_dir, &self.cache_dir);
+        set(&mut c.source.token_file, &self.git_token_file);
+        set(&mut c.source.ssh_key_file, &self.ssh_key_file);
+        set(&mut c.source.known_hosts_file, &self.known_hosts_file);
+        if let Some(p) = &self.poll {
+            c.source.poll_interval = p.clone();
+        }
+        if self.since.is_some() {
+            c.source.since = self.since.clone();
+        }
+        if let Some(m) = &self.cluster_mode {
+            c.cluster.mode = match m.as_str() {
+                "sim" => ClusterMode::Sim,
+                "kube" => ClusterMode::Kube,
+                other => anyhow::bail!("--cluster-mode {other:?}: expected sim or kube"),
+            };
+        }
+        set(&mut c.cluster.kubeconfig, &self.kubeconfig);
+        if let Some(n) = &self.cluster_name {
+            c.cluster.name = n.clone();
+        }
+        if let Some(r) = &self.report {
+            c.report.kind = match r.as_str() {
+                "notes" => ReportKind::Notes,
+                "github" => ReportKind::Github,
+                "gitlab" => ReportKind::Gitlab,
+                "gitea" | "forgejo" => ReportKind::Gitea,
+                other => {
+                    anyhow::bail!("--report {other:?}: expected notes, github, gitlab or gitea")
+                }
+            };
+        }
+        if self.forge_url.is_some() {
+            c.report.url = self.forge_url.clone();
+        }
+        if self.forge_repo.is_some() {
+            c.report.repo = self.forge_repo.clone();
+        }
+        set(&mut c.report.token_file, &self.token_file);
+        if self.token_env.is_some() {
+            c.report.token_env = self.token_env.clone();
+        }
+        if self.target_url.is_some() {
+            c.report.target_url = self.target_url.clone();
+        }
+        if self.push_notes.is_some() {
+            c.report.push_notes = self.push_notes.clone();
+        }
+        if self.listen.is_some() {
+            c.webhook.listen = self.listen.clone();
+        }
+        if self.metrics_listen.is_some() {
+            c.server.listen = self.metrics_listen.clone();
+        }
+        set(
+            &mut c.webhook.github_secret_file,
+            &self.github_webhook_secret_file,
+        );
+        set(
+            &mut c.webhook.gitlab_secret_file,
+            &self.gitlab_webhook_secret_file,
+        );
+        set(
+            &mut c.webhook.gitea_secret_file,
+            &self.gitea_webhook_secret_file,
+        );
+        if self.leader_election {
+            c.leader_election.enabled = true;
+        }
+        if let Some(f) = &self.log_format {
+            c.log.format = match f.as_str() {
+                "text" => LogFormat::Text,
+                "json" => LogFormat::Json,
+                other => anyhow::bail!("--log-format {other:?}: expected text or json"),
+            };
+        }
+        if let Some(l) = &self.log_level {
+            c.log.level = l.clone();
+        }
+        Ok(c)
+    }
+}
+
+fn init_logging(log: &lockstep::config::LogConfig) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_new(&log.level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match log.format {
+        lockstep::config::LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init(),
+        lockstep::config::LogFormat::Text => builder.try_init(),
+    };
+}
+
+fn run_daemon(args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let mut config = args.config()?;
+    init_logging(&config.log);
+    // No source: the embedded example fleet's scripted history.
+    let _example = if config.source.repo.is_none() && config.source.url.is_none() {
+        let (dir, tmp) = match &args.keep {
+            Some(d) => (d.clone(), None),
+            None => {
+                let t = tempfile::tempdir().context("creating a temporary directory")?;
+                (t.path().to_owned(), Some(t))
+            }
+        };
+        demo::build_repository(&dir)?;
+        eprintln!(
+            "lockstep: no source given: running on the example fleet at {}",
+            dir.display()
+        );
+        config.source.repo = Some(dir);
+        config.source.branch = "main".into();
+        tmp
+    } else {
+        None
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let summary = rt.block_on(lockstep::service::run(config.clone(), args.until_idle))?;
+    if args.until_idle {
+        let repo = config.source.repo.clone().unwrap_or_default();
+        print_notes(&repo, &config.source.branch);
+        if summary.undelivered > 0 {
+            eprintln!(
+                "lockstep: {} statuses could not be delivered",
+                summary.undelivered
+            );
+            return Ok(ExitCode::from(1));
+        }
+        if summary.last.blocked > 0 {
+            return Ok(ExitCode::from(1));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// After a bounded run on a local repository: the statuses per commit, as
+/// `git log --notes=lockstep` would show them.
+fn print_notes(repo: &std::path::Path, branch: &str) {
+    let Ok(r) = git2::Repository::open(repo) else {
+        return;
+    };
+    let Ok(head) = r.revparse_single(&format!("refs/heads/{branch}")) else {
+        return;
+    };
+    let Ok(mut walk) = r.revwalk() else { return };
+    let _ = walk.push(head.id());
+    let _ = walk.simplify_first_parent();
+    let _ = walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE);
+    for id in walk.flatten() {
+        let Ok(c) = r.find_commit(id) else { continue };
+        println!(
+            "{} {}",
+            &id.to_string()[..10],
+            c.summary().ok().flatten().unwrap_or("")
+        );
+        if let Ok(n) = r.find_note(Some("refs/notes/lockstep"), id) {
+            for line in n.message().unwrap_or("").lines() {
+                println!("    {line}");
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -280,6 +578,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     Ok(ExitCode::from(1))
                 }
             }
+        }
+        Command::Run(args) => run_daemon(&args),
+        Command::ConfigSchema => {
+            print!("{}", lockstep::config::schema_json());
+            Ok(ExitCode::SUCCESS)
         }
         Command::Demo { keep, output } => {
             let tmp;

@@ -159,21 +159,8 @@ pub fn rehearse(
                 projected_by: d.projected_by.clone(),
             },
         );
-        if d.key.kind == Kind::ControlPlane {
-            world.install_plane(d.key.clone(), d.release.clone().unwrap_or_default());
-        } else if let Some(image) = &d.image {
-            let plane = d
-                .projected_by
-                .as_ref()
-                .map(|p| plane_key(baseline, p, &d.key));
-            world.install_steady(
-                d.key.clone(),
-                field_release(d.key.kind, &d.release),
-                image.clone(),
-                plane,
-            );
-        }
     }
+    seed(&mut world, baseline);
 
     // Hops per unit, in commit order.
     let mut queues: BTreeMap<Key, VecDeque<Hop>> = BTreeMap::new();
@@ -529,6 +516,32 @@ fn human(d: Duration) -> String {
 
 /// `openStackRelease` for the kinds that have it (Keystone's is its tag,
 /// Horizon has none).
+/// Installs every desired object the world lacks, steady at its desired
+/// release: the state a simulated cluster starts from (and what the
+/// simulated operator does for an object lockstep installs fresh).
+pub fn seed(world: &mut World, desired: &[Desired]) {
+    for d in desired {
+        if d.key.kind == Kind::ControlPlane {
+            if !world.planes.contains_key(&d.key) {
+                world.install_plane(d.key.clone(), d.release.clone().unwrap_or_default());
+            }
+        } else if let Some(image) = &d.image
+            && !world.objects.contains_key(&d.key)
+        {
+            let plane = d
+                .projected_by
+                .as_ref()
+                .map(|p| plane_key(desired, p, &d.key));
+            world.install_steady(
+                d.key.clone(),
+                field_release(d.key.kind, &d.release),
+                image.clone(),
+                plane,
+            );
+        }
+    }
+}
+
 fn field_release(kind: Kind, release: &Option<String>) -> Option<String> {
     (kind.release_source() == crate::kind::ReleaseSource::Field)
         .then(|| release.clone())

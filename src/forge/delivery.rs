@@ -171,6 +171,12 @@ impl StatusQueue {
         self.len().await == 0
     }
 
+    /// Resolves when something was pushed since the last wait (a push
+    /// before the wait counts).
+    pub async fn wait(&self) {
+        self.wake.notified().await;
+    }
+
     /// Entries evicted because the queue was full.
     pub async fn dropped(&self) -> u64 {
         self.inner.lock().await.dropped

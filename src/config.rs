@@ -1,0 +1,431 @@
+//! `lockstep run`'s configuration: a YAML file (optional), then environment
+//! and flags on top (the binary merges those). The file's JSON Schema is
+//! generated from these types (`lockstep config-schema`) and kept in
+//! `plans/lockstep-config.schema.json`; a test fails when the two drift.
+//!
+//! Secrets never appear here, only the files or variables that hold them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(title = "lockstep run configuration")]
+pub struct Config {
+    #[serde(default)]
+    pub source: SourceConfig,
+    #[serde(default)]
+    pub cluster: ClusterConfig,
+    #[serde(default)]
+    pub report: ReportConfig,
+    #[serde(default)]
+    pub webhook: WebhookConfigFile,
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub leader_election: LeaderElectionConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// Where the fleet repository comes from: a local path or a remote URL.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SourceConfig {
+    /// A local repository (work tree or bare); watched for changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<PathBuf>,
+    /// A remote repository (https:// or ssh://), cloned into `cacheDir`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The watched branch.
+    #[serde(default = "default_branch")]
+    pub branch: String,
+    /// Only manifests under these paths are judged and applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// Where remote repositories are cloned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_dir: Option<PathBuf>,
+    /// HTTPS token for the remote (a file holding it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// User name sent with the token (GitHub: x-access-token, GitLab: oauth2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_user: Option<String>,
+    /// SSH private key for ssh:// remotes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_key_file: Option<PathBuf>,
+    /// OpenSSH known_hosts for ssh:// remotes (required: ssh fails closed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_hosts_file: Option<PathBuf>,
+    /// How often to look for new commits (webhooks and the local watcher
+    /// only make it sooner).
+    #[serde(default = "default_poll")]
+    #[schemars(schema_with = "duration_schema")]
+    pub poll_interval: String,
+    /// Judge pull/merge request heads and post their status before merge.
+    #[serde(default = "yes")]
+    pub pull_requests: bool,
+    /// Judge from this commit on (exclusive); default: the whole first-parent history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+}
+
+impl Default for SourceConfig {
+    fn default() -> Self {
+        Self {
+            repo: None,
+            url: None,
+            branch: default_branch(),
+            paths: Vec::new(),
+            cache_dir: None,
+            token_file: None,
+            token_user: None,
+            ssh_key_file: None,
+            known_hosts_file: None,
+            poll_interval: default_poll(),
+            pull_requests: true,
+            since: None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterMode {
+    /// The in-process simulated C5C3 operator (the embedded default).
+    #[default]
+    Sim,
+    /// A real cluster: in-cluster service account or a kubeconfig.
+    Kube,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterConfig {
+    #[serde(default)]
+    pub mode: ClusterMode,
+    /// Kubeconfig file (kube mode); default: in-cluster, then $KUBECONFIG.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<PathBuf>,
+    /// This cluster's name in status contexts (`lockstep/<name>`).
+    #[serde(default = "default_cluster_name")]
+    pub name: String,
+    /// How long a phase may show no progress before it is reported stalled.
+    #[serde(default = "default_stall")]
+    #[schemars(schema_with = "duration_schema")]
+    pub stall_after: String,
+    /// Re-runs of a failed phase Job per hop before lockstep reports.
+    #[serde(default = "default_budget")]
+    pub repair_budget: u32,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            mode: ClusterMode::Sim,
+            kubeconfig: None,
+            name: default_cluster_name(),
+            stall_after: default_stall(),
+            repair_budget: default_budget(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportKind {
+    /// git notes under refs/notes/lockstep in the repository (the embedded default).
+    #[default]
+    Notes,
+    Github,
+    Gitlab,
+    Gitea,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReportConfig {
+    #[serde(default)]
+    pub kind: ReportKind,
+    /// API base (GitHub) or server URL (GitLab, Gitea).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// owner/name (GitHub, Gitea) or project path (GitLab); default: from the source URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// File holding the API token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// Environment variable holding the API token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_env: Option<String>,
+    /// Link on every status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_url: Option<String>,
+    /// Notes: push refs/notes/lockstep to this remote after writing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push_notes: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookConfigFile {
+    /// Address of the webhook receiver (off when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github_secret_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gitlab_secret_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gitea_secret_file: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address of /healthz, /readyz and /metrics (off when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaderElectionConfig {
+    /// Elect a leader on a Lease (kube mode, several replicas).
+    #[serde(default)]
+    pub enabled: bool,
+    /// The Lease's namespace; default: $POD_NAMESPACE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default = "default_lease_name")]
+    pub lease_name: String,
+    #[serde(default = "default_lease_duration")]
+    #[schemars(schema_with = "duration_schema")]
+    pub lease_duration: String,
+}
+
+impl Default for LeaderElectionConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            namespace: None,
+            lease_name: default_lease_name(),
+            lease_duration: default_lease_duration(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogConfig {
+    #[serde(default)]
+    pub format: LogFormat,
+    /// A tracing filter: `info`, `lockstep=debug`, ...
+    #[serde(default = "default_level")]
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            level: default_level(),
+        }
+    }
+}
+
+fn default_branch() -> String {
+    "main".into()
+}
+fn default_poll() -> String {
+    "30s".into()
+}
+fn yes() -> bool {
+    true
+}
+fn default_cluster_name() -> String {
+    "default".into()
+}
+fn default_stall() -> String {
+    "30m".into()
+}
+fn default_budget() -> u32 {
+    3
+}
+fn default_lease_name() -> String {
+    "lockstep".into()
+}
+fn default_lease_duration() -> String {
+    "15s".into()
+}
+fn default_level() -> String {
+    "info".into()
+}
+
+fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": "^[0-9]+(s|m|h)$",
+        "description": "A duration: 90s, 15m, 1h."
+    })
+}
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+}
+
+impl Config {
+    /// Reads a YAML file. Errors name the file, and serde-saphyr's message
+    /// names the line and column.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Checks what types cannot: exactly one source, durations that parse,
+    /// the fields a host needs.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field, message: &str| ConfigError::Invalid {
+            field,
+            message: message.to_owned(),
+        };
+        match (&self.source.repo, &self.source.url) {
+            (Some(_), Some(_)) => return Err(bad("source", "give repo or url, not both")),
+            (None, None) => return Err(bad("source", "give repo (a local path) or url")),
+            _ => {}
+        }
+        if let Some(u) = &self.source.url
+            && !(u.starts_with("https://")
+                || u.starts_with("http://")
+                || u.starts_with("ssh://")
+                || u.starts_with("git://")
+                || u.starts_with("file://"))
+        {
+            return Err(bad(
+                "source.url",
+                "expected https://, ssh://, git:// or file:// (scp-like user@host:path: write ssh://user@host/path)",
+            ));
+        }
+        for (field, v) in [
+            ("source.pollInterval", &self.source.poll_interval),
+            ("cluster.stallAfter", &self.cluster.stall_after),
+            (
+                "leaderElection.leaseDuration",
+                &self.leader_election.lease_duration,
+            ),
+        ] {
+            duration(v).ok_or_else(|| bad(field, "expected a duration like 90s, 15m or 1h"))?;
+        }
+        if self.cluster.name.is_empty() || self.cluster.name.contains(char::is_whitespace) {
+            return Err(bad("cluster.name", "a non-empty name without spaces"));
+        }
+        if self.report.kind == ReportKind::Gitea && self.report.url.is_none() {
+            return Err(bad("report.url", "Gitea/Forgejo needs the server's URL"));
+        }
+        if self.leader_election.enabled && self.cluster.mode != ClusterMode::Kube {
+            return Err(bad(
+                "leaderElection.enabled",
+                "leader election needs cluster.mode: kube",
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn poll_interval(&self) -> Duration {
+        duration(&self.source.poll_interval).unwrap_or(Duration::from_secs(30))
+    }
+}
+
+/// `90s`, `15m`, `1h`.
+pub fn duration(s: &str) -> Option<Duration> {
+    crate::rehearse::parse_duration(s).filter(|d| !d.is_zero())
+}
+
+/// The JSON Schema of the configuration file, as committed under `plans/`.
+pub fn schema_json() -> String {
+    let schema = schemars::schema_for!(Config);
+    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_minimal_file_gets_the_defaults() {
+        let c: Config = serde_saphyr::from_str("source:\n  repo: /srv/fleet\n").unwrap();
+        assert_eq!(c.source.branch, "main");
+        assert_eq!(c.cluster.mode, ClusterMode::Sim);
+        assert_eq!(c.report.kind, ReportKind::Notes);
+        assert_eq!(c.poll_interval(), Duration::from_secs(30));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_refused_by_name() {
+        let e = serde_saphyr::from_str::<Config>("source:\n  repo: x\n  brnch: main\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("brnch"), "{e}");
+        let c: Config =
+            serde_saphyr::from_str("source:\n  repo: x\n  pollInterval: soon\n").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("source.pollInterval"), "{e}");
+        let c: Config = serde_saphyr::from_str("source:\n  url: git@host:o/r.git\n").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("ssh://"));
+        let c: Config = serde_saphyr::from_str("source: {}\n").unwrap();
+        assert!(c.validate().is_err());
+        let c: Config =
+            serde_saphyr::from_str("source: {repo: x}\nleaderElection: {enabled: true}\n").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("kube"));
+    }
+
+    #[test]
+    fn the_deploy_config_map_parses() {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/configmap.yaml"),
+        )
+        .unwrap();
+        let cm: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        let inner = cm["data"]["config.yaml"].as_str().unwrap();
+        let c: Config = serde_saphyr::from_str(inner).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.cluster.mode, ClusterMode::Kube);
+        assert!(c.leader_election.enabled);
+    }
+}

@@ -1,0 +1,938 @@
+//! `lockstep run`: the imperative shell around [`rollout`]. Each pass
+//! refreshes the source, judges new heads (branch and pull requests), reads
+//! the cluster, applies the next hop of every unit, follows and repairs the
+//! hops in flight, and queues the statuses the state implies.
+//!
+//! Nothing here survives a restart and nothing needs to: Git (the accepted
+//! chain, the notes) and the cluster (specs lockstep applied, the operators'
+//! status, the Events of its repairs) hold the whole story, so a new process
+//! picks up where a killed one stopped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+use git2::Oid;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use crate::cluster::memory::MemoryCluster;
+use crate::cluster::{ApplyRequest, Cluster, ClusterError, observe};
+use crate::follow::{Deadlines, Progress, Tracker, assess};
+use crate::forge::delivery::{RetryPolicy, StatusQueue};
+use crate::forge::{AnyForge, Forge, Status, describe};
+use crate::gate::Verdict;
+use crate::git::GitRepo;
+use crate::history::{self, CheckOptions, CheckReport, EMPTY_TREE};
+use crate::kind::{Key, Kind};
+use crate::metrics::{KindLabels, Metrics, PhaseLabels, RepairLabels, VerdictLabels};
+use crate::release::ImageRef;
+use crate::repair::{self, Action, RepairHistory, RepairPolicy};
+use crate::rollout::{self, Chain, Next, ObjectState, Target, UnitReport, UnitState};
+
+/// What the loop needs besides its edges.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub cluster_name: String,
+    pub branch: String,
+    pub paths: Vec<String>,
+    /// Judge after this commit; `None`: the whole first-parent history.
+    pub since: Option<String>,
+    pub poll: Duration,
+    pub pull_requests: bool,
+    pub target_url: Option<String>,
+    pub deadlines: Deadlines,
+    pub repair: RepairPolicy,
+    pub max_file_bytes: usize,
+    /// Stop once nothing is left to do (every hop complete or waiting on a
+    /// person, every status delivered).
+    pub until_idle: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            cluster_name: "default".into(),
+            branch: "main".into(),
+            paths: Vec::new(),
+            since: None,
+            poll: Duration::from_secs(30),
+            pull_requests: true,
+            target_url: None,
+            deadlines: Deadlines::default(),
+            repair: RepairPolicy::default(),
+            max_file_bytes: crate::manifest::DEFAULT_MAX_FILE_BYTES,
+            until_idle: false,
+        }
+    }
+}
+
+/// Where the repository is read from, as the loop sees it: a refresh that
+/// says whether anything moved, the branch head and the pull-request heads.
+pub trait Repo: Send {
+    fn refresh(&mut self) -> Result<bool, String>;
+    fn path(&self) -> PathBuf;
+    fn head(&self) -> Option<Oid>;
+    fn pulls(&self) -> Vec<(u64, Oid)>;
+}
+
+impl Repo for crate::source::Source {
+    fn refresh(&mut self) -> Result<bool, String> {
+        crate::source::Source::refresh(self)
+            .map(|r| r == crate::source::Refresh::Changed)
+            .map_err(|e| e.to_string())
+    }
+    fn path(&self) -> PathBuf {
+        crate::source::Source::path(self).to_owned()
+    }
+    fn head(&self) -> Option<Oid> {
+        crate::source::Source::head(self)
+    }
+    fn pulls(&self) -> Vec<(u64, Oid)> {
+        crate::source::Source::pulls(self)
+    }
+}
+
+/// The branch's judged history, and what it implies.
+struct Judged {
+    head: Oid,
+    report: Arc<CheckReport>,
+    chains: BTreeMap<Key, Chain>,
+}
+
+/// A hop being followed: the tracker and the repairs made so far.
+struct Following {
+    tracker: Tracker,
+    history: RepairHistory,
+    phase: Option<(String, Duration)>,
+    reported: bool,
+}
+
+/// What one pass found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PassOutcome {
+    /// Something was applied or repaired, or a hop is in flight.
+    pub busy: bool,
+    pub applied: usize,
+    pub repaired: usize,
+    pub blocked: usize,
+    /// The source could not be refreshed (the last good state was used).
+    pub source_error: Option<String>,
+}
+
+pub struct Daemon<C: Cluster, R: Repo> {
+    opts: Options,
+    repo: Arc<std::sync::Mutex<R>>,
+    cluster: C,
+    /// The simulated cluster, when that is what `cluster` is: its clock is
+    /// virtual and new objects are installed by seeding it.
+    sim: Option<MemoryCluster>,
+    queue: StatusQueue,
+    metrics: Arc<Metrics>,
+    started: Instant,
+    judged: Option<Judged>,
+    pulls: HashMap<u64, Oid>,
+    following: HashMap<(Key, String), Following>,
+    posted: HashMap<(String, String), (crate::forge::State, String)>,
+    seeded: bool,
+}
+
+impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
+    pub fn new(
+        opts: Options,
+        repo: R,
+        cluster: C,
+        sim: Option<MemoryCluster>,
+        queue: StatusQueue,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            opts,
+            repo: Arc::new(std::sync::Mutex::new(repo)),
+            cluster,
+            sim,
+            queue,
+            metrics,
+            started: Instant::now(),
+            judged: None,
+            pulls: HashMap::new(),
+            following: HashMap::new(),
+            posted: HashMap::new(),
+            seeded: false,
+        }
+    }
+
+    pub fn until_idle(&self) -> bool {
+        self.opts.until_idle
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The clock trackers and repair backoff run on: virtual in `sim`.
+    fn now(&self) -> Duration {
+        match &self.sim {
+            Some(s) => s.world().map(|w| w.now).unwrap_or_default(),
+            None => self.started.elapsed(),
+        }
+    }
+
+    /// Runs the loop until `shutdown` resolves (or, with `until_idle`, until
+    /// nothing is left to do). Wakes on a trigger, a cluster change or the
+    /// poll interval.
+    pub async fn run(
+        &mut self,
+        mut triggers: mpsc::Receiver<()>,
+        leader: tokio::sync::watch::Receiver<bool>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> PassOutcome {
+        let mut changes = self.cluster.watch();
+        tokio::pin!(shutdown);
+        let mut leader = leader;
+        let mut last = PassOutcome::default();
+        loop {
+            if *leader.borrow() {
+                self.metrics.leader.set(1);
+                last = self.pass().await;
+                self.metrics.set_ready();
+            } else {
+                self.metrics.leader.set(0);
+                self.metrics.set_ready();
+            }
+            let sim_busy = match &self.sim {
+                Some(s) => s.step(Duration::from_secs(60)).unwrap_or(false),
+                None => false,
+            };
+            if self.opts.until_idle && !last.busy && !sim_busy && last.source_error.is_none() {
+                break;
+            }
+            if sim_busy || (self.sim.is_some() && last.busy) {
+                // Virtual time: go on at once.
+                tokio::task::yield_now().await;
+                continue;
+            }
+            let poll = tokio::time::sleep(self.opts.poll);
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = poll => {}
+                Some(()) = triggers.recv() => {}
+                _ = leader.changed() => {}
+                Some(_) = changes.next() => {
+                    // A burst of watch events is one pass.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    while let Some(Some(_)) = changes.next().now_or_never() {}
+                }
+            }
+        }
+        last
+    }
+
+    /// One pass over source, gate, cluster and statuses.
+    pub async fn pass(&mut self) -> PassOutcome {
+        self.metrics.passes.inc();
+        let mut out = PassOutcome::default();
+        // 1. The source.
+        let t = Instant::now();
+        let repo = self.repo.clone();
+        let refreshed = tokio::task::spawn_blocking(move || {
+            let mut r = repo
+                .lock()
+                .map_err(|_| "source lock poisoned".to_string())?;
+            r.refresh()?;
+            Ok::<_, String>((r.path(), r.head(), r.pulls()))
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        Metrics::observe(
+            &self.metrics.git_seconds,
+            "refresh",
+            refreshed.is_ok(),
+            t.elapsed(),
+        );
+        let (path, head, pulls) = match refreshed {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "source refresh failed; keeping the last good state");
+                out.source_error = Some(e);
+                let Ok(r) = self.repo.lock() else {
+                    return out;
+                };
+                (r.path(), r.head(), r.pulls())
+            }
+        };
+        let Some(head) = head else {
+            tracing::warn!(branch = %self.opts.branch, "the branch has no commits yet");
+            return out;
+        };
+        // 2. The gate, on a new head.
+        if self.judged.as_ref().is_none_or(|j| j.head != head) {
+            match self.judge(&path, head).await {
+                Ok(j) => {
+                    self.count_verdicts(&j.report);
+                    self.judged = Some(j);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, head = %head, "judging failed");
+                    out.source_error = Some(e);
+                }
+            }
+        }
+        if self.opts.pull_requests {
+            self.judge_pulls(&path, head, pulls).await;
+        }
+        let Some(judged) = self.judged.as_ref() else {
+            return out;
+        };
+        let report = judged.report.clone();
+        let chains = judged.chains.clone();
+        // 3. A simulated cluster starts from the first judged commit's tree,
+        //    "taken as given".
+        if !self.seeded {
+            self.seed(&path, &report).await;
+            self.seeded = true;
+        }
+        // 4. Every unit: read, decide, act.
+        let mut units = BTreeMap::new();
+        for (key, chain) in &chains {
+            let span = tracing::info_span!("unit", object = %key);
+            let u = self
+                .reconcile(&path, chain, &mut out)
+                .instrument(span)
+                .await;
+            units.insert(key.clone(), u);
+        }
+        out.blocked = units
+            .values()
+            .filter(|u| matches!(u.next, Next::Blocked(_)))
+            .count();
+        self.metrics.units_blocked.set(out.blocked as i64);
+        // 5. Statuses.
+        let statuses = rollout::statuses(
+            &self.opts.cluster_name,
+            &report,
+            &units,
+            self.opts.target_url.as_deref(),
+        );
+        for (sha, s) in statuses {
+            self.queue_status(sha, s).await;
+        }
+        out
+    }
+
+    async fn queue_status(&mut self, sha: String, s: Status) {
+        let key = (sha.clone(), s.context.clone());
+        let value = (s.state, s.description.clone());
+        if self.posted.get(&key) == Some(&value) {
+            return;
+        }
+        self.posted.insert(key, value);
+        self.queue.push(&sha, s).await;
+    }
+
+    fn count_verdicts(&self, report: &CheckReport) {
+        for c in &report.commits {
+            let reason = c
+                .objects
+                .iter()
+                .find_map(|o| o.reason)
+                .map_or("", |r| r.as_str());
+            let verdict = match c.verdict {
+                Verdict::Accepted => "accepted",
+                Verdict::Refused => "refused",
+                Verdict::Held => "held",
+            };
+            // Counted once per process per commit: the head moved past it.
+            if self
+                .judged
+                .as_ref()
+                .is_some_and(|j| j.report.commits.iter().any(|p| p.sha == c.sha))
+            {
+                continue;
+            }
+            self.metrics
+                .commits_judged
+                .get_or_create(&VerdictLabels {
+                    verdict: verdict.into(),
+                    reason: reason.into(),
+                })
+                .inc();
+            tracing::info!(commit = %c.sha, verdict, reason, summary = %c.summary, "judged");
+        }
+    }
+
+    /// Judges the branch: Git only, so that every replica and every restart
+    /// reaches the same verdicts (in-flight rules are the planner's: a hop
+    /// waits for the one before it).
+    async fn judge(&self, path: &Path, head: Oid) -> Result<Judged, String> {
+        let path = path.to_owned();
+        let opts = CheckOptions {
+            base: Some(self.opts.since.clone().unwrap_or_else(|| EMPTY_TREE.into())),
+            head: head.to_string(),
+            prefixes: self.opts.paths.clone(),
+            live: None,
+            max_file_bytes: self.opts.max_file_bytes,
+        };
+        let t = Instant::now();
+        let r = tokio::task::spawn_blocking(move || {
+            let repo = GitRepo::open(&path).map_err(|e| e.to_string())?;
+            let report = history::check(&repo, &opts).map_err(|e| e.to_string())?;
+            let chains =
+                rollout::chains(&report, |name, file, sha| plane_key(&repo, sha, file, name));
+            Ok::<_, String>(Judged {
+                head,
+                report: Arc::new(report),
+                chains,
+            })
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        Metrics::observe(&self.metrics.git_seconds, "judge", r.is_ok(), t.elapsed());
+        r
+    }
+
+    /// Pull-request heads get the verdict of their commits before merge.
+    async fn judge_pulls(&mut self, path: &Path, head: Oid, pulls: Vec<(u64, Oid)>) {
+        for (n, oid) in pulls {
+            if self.pulls.get(&n) == Some(&oid) || oid == head {
+                continue;
+            }
+            let p = path.to_owned();
+            let opts = CheckOptions {
+                base: Some(head.to_string()),
+                head: oid.to_string(),
+                prefixes: self.opts.paths.clone(),
+                live: None,
+                max_file_bytes: self.opts.max_file_bytes,
+            };
+            let r = tokio::task::spawn_blocking(move || {
+                let repo = GitRepo::open(&p).map_err(|e| e.to_string())?;
+                history::check(&repo, &opts).map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+            match r {
+                Ok(report) => {
+                    for c in &report.commits {
+                        tracing::info!(pull = n, commit = %c.sha, verdict = ?c.verdict, "pull request judged");
+                        let s = describe::commit_status(
+                            &self.opts.cluster_name,
+                            c,
+                            self.opts.target_url.as_deref(),
+                        );
+                        self.queue_status(c.sha.clone(), s).await;
+                    }
+                    self.pulls.insert(n, oid);
+                }
+                Err(e) => tracing::warn!(pull = n, error = %e, "judging a pull request failed"),
+            }
+        }
+    }
+
+    async fn seed(&self, path: &Path, report: &CheckReport) {
+        let Some(sim) = &self.sim else { return };
+        let Some(first) = report.commits.first() else {
+            return;
+        };
+        let path = path.to_owned();
+        let sha = first.sha.clone();
+        let opts = CheckOptions {
+            prefixes: self.opts.paths.clone(),
+            max_file_bytes: self.opts.max_file_bytes,
+            ..CheckOptions::default()
+        };
+        let desired = tokio::task::spawn_blocking(move || {
+            let repo = GitRepo::open(&path).ok()?;
+            let oid = Oid::from_str(&sha).ok()?;
+            let tree = repo.commit(oid).ok()?.tree;
+            history::tree_desired(&repo, Some(tree), &opts)
+                .ok()
+                .map(|(d, _)| d)
+        })
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+        if let Ok(mut w) = sim.world() {
+            crate::rehearse::seed(&mut w, &desired);
+            tracing::info!(objects = desired.len(), commit = %first.sha, "simulated cluster seeded with the first commit's tree");
+        }
+    }
+
+    /// Reads one unit, decides and acts.
+    async fn reconcile(&mut self, path: &Path, chain: &Chain, out: &mut PassOutcome) -> UnitReport {
+        let state = match self.read_unit(chain).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the unit failed; next pass");
+                out.busy = true;
+                return UnitReport {
+                    chain: chain.clone(),
+                    next: Next::Follow(0),
+                    progress: BTreeMap::new(),
+                    needs_person: Some(format!("cluster unavailable: {e}")),
+                };
+            }
+        };
+        let complete = |i: usize| {
+            chain.followed(i).iter().all(|(k, t)| {
+                state
+                    .objects
+                    .get(k)
+                    .is_some_and(|o| o.progress == Progress::Complete && o.spec_matches(k.kind, t))
+            })
+        };
+        let next = rollout::next(chain, &state, complete);
+        tracing::debug!(?next, steps = chain.steps.len(), objects = ?state.objects, spec = ?state.spec, "decided");
+        let mut report = UnitReport {
+            chain: chain.clone(),
+            next: next.clone(),
+            progress: BTreeMap::new(),
+            needs_person: None,
+        };
+        match next {
+            Next::Apply(i) => {
+                let step = &chain.steps[i];
+                let span = tracing::info_span!("apply", commit = %step.sha, to = step.release.as_deref().unwrap_or(""));
+                match self.apply(path, chain, i).instrument(span).await {
+                    Ok(()) => {
+                        out.applied += 1;
+                        out.busy = true;
+                        self.metrics
+                            .hops_applied
+                            .get_or_create(&KindLabels {
+                                kind: chain.unit.kind.as_str().into(),
+                            })
+                            .inc();
+                        report.next = Next::Follow(i);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, commit = %step.sha, "apply failed");
+                        out.busy = true;
+                        report.needs_person =
+                            (!e.retryable()).then(|| format!("apply refused: {e}"));
+                        report.next = Next::Apply(i);
+                    }
+                }
+            }
+            Next::Follow(i) => {
+                self.follow(path, chain, i, &state, &mut report, out).await;
+            }
+            Next::Done(i) => {
+                for (k, _) in chain.followed(i) {
+                    report.progress.insert(k, Progress::Complete);
+                }
+            }
+            Next::Blocked(ref m) => {
+                tracing::warn!(reason = %m, "unit blocked");
+            }
+        }
+        report
+    }
+
+    async fn read_unit(&self, chain: &Chain) -> Result<UnitState, ClusterError> {
+        let t = Instant::now();
+        let unit = self.cluster.get(&chain.unit).await;
+        Metrics::observe(
+            &self.metrics.cluster_seconds,
+            "get",
+            unit.is_ok(),
+            t.elapsed(),
+        );
+        let unit = unit?;
+        let mut state = UnitState {
+            spec: unit.as_ref().map(|o| Target {
+                release: rollout::spec_release(o.key.kind, o.release.as_deref(), o.image.as_ref()),
+                image: o.image.as_ref().map(ImageRef::reference),
+            }),
+            objects: BTreeMap::new(),
+        };
+        // Followed objects: the unit, or every child any step names.
+        let mut keys: Vec<Key> = Vec::new();
+        if chain.unit.kind == Kind::ControlPlane {
+            for s in &chain.steps {
+                for k in s.children.keys() {
+                    if !keys.contains(k) {
+                        keys.push(k.clone());
+                    }
+                }
+            }
+        } else if unit.is_some() {
+            keys.push(chain.unit.clone());
+        }
+        for k in keys {
+            let obj = if k == chain.unit {
+                unit.clone()
+            } else {
+                self.cluster.get(&k).await?
+            };
+            let Some(obj) = obj else { continue };
+            let t = Instant::now();
+            let obs = observe(&self.cluster, &k).await;
+            Metrics::observe(
+                &self.metrics.cluster_seconds,
+                "observe",
+                obs.is_ok(),
+                t.elapsed(),
+            );
+            let Some(obs) = obs? else { continue };
+            let spec = Target {
+                release: rollout::spec_release(k.kind, obj.release.as_deref(), obj.image.as_ref()),
+                image: obj.image.as_ref().map(ImageRef::reference),
+            };
+            // Stateless here; the tracker adds stall detection when followed.
+            let to = Target {
+                release: spec.release.clone(),
+                image: spec.image.clone(),
+            }
+            .follow_to(k.kind);
+            let progress = assess(&to, &obs);
+            state.objects.insert(k, ObjectState { spec, progress });
+        }
+        Ok(state)
+    }
+
+    async fn apply(&self, path: &Path, chain: &Chain, i: usize) -> Result<(), ClusterError> {
+        let step = &chain.steps[i];
+        let document = load_document(path, &step.sha, &step.file, &chain.unit).await;
+        let image = step
+            .image
+            .as_deref()
+            .and_then(|r| ImageRef::parse_reference(r).ok());
+        let overrides = document.as_ref().map(plane_overrides).unwrap_or_default();
+        if let Some(sim) = &self.sim
+            && let Some(d) = &document
+        {
+            // The simulated operator installs what lockstep creates.
+            let desired = desired_of(d, &step.file);
+            if let Ok(mut w) = sim.world() {
+                crate::rehearse::seed(&mut w, &desired);
+            }
+        }
+        let req = ApplyRequest {
+            key: chain.unit.clone(),
+            release: step.release.clone(),
+            image,
+            overrides,
+            document,
+        };
+        let t = Instant::now();
+        let r = self.cluster.apply(&req).await;
+        Metrics::observe(
+            &self.metrics.cluster_seconds,
+            "apply",
+            r.is_ok(),
+            t.elapsed(),
+        );
+        r?;
+        tracing::info!(
+            commit = %step.sha,
+            object = %chain.unit,
+            from = step.from.as_deref().unwrap_or("new"),
+            to = step.release.as_deref().unwrap_or(""),
+            "applied"
+        );
+        Ok(())
+    }
+
+    async fn follow(
+        &mut self,
+        path: &Path,
+        chain: &Chain,
+        i: usize,
+        state: &UnitState,
+        report: &mut UnitReport,
+        out: &mut PassOutcome,
+    ) {
+        let now = self.now();
+        let projected = (chain.unit.kind == Kind::ControlPlane).then_some(chain.unit.name.as_str());
+        let mut reassert = false;
+        for (key, target) in chain.followed(i) {
+            let to = target.follow_to(key.kind);
+            let id = (key.clone(), to.clone());
+            let t = Instant::now();
+            let obs = observe(&self.cluster, &key).await;
+            Metrics::observe(
+                &self.metrics.cluster_seconds,
+                "observe",
+                obs.is_ok(),
+                t.elapsed(),
+            );
+            let Ok(Some(obs)) = obs else {
+                report.progress.insert(key.clone(), Progress::Waiting);
+                continue;
+            };
+            if !self.following.contains_key(&id) {
+                // Repairs already made for this hop are in the cluster's
+                // Events: a restart does not refill the budget.
+                let retries = self.past_repairs(&key).await;
+                self.following.insert(
+                    id.clone(),
+                    Following {
+                        tracker: Tracker::new(to.clone(), self.opts.deadlines.clone()),
+                        history: RepairHistory {
+                            retries,
+                            last: (retries > 0).then_some(now),
+                        },
+                        phase: None,
+                        reported: false,
+                    },
+                );
+            }
+            let Some(f) = self.following.get_mut(&id) else {
+                continue;
+            };
+            let p = f.tracker.observe(&obs, now);
+            // Phase durations, as seen.
+            let phase = obs.status.phase().map(str::to_owned);
+            match (&f.phase, &phase) {
+                (Some((old, since)), new) if Some(old) != new.as_ref() => {
+                    self.metrics
+                        .phase_seconds
+                        .get_or_create(&PhaseLabels {
+                            kind: key.kind.as_str().into(),
+                            phase: old.clone(),
+                        })
+                        .observe(now.saturating_sub(*since).as_secs_f64());
+                    f.phase = new.clone().map(|n| (n, now));
+                }
+                (None, Some(new)) => f.phase = Some((new.clone(), now)),
+                _ => {}
+            }
+            let action = repair::plan(&key, projected, &p, &f.history, now, &self.opts.repair);
+            match &action {
+                Action::DeleteJob { .. } | Action::Report(_) => {
+                    let first_report = matches!(action, Action::Report(_)) && !f.reported;
+                    if matches!(action, Action::DeleteJob { .. }) || first_report {
+                        let r = repair::execute(&self.cluster, &key, &action, &mut f.history, now)
+                            .await;
+                        if let Err(e) = r {
+                            tracing::warn!(error = %e, object = %key, "repair failed; next pass");
+                        }
+                    }
+                    if let Action::Report(m) = &action {
+                        f.reported = true;
+                        report.needs_person = Some(m.clone());
+                    } else {
+                        out.repaired += 1;
+                    }
+                    self.metrics
+                        .repairs
+                        .get_or_create(&RepairLabels {
+                            kind: key.kind.as_str().into(),
+                            action: match action {
+                                Action::DeleteJob { .. } => "rerun-job",
+                                _ => "report",
+                            }
+                            .into(),
+                        })
+                        .inc();
+                }
+                Action::ReassertPlane { .. } => reassert = true,
+                Action::WaitUntil(_) | Action::Nothing => {}
+            }
+            if p == Progress::Complete
+                && state
+                    .objects
+                    .get(&key)
+                    .is_some_and(|o| o.progress != Progress::Complete)
+            {
+                self.metrics
+                    .hops_completed
+                    .get_or_create(&KindLabels {
+                        kind: key.kind.as_str().into(),
+                    })
+                    .inc();
+            }
+            report.progress.insert(key, p);
+        }
+        if reassert {
+            tracing::warn!(plane = %chain.unit, "a child was parked by an edit outside Git; re-asserting the accepted target");
+            if let Err(e) = self.apply(path, chain, i).await {
+                tracing::warn!(error = %e, "re-asserting the plane failed; next pass");
+            } else {
+                out.repaired += 1;
+                self.metrics
+                    .repairs
+                    .get_or_create(&RepairLabels {
+                        kind: chain.unit.kind.as_str().into(),
+                        action: "reassert-plane".into(),
+                    })
+                    .inc();
+            }
+        }
+        // A hop that a person must look at keeps the unit where it is, but
+        // the pass has nothing more to do for it.
+        if report.needs_person.is_none() {
+            out.busy = true;
+        }
+    }
+
+    /// Re-runs lockstep already made for an object (its `RepairJobDeleted`
+    /// Events): conservative when an older hop left some behind.
+    async fn past_repairs(&self, key: &Key) -> u32 {
+        match self.cluster.events(key).await {
+            Ok(events) => events
+                .iter()
+                .filter(|e| e.reason == "RepairJobDeleted")
+                .filter_map(|e| {
+                    e.message
+                        .split("(attempt ")
+                        .nth(1)
+                        .and_then(|r| r.split(')').next())
+                        .and_then(|n| n.parse::<u32>().ok())
+                })
+                .max()
+                .unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
+}
+
+impl ObjectState {
+    fn spec_matches(&self, kind: Kind, t: &Target) -> bool {
+        let tracks = kind.release_source() != crate::kind::ReleaseSource::None;
+        (!tracks || t.release.is_none() || self.spec.release == t.release)
+            && (t.image.is_none() || self.spec.image.is_none() || self.spec.image == t.image)
+    }
+}
+
+/// Runs status delivery until the process ends: newest status per commit
+/// and context, late when the host was down.
+pub async fn deliver_forever(
+    queue: StatusQueue,
+    forge: Arc<AnyForge>,
+    metrics: Arc<Metrics>,
+    policy: RetryPolicy,
+) {
+    loop {
+        let t = Instant::now();
+        let r = queue.drain(&*forge, &policy).await;
+        record_drain(&metrics, &r, t.elapsed());
+        if r.deferred {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        } else if queue.is_empty().await {
+            queue.wait().await;
+        }
+    }
+}
+
+pub fn record_drain(metrics: &Metrics, r: &crate::forge::delivery::DrainReport, took: Duration) {
+    use crate::metrics::ResultLabels;
+    for (result, n) in [
+        ("posted", r.posted),
+        ("already_there", r.already_there),
+        ("rejected", r.rejected.len()),
+        ("deferred", usize::from(r.deferred)),
+    ] {
+        if n > 0 {
+            metrics
+                .status_deliveries
+                .get_or_create(&ResultLabels {
+                    result: result.into(),
+                })
+                .inc_by(n as u64);
+        }
+    }
+    if r.posted + r.already_there > 0 || r.deferred {
+        Metrics::observe(&metrics.forge_seconds, "drain", !r.deferred, took);
+    }
+}
+
+/// Drains what is queued now (for `--until-idle` and tests).
+pub async fn deliver_now<F: Forge>(
+    queue: &StatusQueue,
+    forge: &F,
+    metrics: &Metrics,
+    policy: &RetryPolicy,
+) -> bool {
+    let t = Instant::now();
+    let r = queue.drain(forge, policy).await;
+    record_drain(metrics, &r, t.elapsed());
+    !r.deferred
+}
+
+/// A ControlPlane's key from the file holding it at a commit.
+fn plane_key(repo: &GitRepo, sha: &str, file: &str, name: &str) -> Option<Key> {
+    let docs = documents_at(repo, sha, file)?;
+    docs.into_iter().find_map(|d| {
+        (d.get("kind")?.as_str()? == "ControlPlane"
+            && d.pointer("/metadata/name")?.as_str()? == name)
+            .then(|| {
+                let ns = d
+                    .pointer("/metadata/namespace")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or("default");
+                Key::new(Kind::ControlPlane, ns, name)
+            })
+    })
+}
+
+fn documents_at(repo: &GitRepo, sha: &str, file: &str) -> Option<Vec<serde_json::Value>> {
+    let oid = Oid::from_str(sha).ok()?;
+    let tree = repo.raw().find_commit(oid).ok()?.tree().ok()?;
+    let entry = tree.get_path(Path::new(file)).ok()?;
+    let blob = repo.raw().find_blob(entry.id()).ok()?;
+    let text = std::str::from_utf8(blob.content()).ok()?;
+    serde_saphyr::from_multiple::<serde_json::Value>(text).ok()
+}
+
+/// The whole document of `key` as Git has it at `sha`: what lockstep
+/// applies (server-side apply owns what it sends).
+async fn load_document(path: &Path, sha: &str, file: &str, key: &Key) -> Option<serde_json::Value> {
+    let (path, sha, file, key) = (
+        path.to_owned(),
+        sha.to_owned(),
+        file.to_owned(),
+        key.clone(),
+    );
+    tokio::task::spawn_blocking(move || {
+        let repo = GitRepo::open(&path).ok()?;
+        documents_at(&repo, &sha, &file)?.into_iter().find(|d| {
+            d.get("kind").and_then(|k| k.as_str()) == Some(key.kind.as_str())
+                && d.pointer("/metadata/name").and_then(|n| n.as_str()) == Some(key.name.as_str())
+                && d.pointer("/metadata/namespace")
+                    .and_then(|n| n.as_str())
+                    .unwrap_or("default")
+                    == key.namespace
+        })
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// A plane's `services.<svc>.image` overrides.
+fn plane_overrides(doc: &serde_json::Value) -> Vec<(Kind, ImageRef)> {
+    let Some(services) = doc.pointer("/spec/services").and_then(|s| s.as_object()) else {
+        return Vec::new();
+    };
+    services
+        .iter()
+        .filter_map(|(svc, v)| {
+            let kind = Kind::from_service(svc)?;
+            let i = v.get("image")?;
+            let image = ImageRef::new(
+                i.get("repository").and_then(|r| r.as_str()),
+                i.get("tag").and_then(|r| r.as_str()),
+                i.get("digest").and_then(|r| r.as_str()),
+            )
+            .ok()?;
+            Some((kind, image))
+        })
+        .collect()
+}
+
+/// The desired objects of one document (a plane and its children).
+fn desired_of(doc: &serde_json::Value, file: &str) -> Vec<crate::desired::Desired> {
+    let Ok(text) = serde_json::to_string(doc) else {
+        return Vec::new();
+    };
+    let parsed = crate::manifest::parse_file(file, text.as_bytes(), usize::MAX);
+    crate::desired::expand(&parsed.documents)
+}

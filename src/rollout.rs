@@ -1,0 +1,784 @@
+//! What the daemon does next, as pure functions over Git's accepted history
+//! and the cluster's state: which hop of which unit to apply, which to
+//! follow, and what every commit status says.
+//!
+//! lockstep keeps no state of its own. Git says where each unit must go (the
+//! chain of accepted steps); the cluster's spec says how far lockstep got
+//! (the last step it applied) and its status how far the operator got. Both
+//! survive a restart, so a restarted daemon computes the same next action:
+//! it never applies a hop twice, never skips one, and re-posts the statuses
+//! the state implies (the forge deduplicates).
+//!
+//! A *unit* is what lockstep applies: a ControlPlane (with its projected
+//! children, which it follows) or a standalone service. A *step* is one
+//! accepted target of a unit; steps of consecutive commits that keep the
+//! release are folded into one (applying the intermediate image would be a
+//! roll for nothing), so every step is at most one release hop from the
+//! previous one and the daemon applies them one at a time.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::follow::Progress;
+use crate::forge::describe;
+use crate::forge::{Context, State, Status};
+use crate::gate::{Transition, Verdict};
+use crate::history::CheckReport;
+use crate::kind::{Key, Kind, ReleaseSource};
+use crate::release::ImageRef;
+
+/// One accepted target of a unit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The newest commit folded into this step: its tree holds the document
+    /// to apply.
+    pub sha: String,
+    /// Every commit folded into this step, oldest first.
+    pub commits: Vec<String>,
+    /// The file (in `sha`'s tree) holding the unit's document.
+    pub file: Arc<str>,
+    pub from: Option<String>,
+    pub release: Option<String>,
+    /// A standalone service's image reference.
+    pub image: Option<String>,
+    /// A plane's projected children that this step changes, with their
+    /// targets; children carried over from earlier steps stay listed.
+    pub children: BTreeMap<Key, Target>,
+}
+
+/// Where one followed object must end up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub release: Option<String>,
+    pub image: Option<String>,
+}
+
+impl Target {
+    /// What the tracker compares `installedRelease` with: Keystone's is its
+    /// tag; Horizon tracks none.
+    pub fn follow_to(&self, kind: Kind) -> String {
+        match kind.release_source() {
+            ReleaseSource::Field => self.release.clone().unwrap_or_default(),
+            ReleaseSource::ImageTag => self
+                .image
+                .as_deref()
+                .and_then(|i| ImageRef::parse_reference(i).ok())
+                .and_then(|i| i.tag().map(str::to_owned))
+                .unwrap_or_default(),
+            ReleaseSource::None => String::new(),
+        }
+    }
+}
+
+/// A unit's accepted steps, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chain {
+    pub unit: Key,
+    /// The release before the first step (`None`: the unit is new).
+    pub from: Option<String>,
+    pub steps: Vec<Step>,
+}
+
+impl Chain {
+    /// The followed objects of step `i`: a plane's children, or the unit.
+    pub fn followed(&self, i: usize) -> Vec<(Key, Target)> {
+        let Some(s) = self.steps.get(i) else {
+            return Vec::new();
+        };
+        if self.unit.kind == Kind::ControlPlane {
+            s.children
+                .iter()
+                .map(|(k, t)| (k.clone(), t.clone()))
+                .collect()
+        } else {
+            vec![(
+                self.unit.clone(),
+                Target {
+                    release: s.release.clone(),
+                    image: s.image.clone(),
+                },
+            )]
+        }
+    }
+}
+
+/// The chains of every unit that an accepted commit of `report` changes.
+/// Removals are never applied (nothing is deleted from a cluster).
+/// `plane_key(name, file, sha)` finds a ControlPlane's key when a commit
+/// changes only its children (an override's image): verdicts name the plane
+/// of a child, not its namespace.
+pub fn chains(
+    report: &CheckReport,
+    plane_key: impl Fn(&str, &str, &str) -> Option<Key>,
+) -> BTreeMap<Key, Chain> {
+    let mut out: BTreeMap<Key, Chain> = BTreeMap::new();
+    for c in report
+        .commits
+        .iter()
+        .filter(|c| c.verdict == Verdict::Accepted)
+    {
+        // Children first collected per plane name, then attached to the
+        // plane's step of this commit.
+        let mut children: BTreeMap<String, Vec<(Key, Target)>> = BTreeMap::new();
+        let mut planes: BTreeMap<String, PlaneChange> = BTreeMap::new();
+        for o in &c.objects {
+            let Some(key) = o.key() else { continue };
+            if !matches!(
+                o.transition,
+                Transition::Install | Transition::Upgrade | Transition::Patch | Transition::Abort
+            ) {
+                continue;
+            }
+            let target = Target {
+                release: o.to.clone(),
+                image: o.to_image.clone(),
+            };
+            match (&o.projected_by, key.kind) {
+                (Some(plane), _) => children
+                    .entry(plane.clone())
+                    .or_default()
+                    .push((key, target)),
+                (None, Kind::ControlPlane) => {
+                    planes.insert(
+                        key.name.clone(),
+                        (key, o.from.clone(), o.to.clone(), o.file.clone()),
+                    );
+                }
+                (None, _) => push_step(
+                    &mut out,
+                    key,
+                    &c.sha,
+                    o.file.clone(),
+                    o.from.clone(),
+                    target,
+                    BTreeMap::new(),
+                ),
+            }
+        }
+        // A child changing without its plane (an override's image) is still
+        // a step of the plane: find the plane's key from an earlier step.
+        for (plane, kids) in children {
+            let (key, from, to, file) = match planes.remove(&plane) {
+                Some(p) => p,
+                None => {
+                    let file = kids
+                        .first()
+                        .map(|(k, _)| k.clone())
+                        .and_then(|k| child_file(c, &k))
+                        .unwrap_or_else(|| Arc::from(""));
+                    let Some(key) = plane_key(&plane, &file, &c.sha) else {
+                        continue;
+                    };
+                    let last = out.get(&key).and_then(|ch| ch.steps.last());
+                    let release = last.and_then(|s| s.release.clone());
+                    (key, release.clone(), release, file)
+                }
+            };
+            let mut map: BTreeMap<Key, Target> = out
+                .get(&key)
+                .and_then(|ch| ch.steps.last())
+                .map(|s| s.children.clone())
+                .unwrap_or_default();
+            map.extend(kids);
+            push_step(
+                &mut out,
+                key,
+                &c.sha,
+                file,
+                from,
+                Target {
+                    release: to,
+                    image: None,
+                },
+                map,
+            );
+        }
+        for (_, (key, from, to, file)) in planes {
+            let map = out
+                .get(&key)
+                .and_then(|ch| ch.steps.last())
+                .map(|s| s.children.clone())
+                .unwrap_or_default();
+            push_step(
+                &mut out,
+                key,
+                &c.sha,
+                file,
+                from,
+                Target {
+                    release: to,
+                    image: None,
+                },
+                map,
+            );
+        }
+    }
+    out
+}
+
+/// A plane's own change in one commit: key, from, to, file.
+type PlaneChange = (Key, Option<String>, Option<String>, Arc<str>);
+
+fn child_file(c: &crate::history::CommitReport, key: &Key) -> Option<Arc<str>> {
+    c.objects
+        .iter()
+        .find(|o| o.key().as_ref() == Some(key))
+        .map(|o| o.file.clone())
+}
+
+fn push_step(
+    out: &mut BTreeMap<Key, Chain>,
+    key: Key,
+    sha: &str,
+    file: Arc<str>,
+    from: Option<String>,
+    target: Target,
+    children: BTreeMap<Key, Target>,
+) {
+    let chain = out.entry(key.clone()).or_insert_with(|| Chain {
+        unit: key,
+        from: from.clone(),
+        steps: Vec::new(),
+    });
+    if let Some(last) = chain.steps.last_mut()
+        && last.release == target.release
+    {
+        // Same release: fold into the previous step (a patch on top of a
+        // hop is applied as one).
+        last.sha = sha.to_owned();
+        last.commits.push(sha.to_owned());
+        last.file = file;
+        last.image = target.image.or(last.image.take());
+        last.children = children;
+        return;
+    }
+    chain.steps.push(Step {
+        sha: sha.to_owned(),
+        commits: vec![sha.to_owned()],
+        file,
+        from,
+        release: target.release,
+        image: target.image,
+        children,
+    });
+}
+
+/// The cluster's view of a unit: its spec (what lockstep applied last) and
+/// the followed objects' specs and progress.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnitState {
+    /// `None`: the unit does not exist in the cluster.
+    pub spec: Option<Target>,
+    /// Per followed object: its spec and the tracker's progress towards the
+    /// step the spec matches.
+    pub objects: BTreeMap<Key, ObjectState>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectState {
+    pub spec: Target,
+    pub progress: Progress,
+}
+
+/// The release an object's spec names, the way Git's verdicts name it.
+pub fn spec_release(kind: Kind, release: Option<&str>, image: Option<&ImageRef>) -> Option<String> {
+    match kind.release_source() {
+        ReleaseSource::Field => release.map(str::to_owned),
+        ReleaseSource::ImageTag => image
+            .and_then(|i| i.tag_release())
+            .map(|t| t.release.to_string()),
+        ReleaseSource::None => release.map(str::to_owned),
+    }
+}
+
+/// The daemon's next move for one unit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Apply step `i` (server-side apply of its document).
+    Apply(usize),
+    /// Step `i` is applied and in flight: follow (and repair) it.
+    Follow(usize),
+    /// The last step is applied and complete.
+    Done(usize),
+    /// The cluster is somewhere Git's accepted chain does not lead through:
+    /// lockstep will not guess (it never goes backwards).
+    Blocked(String),
+}
+
+/// Decides the next move. `complete(i)` says whether every followed object
+/// of step `i` is complete (the caller's trackers know).
+pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) -> Next {
+    let Some(last) = chain.steps.len().checked_sub(1) else {
+        return Next::Done(0);
+    };
+    let Some(spec) = &state.spec else {
+        // Not in the cluster: a fresh install needs no migration, so it goes
+        // straight to the newest accepted state.
+        return Next::Apply(last);
+    };
+    let at = chain
+        .steps
+        .iter()
+        .rposition(|s| s.release.is_some() && s.release == spec.release)
+        .or_else(|| {
+            // Kinds without a release (Horizon) match on the image.
+            chain
+                .steps
+                .iter()
+                .rposition(|s| s.release.is_none() && s.image.is_some() && s.image == spec.image)
+        });
+    let Some(i) = at else {
+        if chain.from.is_some() && chain.from == spec.release {
+            return Next::Apply(0);
+        }
+        return Next::Blocked(format!(
+            "{} is at {} in the cluster; Git's accepted chain goes {} → {}",
+            chain.unit,
+            spec.release.as_deref().unwrap_or("no release"),
+            chain.from.as_deref().unwrap_or("new"),
+            chain.steps[last].release.as_deref().unwrap_or("?"),
+        ));
+    };
+    if !applied(chain, i, state) {
+        // Same release, other image (a patch, or an edit made outside Git):
+        // Git's accepted state is re-asserted.
+        return Next::Apply(i);
+    }
+    if !complete(i) {
+        return Next::Follow(i);
+    }
+    if i < last {
+        Next::Apply(i + 1)
+    } else {
+        Next::Done(i)
+    }
+}
+
+/// Whether the cluster's specs are exactly step `i`'s.
+fn applied(chain: &Chain, i: usize, state: &UnitState) -> bool {
+    let s = &chain.steps[i];
+    if chain.unit.kind != Kind::ControlPlane {
+        return state
+            .spec
+            .as_ref()
+            .is_some_and(|t| s.image.is_none() || t.image == s.image);
+    }
+    s.children.iter().all(|(k, t)| {
+        state
+            .objects
+            .get(k)
+            .is_some_and(|o| t.image.is_none() || o.spec.image.is_none() || o.spec.image == t.image)
+    })
+}
+
+/// What a pass found for one unit, for statuses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitReport {
+    pub chain: Chain,
+    pub next: Next,
+    /// Progress of the followed objects of the step in flight (or last done).
+    pub progress: BTreeMap<Key, Progress>,
+    /// A repair lockstep may not make: a person must act.
+    pub needs_person: Option<String>,
+}
+
+/// Every status the state implies, `(sha, status)`, oldest commit first:
+/// the verdict on each judged commit under `lockstep/<cluster>` (refused →
+/// failure; accepted → pending until every step it carries is complete, then
+/// success) and one progress status per followed object on the commit of the
+/// step it is in.
+pub fn statuses(
+    cluster: &str,
+    report: &CheckReport,
+    units: &BTreeMap<Key, UnitReport>,
+    target_url: Option<&str>,
+) -> Vec<(String, Status)> {
+    let mut out = Vec::new();
+    // Where each commit's steps stand.
+    let mut by_commit: BTreeMap<&str, Vec<(&UnitReport, usize)>> = BTreeMap::new();
+    for u in units.values() {
+        for (i, s) in u.chain.steps.iter().enumerate() {
+            for c in &s.commits {
+                by_commit.entry(c.as_str()).or_default().push((u, i));
+            }
+        }
+    }
+    for c in &report.commits {
+        let verdict = describe::commit_status(cluster, c, target_url);
+        if c.verdict != Verdict::Accepted {
+            out.push((c.sha.clone(), verdict));
+            continue;
+        }
+        let Some(steps) = by_commit.get(c.sha.as_str()) else {
+            out.push((c.sha.clone(), verdict));
+            continue;
+        };
+        let mut waiting = None;
+        let mut failed = None;
+        for (u, i) in steps {
+            match step_state(u, *i) {
+                StepState::Done => {}
+                StepState::Failed(m) => {
+                    failed.get_or_insert(m);
+                }
+                StepState::Pending(m) => {
+                    waiting.get_or_insert(m);
+                }
+            }
+        }
+        let (state, description) = match (failed, waiting) {
+            (Some(m), _) => (State::Failure, m),
+            (None, Some(m)) => (State::Pending, m),
+            (None, None) => (
+                State::Success,
+                verdict
+                    .description
+                    .replacen("accepted:", "applied:", 1)
+                    .to_string(),
+            ),
+        };
+        out.push((
+            c.sha.clone(),
+            Status {
+                state,
+                description,
+                ..verdict
+            },
+        ));
+    }
+    // Per object, on the commit of the step it is in.
+    for u in units.values() {
+        let i = match u.next {
+            Next::Follow(i) | Next::Done(i) => i,
+            _ => continue,
+        };
+        let Some(step) = u.chain.steps.get(i) else {
+            continue;
+        };
+        for (key, target) in u.chain.followed(i) {
+            let p = u.progress.get(&key).cloned().unwrap_or(Progress::Waiting);
+            let from = step.from.as_deref().unwrap_or("new");
+            let to = target.release.as_deref().unwrap_or("");
+            let (state, phase) = match &p {
+                Progress::Complete => (State::Success, "complete".to_owned()),
+                Progress::Failed { .. } | Progress::Stalled { .. } => {
+                    (State::Failure, p.describe())
+                }
+                _ => (State::Pending, p.describe()),
+            };
+            out.push((
+                step.sha.clone(),
+                Status {
+                    state,
+                    context: Context::object(cluster, &key.namespace, &key.name).to_string(),
+                    description: describe::progress(&key.name, from, to, &phase),
+                    target_url: target_url.map(str::to_owned),
+                },
+            ));
+        }
+    }
+    out
+}
+
+enum StepState {
+    Done,
+    Pending(String),
+    Failed(String),
+}
+
+fn step_state(u: &UnitReport, i: usize) -> StepState {
+    let name = &u.chain.unit.name;
+    let step = &u.chain.steps[i];
+    let hop = format!(
+        "{name} {}→{}",
+        step.from.as_deref().unwrap_or("new"),
+        step.release.as_deref().unwrap_or("?")
+    );
+    match &u.next {
+        Next::Blocked(m) => StepState::Failed(format!("blocked: {m}")),
+        Next::Done(_) => StepState::Done,
+        Next::Apply(j) | Next::Follow(j) if *j > i => StepState::Done,
+        Next::Apply(j) if *j == i => StepState::Pending(format!("accepted: applying {hop}")),
+        Next::Follow(j) if *j == i => {
+            if let Some(m) = &u.needs_person {
+                return StepState::Failed(m.clone());
+            }
+            let (phase, failing) = u
+                .progress
+                .values()
+                .find(|p| !matches!(p, Progress::Complete))
+                .map(|p| {
+                    (
+                        p.describe(),
+                        matches!(p, Progress::Failed { .. } | Progress::Stalled { .. }),
+                    )
+                })
+                .unwrap_or_else(|| ("settling".into(), false));
+            let text = format!("{hop}: {phase}");
+            if failing {
+                StepState::Pending(format!("repairing {text}"))
+            } else {
+                StepState::Pending(text)
+            }
+        }
+        Next::Apply(j) | Next::Follow(j) => {
+            let cur = &u.chain.steps[*j];
+            StepState::Pending(format!(
+                "queued: {name} →{} after →{}",
+                step.release.as_deref().unwrap_or("?"),
+                cur.release.as_deref().unwrap_or("?")
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::ObjectVerdict;
+    use crate::history::CommitReport;
+
+    fn ov(key: &Key, from: Option<&str>, to: &str, image: &str, t: Transition) -> ObjectVerdict {
+        ObjectVerdict {
+            kind: Some(key.kind),
+            namespace: Some(key.namespace.clone()),
+            name: Some(key.name.clone()),
+            file: Arc::from("f.yaml"),
+            line: 1,
+            projected_by: None,
+            from: from.map(str::to_owned),
+            to: Some(to.to_owned()),
+            from_image: None,
+            to_image: Some(image.to_owned()),
+            transition: t,
+            verdict: Verdict::Accepted,
+            reason: None,
+            message: String::new(),
+        }
+    }
+
+    fn commit(sha: &str, verdict: Verdict, objects: Vec<ObjectVerdict>) -> CommitReport {
+        CommitReport {
+            sha: sha.into(),
+            summary: sha.into(),
+            verdict,
+            objects,
+            skipped: Vec::new(),
+            files_changed: 1,
+        }
+    }
+
+    fn report(commits: Vec<CommitReport>) -> CheckReport {
+        CheckReport {
+            verdict: Verdict::Accepted,
+            base: None,
+            head: commits.last().map(|c| c.sha.clone()).unwrap_or_default(),
+            commits,
+        }
+    }
+
+    fn nova() -> Key {
+        Key::new(Kind::Nova, "compute", "nova")
+    }
+
+    fn img(r: &str) -> String {
+        format!("ghcr.io/c5c3/nova:{r}")
+    }
+
+    /// 2026.1 → 2026.2 (then a patch on 2026.2) → 2027.1, with a refused
+    /// skip in between.
+    fn story() -> CheckReport {
+        let n = nova();
+        let mut skip = ov(
+            &n,
+            Some("2026.2"),
+            "2027.2",
+            &img("2027.2"),
+            Transition::Skip,
+        );
+        skip.verdict = Verdict::Refused;
+        report(vec![
+            commit(
+                "a",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.1"),
+                    "2026.2",
+                    &img("2026.2"),
+                    Transition::Upgrade,
+                )],
+            ),
+            commit(
+                "b",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.2"),
+                    "2026.2",
+                    &img("2026.2-p1"),
+                    Transition::Patch,
+                )],
+            ),
+            commit("c", Verdict::Refused, vec![skip]),
+            commit(
+                "d",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.2"),
+                    "2027.1",
+                    &img("2027.1"),
+                    Transition::Upgrade,
+                )],
+            ),
+        ])
+    }
+
+    fn at(release: &str, image: &str) -> UnitState {
+        UnitState {
+            spec: Some(Target {
+                release: Some(release.into()),
+                image: Some(image.into()),
+            }),
+            objects: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn chains_fold_patches_and_skip_refused_commits() {
+        let chains = chains(&story(), |_, _, _| None);
+        let c = &chains[&nova()];
+        assert_eq!(c.from.as_deref(), Some("2026.1"));
+        let steps: Vec<(&str, Option<&str>, Vec<&str>)> = c
+            .steps
+            .iter()
+            .map(|s| {
+                (
+                    s.sha.as_str(),
+                    s.image.as_deref(),
+                    s.commits.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        let p1 = img("2026.2-p1");
+        let r3 = img("2027.1");
+        assert_eq!(
+            steps,
+            vec![
+                ("b", Some(p1.as_str()), vec!["a", "b"]),
+                ("d", Some(r3.as_str()), vec!["d"])
+            ]
+        );
+    }
+
+    #[test]
+    fn one_hop_at_a_time_from_where_the_cluster_is() {
+        let c = &chains(&story(), |_, _, _| None)[&nova()];
+        // Not applied yet: the first step.
+        assert_eq!(
+            next(c, &at("2026.1", &img("2026.1")), |_| true),
+            Next::Apply(0)
+        );
+        // Applied, in flight: follow, do not go on.
+        assert_eq!(
+            next(c, &at("2026.2", &img("2026.2-p1")), |_| false),
+            Next::Follow(0)
+        );
+        // Complete: the next hop.
+        assert_eq!(
+            next(c, &at("2026.2", &img("2026.2-p1")), |i| i == 0),
+            Next::Apply(1)
+        );
+        // The first commit's image only (a restart after applying it, or an
+        // edit outside Git): the step's image is applied.
+        assert_eq!(
+            next(c, &at("2026.2", &img("2026.2")), |_| true),
+            Next::Apply(0)
+        );
+        assert_eq!(
+            next(c, &at("2027.1", &img("2027.1")), |_| false),
+            Next::Follow(1)
+        );
+        assert_eq!(
+            next(c, &at("2027.1", &img("2027.1")), |_| true),
+            Next::Done(1)
+        );
+        // Missing from the cluster: installed at the newest accepted state.
+        assert_eq!(next(c, &UnitState::default(), |_| false), Next::Apply(1));
+        // Somewhere Git never led: lockstep does not guess.
+        assert!(
+            matches!(next(c, &at("2025.2", &img("2025.2")), |_| true), Next::Blocked(m) if m.contains("2025.2"))
+        );
+    }
+
+    #[test]
+    fn statuses_move_from_pending_to_success_and_refusals_fail() {
+        let r = story();
+        let c = chains(&r, |_, _, _| None).remove(&nova()).unwrap();
+        let unit = |next: Next, p: Progress| UnitReport {
+            chain: c.clone(),
+            next,
+            progress: [(nova(), p)].into_iter().collect(),
+            needs_person: None,
+        };
+        let find = |list: &[(String, Status)], sha: &str, ctx: &str| {
+            list.iter()
+                .find(|(s, st)| s == sha && st.context == ctx)
+                .map(|(_, st)| (st.state, st.description.clone()))
+                .unwrap()
+        };
+        let units: BTreeMap<Key, UnitReport> = [(
+            nova(),
+            unit(
+                Next::Follow(0),
+                Progress::Phase {
+                    phase: "Migrating".into(),
+                    step: 2,
+                },
+            ),
+        )]
+        .into_iter()
+        .collect();
+        let s = statuses("prod", &r, &units, None);
+        let (st, d) = find(&s, "a", "lockstep/prod");
+        assert_eq!(st, State::Pending);
+        assert!(d.contains("nova 2026.1→2026.2: Migrating (2/4)"), "{d}");
+        assert_eq!(find(&s, "c", "lockstep/prod").0, State::Failure);
+        let (st, d) = find(&s, "d", "lockstep/prod");
+        assert_eq!(st, State::Pending);
+        assert!(d.starts_with("queued"), "{d}");
+        let (st, d) = find(&s, "b", "lockstep/prod/compute/nova");
+        assert_eq!(st, State::Pending);
+        assert!(d.contains("Migrating (2/4)"), "{d}");
+
+        let units: BTreeMap<Key, UnitReport> = [(nova(), unit(Next::Done(1), Progress::Complete))]
+            .into_iter()
+            .collect();
+        let s = statuses("prod", &r, &units, None);
+        for sha in ["a", "b", "d"] {
+            let (st, d) = find(&s, sha, "lockstep/prod");
+            assert_eq!(st, State::Success, "{sha}");
+            assert!(d.starts_with("applied:"), "{d}");
+        }
+        assert_eq!(
+            find(&s, "d", "lockstep/prod/compute/nova").0,
+            State::Success
+        );
+
+        let mut failed = unit(
+            Next::Follow(1),
+            Progress::Failed {
+                reason: "MigrateFailed".into(),
+                message: "boom".into(),
+            },
+        );
+        failed.needs_person = Some("nova: MigrateFailed: boom; run lockstep retry".into());
+        let units: BTreeMap<Key, UnitReport> = [(nova(), failed)].into_iter().collect();
+        let s = statuses("prod", &r, &units, None);
+        assert_eq!(find(&s, "a", "lockstep/prod").0, State::Success);
+        let (st, d) = find(&s, "d", "lockstep/prod");
+        assert_eq!(st, State::Failure);
+        assert!(d.contains("lockstep retry"), "{d}");
+    }
+}

@@ -1,0 +1,417 @@
+//! `lockstep run` assembled from its configuration: the source, the forge,
+//! the cluster, the webhook and metrics servers, leader election, signals.
+//! The loop itself is [`crate::daemon`]; this is the wiring, kept out of
+//! `main.rs` so tests can start the whole service in-process.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::sync::{mpsc, watch};
+
+use crate::cluster::Cluster;
+use crate::cluster::kube::KubeCluster;
+use crate::cluster::memory::MemoryCluster;
+use crate::config::{ClusterMode, Config, ReportKind};
+use crate::daemon::{self, Daemon, Options, PassOutcome, Repo};
+use crate::follow::Deadlines;
+use crate::forge::delivery::{RetryPolicy, StatusQueue};
+use crate::forge::{AnyForge, ForgeKind, ForgeSpec};
+use crate::metrics::Metrics;
+use crate::repair::RepairPolicy;
+use crate::secret::Secret;
+use crate::sim::{Params, World};
+use crate::source::{Auth, Origin, Source};
+
+#[derive(Debug, Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Source(#[from] crate::source::SourceError),
+    #[error(transparent)]
+    Forge(#[from] crate::forge::ForgeError),
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
+    #[error(transparent)]
+    Secret(#[from] crate::secret::SecretError),
+    #[error(transparent)]
+    Lease(#[from] crate::lease::LeaseError),
+    #[error("{what} {addr}: {message}")]
+    Listen {
+        what: &'static str,
+        addr: String,
+        message: String,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What a bounded run (`--until-idle`) ended with.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub last: PassOutcome,
+    /// Statuses still undelivered (the host was down).
+    pub undelivered: usize,
+    pub metrics: String,
+}
+
+/// Runs the service until SIGTERM/Ctrl-C, or until idle with `until_idle`.
+pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceError> {
+    config.validate()?;
+    let metrics = Arc::new(Metrics::new());
+
+    // The source.
+    let origin = match (&config.source.repo, &config.source.url) {
+        (Some(path), _) => Origin::Local(path.clone()),
+        (None, Some(url)) => Origin::Remote {
+            url: url.clone(),
+            cache_dir: config
+                .source
+                .cache_dir
+                .clone()
+                .unwrap_or_else(default_cache_dir),
+            auth: Auth {
+                token: config
+                    .source
+                    .token_file
+                    .as_deref()
+                    .map(Secret::from_file)
+                    .transpose()?,
+                token_user: config.source.token_user.clone(),
+                ssh_key: config.source.ssh_key_file.clone(),
+                known_hosts: config.source.known_hosts_file.clone(),
+            },
+        },
+        (None, None) => return Err(ServiceError::Other("no source".into())),
+    };
+    let local = matches!(origin, Origin::Local(_));
+    let branch = config.source.branch.clone();
+    let source = tokio::task::spawn_blocking(move || Source::open(origin, &branch))
+        .await
+        .map_err(|e| ServiceError::Other(e.to_string()))??;
+    let repo_path = Repo::path(&source);
+    tracing::info!(source = %source.location(), branch = %config.source.branch, "source opened");
+
+    // The forge.
+    let kind = match config.report.kind {
+        ReportKind::Notes => ForgeKind::Notes,
+        ReportKind::Github => ForgeKind::GitHub,
+        ReportKind::Gitlab => ForgeKind::GitLab,
+        ReportKind::Gitea => ForgeKind::Gitea,
+    };
+    let token = match (kind, &config.report.token_file, &config.report.token_env) {
+        (ForgeKind::Notes, _, _) => None,
+        (_, Some(f), _) => Some(Secret::from_file(f)?),
+        (_, None, Some(var)) => Some(Secret::from_env(var)?),
+        (_, None, None) => Secret::from_env("LOCKSTEP_TOKEN").ok(),
+    };
+    let forge = Arc::new(AnyForge::build(&ForgeSpec {
+        kind,
+        url: config.report.url.clone(),
+        repo: config.report.repo.clone().or_else(|| {
+            config
+                .source
+                .url
+                .as_deref()
+                .and_then(crate::forge::repo_from_url)
+        }),
+        token,
+        local: repo_path.clone(),
+    })?);
+
+    // Triggers: webhooks, the local watcher.
+    let (trigger_tx, trigger_rx) = mpsc::channel::<()>(1);
+    let _watcher = if local {
+        match crate::source::watch_local(&repo_path) {
+            Ok((w, mut rx)) => {
+                let tx = trigger_tx.clone();
+                tokio::spawn(async move {
+                    while rx.recv().await.is_some() {
+                        let _ = tx.try_send(());
+                    }
+                });
+                Some(w)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no file watcher; polling only");
+                None
+            }
+        }
+    } else {
+        None
+    };
+
+    let opts = Options {
+        cluster_name: config.cluster.name.clone(),
+        branch: config.source.branch.clone(),
+        paths: config.source.paths.clone(),
+        since: config.source.since.clone(),
+        poll: config.poll_interval(),
+        pull_requests: config.source.pull_requests,
+        target_url: config.report.target_url.clone(),
+        deadlines: stall_deadlines(
+            crate::config::duration(&config.cluster.stall_after)
+                .unwrap_or(Duration::from_secs(1800)),
+        ),
+        repair: RepairPolicy {
+            budget: config.cluster.repair_budget,
+            ..RepairPolicy::default()
+        },
+        max_file_bytes: crate::manifest::DEFAULT_MAX_FILE_BYTES,
+        until_idle,
+    };
+    let queue = StatusQueue::new(10_000);
+
+    match config.cluster.mode {
+        ClusterMode::Sim => {
+            let mem = MemoryCluster::new(World::new(Params::default()));
+            let (_keep, leader) = watch::channel(true);
+            let daemon = Daemon::new(
+                opts,
+                source,
+                mem.clone(),
+                Some(mem),
+                queue.clone(),
+                metrics.clone(),
+            );
+            drive(
+                &config, daemon, forge, queue, metrics, trigger_tx, trigger_rx, leader, None,
+            )
+            .await
+        }
+        ClusterMode::Kube => {
+            let cluster = match &config.cluster.kubeconfig {
+                Some(k) => KubeCluster::from_kubeconfig(k).await?,
+                None => KubeCluster::infer().await?,
+            };
+            let leadership = if config.leader_election.enabled {
+                let ns = config
+                    .leader_election
+                    .namespace
+                    .clone()
+                    .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                    .unwrap_or_else(|| "lockstep".into());
+                let identity = identity(&config);
+                crate::lease::Leadership::start(
+                    cluster.client().clone(),
+                    crate::lease::LeaseConfig {
+                        namespace: ns,
+                        name: config.leader_election.lease_name.clone(),
+                        identity,
+                        duration: crate::config::duration(&config.leader_election.lease_duration)
+                            .unwrap_or(Duration::from_secs(15)),
+                        ..crate::lease::LeaseConfig::default()
+                    },
+                )
+                .await?
+            } else {
+                crate::lease::Leadership::always()
+            };
+            let leader = leadership.subscribe();
+            let daemon = Daemon::new(opts, source, cluster, None, queue.clone(), metrics.clone());
+            let leadership = Arc::new(leadership);
+            let r = drive(
+                &config,
+                daemon,
+                forge,
+                queue,
+                metrics,
+                trigger_tx,
+                trigger_rx,
+                leader,
+                Some(leadership.clone()),
+            )
+            .await;
+            if let Ok(l) = Arc::try_unwrap(leadership) {
+                l.resign().await;
+            }
+            r
+        }
+    }
+}
+
+/// The pod's identity for the Lease: its name, and where its webhook port
+/// answers (so followers can forward triggers to the leader).
+fn identity(config: &Config) -> String {
+    let name = std::env::var("POD_NAME")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("lockstep-{}", std::process::id()));
+    let port = config
+        .webhook
+        .listen
+        .as_deref()
+        .and_then(|l| l.rsplit_once(':'))
+        .map(|(_, p)| p.to_owned());
+    match (std::env::var("POD_IP").ok(), port) {
+        (Some(ip), Some(port)) => format!("{name}@{ip}:{port}"),
+        _ => name,
+    }
+}
+
+fn stall_deadlines(d: Duration) -> Deadlines {
+    Deadlines {
+        expanding: d,
+        migrating: d,
+        rolling: d,
+        contracting: d,
+        other: d,
+    }
+}
+
+fn default_cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("lockstep")
+        .join("git")
+}
+
+async fn bind(what: &'static str, addr: &str) -> Result<tokio::net::TcpListener, ServiceError> {
+    let parsed: SocketAddr = addr.parse().map_err(|e| ServiceError::Listen {
+        what,
+        addr: addr.to_owned(),
+        message: format!("not an address ({e}); expected HOST:PORT like 127.0.0.1:8080"),
+    })?;
+    tokio::net::TcpListener::bind(parsed)
+        .await
+        .map_err(|e| ServiceError::Listen {
+            what,
+            addr: addr.to_owned(),
+            message: e.to_string(),
+        })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn drive<C: Cluster + 'static, R: Repo + 'static>(
+    config: &Config,
+    mut daemon: Daemon<C, R>,
+    forge: Arc<AnyForge>,
+    queue: StatusQueue,
+    metrics: Arc<Metrics>,
+    trigger_tx: mpsc::Sender<()>,
+    trigger_rx: mpsc::Receiver<()>,
+    leader: watch::Receiver<bool>,
+    leadership: Option<Arc<crate::lease::Leadership>>,
+) -> Result<Summary, ServiceError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut servers = Vec::new();
+    if let Some(addr) = &config.webhook.listen {
+        let listener = bind("webhook listener", addr).await?;
+        let secrets = |f: &Option<PathBuf>| f.as_deref().map(Secret::from_file).transpose();
+        let wh = crate::webhook::WebhookConfig {
+            github: secrets(&config.webhook.github_secret_file)?,
+            gitlab: secrets(&config.webhook.gitlab_secret_file)?,
+            gitea: secrets(&config.webhook.gitea_secret_file)?,
+            ..Default::default()
+        };
+        let (tx, mut rx) = mpsc::channel(64);
+        let tt = trigger_tx.clone();
+        tokio::spawn(async move {
+            while let Some(t) = rx.recv().await {
+                let t: crate::webhook::Trigger = t;
+                tracing::info!(host = ?t.host, git_ref = %t.git_ref, sha = %t.sha, delivery = %t.delivery, "webhook trigger");
+                let _ = tt.try_send(());
+            }
+        });
+        let app = crate::forward::leader_only(crate::webhook::router(wh, tx), leadership.clone());
+        tracing::info!(%addr, "webhook receiver listening");
+        servers.push(tokio::spawn(serve(listener, app, stop_rx.clone())));
+    }
+    if let Some(addr) = &config.server.listen {
+        let listener = bind("metrics listener", addr).await?;
+        tracing::info!(%addr, "health and metrics listening");
+        servers.push(tokio::spawn(serve(
+            listener,
+            crate::metrics::router(metrics.clone()),
+            stop_rx.clone(),
+        )));
+    }
+    let policy = RetryPolicy::default();
+    let delivery = (!daemon_until_idle(&daemon)).then(|| {
+        tokio::spawn(daemon::deliver_forever(
+            queue.clone(),
+            forge.clone(),
+            metrics.clone(),
+            policy.clone(),
+        ))
+    });
+    drop(trigger_tx);
+    let last = daemon.run(trigger_rx, leader, shutdown_signal()).await;
+    tracing::info!("stopping: delivering queued statuses");
+    if let Some(d) = delivery {
+        d.abort();
+    }
+    // Whatever is queued goes out now (bounded: the host may be down).
+    let _ = tokio::time::timeout(
+        Duration::from_secs(20),
+        daemon::deliver_now(&queue, &*forge, &metrics, &policy),
+    )
+    .await;
+    if let (AnyForge::Notes(notes), Some(remote)) = (&*forge, &config.report.push_notes) {
+        let remote = if remote.is_empty() {
+            notes.branch_remote().unwrap_or_else(|| "origin".into())
+        } else {
+            remote.clone()
+        };
+        if let Err(e) = notes.push(&remote) {
+            tracing::warn!(error = %e, "pushing notes failed");
+        }
+    }
+    let _ = stop_tx.send(true);
+    for s in servers {
+        let _ = s.await;
+    }
+    Ok(Summary {
+        last,
+        undelivered: queue.len().await,
+        metrics: metrics.encode(),
+    })
+}
+
+fn daemon_until_idle<C: Cluster + 'static, R: Repo + 'static>(d: &Daemon<C, R>) -> bool {
+    d.until_idle()
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let r = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::error!(error = %e, "server stopped");
+    }
+}
+
+/// SIGTERM (Kubernetes) or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = term => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutdown signal received");
+}

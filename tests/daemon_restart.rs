@@ -1,0 +1,334 @@
+//! Restart safety: lockstep keeps no state that Git and the cluster cannot
+//! rebuild. A scripted upgrade (the example fleet's history: a ControlPlane
+//! hop with nine children, refused commits, a standalone Nova hop, and a
+//! Nova expand Job that fails for good once and is repaired forward) is run
+//! once undisturbed, then again and again with the daemon killed at a
+//! different point each time: before or after a cluster call of its own
+//! (mid-apply, mid-phase, mid-repair, mid-status). A fresh daemon (nothing
+//! carried over but the repository and the cluster) finishes the job. Every
+//! run must end exactly like the undisturbed one: no duplicate apply, no
+//! lost status, no skipped hop, no extra repair.
+//!
+//! The cluster is the in-process simulated operator (the real C5C3
+//! operators cannot run here); the repository and its notes are real Git.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lockstep::cluster::memory::MemoryCluster;
+use lockstep::cluster::{
+    ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentInfo, EventInfo, JobInfo,
+};
+use lockstep::daemon::{Daemon, Options, deliver_now};
+use lockstep::forge::AnyForge;
+use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
+use lockstep::forge::notes::Notes;
+use lockstep::kind::Key;
+use lockstep::metrics::Metrics;
+use lockstep::sim::{Fault, JobKind, Params, World};
+use lockstep::source::{Origin, Source};
+use tokio::sync::Notify;
+
+/// The simulated cluster, counting lockstep's calls; armed, it "kills" the
+/// daemon at call number `at`: the call hangs forever, before or after
+/// reaching the cluster, and the test drops the daemon.
+#[derive(Clone)]
+struct Chaos {
+    inner: MemoryCluster,
+    calls: Arc<AtomicUsize>,
+    applies: Arc<AtomicUsize>,
+    deletes: Arc<AtomicUsize>,
+    at: Arc<AtomicUsize>,
+    after: Arc<AtomicBool>,
+    killed: Arc<Notify>,
+}
+
+impl Chaos {
+    fn new(inner: MemoryCluster) -> Self {
+        Self {
+            inner,
+            calls: Arc::default(),
+            applies: Arc::default(),
+            deletes: Arc::default(),
+            at: Arc::new(AtomicUsize::new(usize::MAX)),
+            after: Arc::default(),
+            killed: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Whether this call is the fatal one, and when it dies.
+    fn tick(&self) -> Option<bool> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        (n == self.at.load(Ordering::SeqCst)).then(|| self.after.load(Ordering::SeqCst))
+    }
+
+    async fn die(&self) -> ! {
+        self.killed.notify_one();
+        std::future::pending::<()>().await;
+        unreachable!()
+    }
+}
+
+macro_rules! call {
+    ($self:ident, $body:expr) => {{
+        match $self.tick() {
+            None => $body,
+            Some(false) => $self.die().await,
+            Some(true) => {
+                let _ = $body;
+                $self.die().await
+            }
+        }
+    }};
+}
+
+impl Cluster for Chaos {
+    async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
+        call!(self, self.inner.get(key).await)
+    }
+    async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
+        call!(self, {
+            self.applies.fetch_add(1, Ordering::SeqCst);
+            self.inner.apply(req).await
+        })
+    }
+    async fn jobs(&self, key: &Key) -> Result<Vec<JobInfo>, ClusterError> {
+        call!(self, self.inner.jobs(key).await)
+    }
+    async fn deployments(&self, key: &Key) -> Result<Vec<DeploymentInfo>, ClusterError> {
+        call!(self, self.inner.deployments(key).await)
+    }
+    async fn events(&self, key: &Key) -> Result<Vec<EventInfo>, ClusterError> {
+        call!(self, self.inner.events(key).await)
+    }
+    fn watch(&self) -> futures::stream::BoxStream<'static, Key> {
+        self.inner.watch()
+    }
+    async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
+        call!(self, {
+            self.deletes.fetch_add(1, Ordering::SeqCst);
+            self.inner.delete_job(namespace, name).await
+        })
+    }
+    async fn record_event(
+        &self,
+        key: &Key,
+        reason: &str,
+        message: &str,
+        warning: bool,
+    ) -> Result<(), ClusterError> {
+        call!(
+            self,
+            self.inner.record_event(key, reason, message, warning).await
+        )
+    }
+}
+
+fn world() -> World {
+    let mut w = World::new(Params::default());
+    w.faults.push(Fault::JobFails {
+        object: "prod-nova".into(),
+        job: JobKind::Expand,
+        tries: 5,
+    });
+    w
+}
+
+fn daemon(repo: &Path, chaos: &Chaos, queue: &StatusQueue) -> Daemon<Chaos, Source> {
+    let source = Source::open(Origin::Local(repo.to_owned()), "main").unwrap();
+    Daemon::new(
+        Options {
+            cluster_name: "test".into(),
+            poll: Duration::from_millis(10),
+            ..Options::default()
+        },
+        source,
+        chaos.clone(),
+        Some(chaos.inner.clone()),
+        queue.clone(),
+        Arc::new(Metrics::new()),
+    )
+}
+
+/// What a finished run leaves behind.
+#[derive(Debug, PartialEq)]
+struct End {
+    /// Per object: release, image, installed release, phase.
+    objects: BTreeMap<String, String>,
+    planes: BTreeMap<String, (String, i64)>,
+    /// Per commit: its notes (every status, latest per context).
+    notes: BTreeMap<String, String>,
+}
+
+fn end(repo: &Path, mem: &MemoryCluster) -> End {
+    let w = mem.world().unwrap();
+    let objects = w
+        .objects
+        .iter()
+        .map(|(k, o)| {
+            (
+                k.to_string(),
+                format!(
+                    "{:?} {} installed={:?} phase={:?} gen={}",
+                    o.release,
+                    o.image.reference(),
+                    o.status.installed_release,
+                    o.status.upgrade_phase,
+                    o.generation
+                ),
+            )
+        })
+        .collect();
+    let planes = w
+        .planes
+        .iter()
+        .map(|(k, p)| (k.to_string(), (p.release.clone(), p.generation)))
+        .collect();
+    let r = git2::Repository::open(repo).unwrap();
+    let mut notes = BTreeMap::new();
+    if let Ok(iter) = r.notes(Some("refs/notes/lockstep")) {
+        for n in iter.flatten() {
+            let (note, commit) = n;
+            let text = r.find_blob(note).unwrap().content().to_vec();
+            notes.insert(commit.to_string(), String::from_utf8(text).unwrap());
+        }
+    }
+    End {
+        objects,
+        planes,
+        notes,
+    }
+}
+
+/// Drives passes (and the simulated operator) until nothing is left to do.
+/// Returns false when the daemon was killed.
+async fn drive(
+    d: &mut Daemon<Chaos, Source>,
+    chaos: &Chaos,
+    forge: &AnyForge,
+    queue: &StatusQueue,
+) -> bool {
+    let metrics = Metrics::new();
+    for _ in 0..20_000 {
+        let killed = chaos.killed.notified();
+        tokio::pin!(killed);
+        killed.as_mut().enable();
+        let out = tokio::select! {
+            out = d.pass() => out,
+            _ = &mut killed => return false,
+        };
+        assert!(deliver_now(queue, forge, &metrics, &RetryPolicy::default()).await);
+        let busy = chaos.inner.step(Duration::from_secs(60)).unwrap();
+        if !out.busy && !busy {
+            return true;
+        }
+    }
+    panic!("the upgrade did not finish");
+}
+
+struct Run {
+    end: End,
+    applies: usize,
+    deletes: usize,
+    calls: usize,
+}
+
+async fn run(kill_at: Option<(usize, bool)>) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    lockstep::demo::build_repository(dir.path()).unwrap();
+    let mem = MemoryCluster::new(world());
+    let chaos = Chaos::new(mem.clone());
+    if let Some((at, after)) = kill_at {
+        chaos.at.store(at, Ordering::SeqCst);
+        chaos.after.store(after, Ordering::SeqCst);
+    }
+    let forge = AnyForge::Notes(Notes::open(dir.path()).unwrap());
+    let mut queue = StatusQueue::new(10_000);
+    let mut d = daemon(dir.path(), &chaos, &queue);
+    let finished = drive(&mut d, &chaos, &forge, &queue).await;
+    assert_eq!(
+        finished,
+        kill_at.is_none(),
+        "a kill point inside the run must kill the daemon"
+    );
+    if !finished {
+        // Killed: everything in memory is gone, queued statuses included.
+        drop(d);
+        queue = StatusQueue::new(10_000);
+        chaos.at.store(usize::MAX, Ordering::SeqCst);
+        let mut d = daemon(dir.path(), &chaos, &queue);
+        assert!(drive(&mut d, &chaos, &forge, &queue).await, "killed twice");
+    }
+    Run {
+        end: end(dir.path(), &mem),
+        applies: chaos.applies.load(Ordering::SeqCst),
+        deletes: chaos.deletes.load(Ordering::SeqCst),
+        calls: chaos.calls.load(Ordering::SeqCst),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_anywhere_it_resumes_without_duplicates_losses_or_skips() {
+    let reference = run(None).await;
+    // The undisturbed run did the story: the plane hop (9 children), the
+    // Nova hop, one forward repair of prod-nova's expand.
+    assert_eq!(
+        reference.applies, 2,
+        "one apply per hop: {:?}",
+        reference.end
+    );
+    assert_eq!(reference.deletes, 1, "one forward repair");
+    let prod = &reference.end.planes["ControlPlane openstack/prod"];
+    assert_eq!(prod.0, "2026.2");
+    let nova = &reference.end.objects["Nova compute/nova"];
+    assert!(
+        nova.contains("installed=Some(\"2026.2\")") && nova.contains("phase=None"),
+        "{nova}"
+    );
+    let statuses: usize = reference
+        .end
+        .notes
+        .values()
+        .map(|n| n.lines().count())
+        .sum();
+    assert!(
+        statuses >= 7 + 10,
+        "every commit and every followed object: {:?}",
+        reference.end.notes
+    );
+    assert!(
+        reference.end.notes.values().all(|n| !n.contains("pending")),
+        "a finished run leaves no pending status: {:?}",
+        reference.end.notes
+    );
+
+    // Kill points spread over the whole run, each before and after a call.
+    let points = 24;
+    for i in 1..=points {
+        let at = reference.calls * i / (points + 1) + 1;
+        for after in [false, true] {
+            let r = run(Some((at, after))).await;
+            let when = format!(
+                "killed at call {at} of {} ({})",
+                reference.calls,
+                if after {
+                    "after it reached the cluster"
+                } else {
+                    "before"
+                }
+            );
+            assert_eq!(r.end, reference.end, "{when}: a different end state");
+            assert_eq!(
+                r.applies, reference.applies,
+                "{when}: duplicate or missing apply"
+            );
+            assert_eq!(
+                r.deletes, reference.deletes,
+                "{when}: extra or missing repair"
+            );
+        }
+    }
+}
