@@ -49,6 +49,9 @@ pub struct Options {
     /// Stop once nothing is left to do (every hop complete or waiting on a
     /// person, every status delivered).
     pub until_idle: bool,
+    /// Every unit is read again this often even when nothing announced a
+    /// change (a missed watch event costs at most this long).
+    pub resync: Duration,
 }
 
 impl Default for Options {
@@ -65,6 +68,7 @@ impl Default for Options {
             repair: RepairPolicy::default(),
             max_file_bytes: crate::manifest::DEFAULT_MAX_FILE_BYTES,
             until_idle: false,
+            resync: Duration::from_secs(600),
         }
     }
 }
@@ -137,6 +141,11 @@ pub struct Daemon<C: Cluster, R: Repo> {
     following: HashMap<(Key, String), Following>,
     posted: HashMap<(String, String), (crate::forge::State, String)>,
     seeded: bool,
+    /// The last report of every unit: a quiet pass reuses them.
+    units: BTreeMap<Key, UnitReport>,
+    /// Objects the cluster announced as changed since the last pass.
+    dirty: std::collections::HashSet<Key>,
+    last_full: Option<Instant>,
 }
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
@@ -161,6 +170,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             following: HashMap::new(),
             posted: HashMap::new(),
             seeded: false,
+            units: BTreeMap::new(),
+            dirty: std::collections::HashSet::new(),
+            last_full: None,
         }
     }
 
@@ -194,6 +206,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let mut leader = leader;
         let mut last = PassOutcome::default();
         loop {
+            while let Some(Some(k)) = changes.next().now_or_never() {
+                self.dirty.insert(k);
+            }
             if *leader.borrow() {
                 self.metrics.leader.set(1);
                 last = self.pass().await;
@@ -220,10 +235,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 _ = poll => {}
                 Some(()) = triggers.recv() => {}
                 _ = leader.changed() => {}
-                Some(_) = changes.next() => {
+                Some(k) = changes.next() => {
                     // A burst of watch events is one pass.
+                    self.dirty.insert(k);
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    while let Some(Some(_)) = changes.next().now_or_never() {}
                 }
             }
         }
@@ -269,7 +284,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             return out;
         };
         // 2. The gate, on a new head.
+        let mut full = self
+            .last_full
+            .is_none_or(|t| t.elapsed() >= self.opts.resync);
         if self.judged.as_ref().is_none_or(|j| j.head != head) {
+            full = true;
             match self.judge(&path, head).await {
                 Ok(j) => {
                     self.count_verdicts(&j.report);
@@ -295,30 +314,57 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             self.seed(&path, &report).await;
             self.seeded = true;
         }
-        // 4. Every unit: read, decide, act.
-        let mut units = BTreeMap::new();
+        // 4. The units: all of them on a new head or a resync; otherwise
+        //    those in flight and those the cluster announced a change for
+        //    (a quiet poll reads nothing).
+        if full {
+            self.units.retain(|k, _| chains.contains_key(k));
+            self.last_full = Some(Instant::now());
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        let mut changed = full;
         for (key, chain) in &chains {
+            let cached = self.units.get(key);
+            let wanted = full
+                || cached.is_none_or(|u| {
+                    u.chain != *chain
+                        || matches!(u.next, Next::Apply(_) | Next::Follow(_))
+                        || dirty.contains(key)
+                        || u.chain
+                            .steps
+                            .iter()
+                            .any(|s| s.children.keys().any(|c| dirty.contains(c)))
+                });
+            if !wanted {
+                continue;
+            }
             let span = tracing::info_span!("unit", object = %key);
             let u = self
                 .reconcile(&path, chain, &mut out)
                 .instrument(span)
                 .await;
-            units.insert(key.clone(), u);
+            if self.units.get(key) != Some(&u) {
+                changed = true;
+                self.units.insert(key.clone(), u);
+            }
         }
-        out.blocked = units
+        out.blocked = self
+            .units
             .values()
             .filter(|u| matches!(u.next, Next::Blocked(_)))
             .count();
         self.metrics.units_blocked.set(out.blocked as i64);
-        // 5. Statuses.
-        let statuses = rollout::statuses(
-            &self.opts.cluster_name,
-            &report,
-            &units,
-            self.opts.target_url.as_deref(),
-        );
-        for (sha, s) in statuses {
-            self.queue_status(sha, s).await;
+        // 5. Statuses, when something moved.
+        if changed {
+            let statuses = rollout::statuses(
+                &self.opts.cluster_name,
+                &report,
+                &self.units,
+                self.opts.target_url.as_deref(),
+            );
+            for (sha, s) in statuses {
+                self.queue_status(sha, s).await;
+            }
         }
         out
     }

@@ -455,6 +455,11 @@ pub fn statuses(
         let Some(step) = u.chain.steps.get(i) else {
             continue;
         };
+        // An install has no hop to follow: the commit's verdict says it all
+        // (a new fleet would otherwise post one status per object).
+        if step.from.is_none() {
+            continue;
+        }
         for (key, target) in u.chain.followed(i) {
             let p = u.progress.get(&key).cloned().unwrap_or(Progress::Waiting);
             let from = step.from.as_deref().unwrap_or("new");

@@ -162,6 +162,7 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
         },
         max_file_bytes: crate::manifest::DEFAULT_MAX_FILE_BYTES,
         until_idle,
+        resync: Duration::from_secs(600),
     };
     let queue = StatusQueue::new(10_000);
 
