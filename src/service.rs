@@ -196,15 +196,18 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
                     .or_else(|| std::env::var("POD_NAMESPACE").ok())
                     .unwrap_or_else(|| "lockstep".into());
                 let identity = identity(&config);
+                let duration = crate::config::duration(&config.leader_election.lease_duration)
+                    .unwrap_or(Duration::from_secs(15));
                 crate::lease::Leadership::start(
                     cluster.client().clone(),
                     crate::lease::LeaseConfig {
                         namespace: ns,
                         name: config.leader_election.lease_name.clone(),
                         identity,
-                        duration: crate::config::duration(&config.leader_election.lease_duration)
-                            .unwrap_or(Duration::from_secs(15)),
-                        ..crate::lease::LeaseConfig::default()
+                        duration,
+                        // A third of the duration (the defaults' 15 s / 5 s), so a
+                        // lease shorter than the fixed 5 s default grace still works.
+                        grace: Duration::from_secs((duration.as_secs() / 3).max(1)),
                     },
                 )
                 .await?
