@@ -284,11 +284,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             return out;
         };
         // 2. The gate, on a new head.
-        let mut full = self
+        let full = self
             .last_full
             .is_none_or(|t| t.elapsed() >= self.opts.resync);
         if self.judged.as_ref().is_none_or(|j| j.head != head) {
-            full = true;
             match self.judge(&path, head).await {
                 Ok(j) => {
                     self.count_verdicts(&j.report);
@@ -422,10 +421,45 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             live: None,
             max_file_bytes: self.opts.max_file_bytes,
         };
+        let prev = self.judged.as_ref().map(|j| (j.head, j.report.clone()));
         let t = Instant::now();
         let r = tokio::task::spawn_blocking(move || {
             let repo = GitRepo::open(&path).map_err(|e| e.to_string())?;
-            let report = history::check(&repo, &opts).map_err(|e| e.to_string())?;
+            let report = match prev {
+                // The branch moved forward: judge only the new commits, from
+                // the last accepted tree.
+                Some((old, prev)) if repo.raw().graph_descendant_of(head, old).unwrap_or(false) => {
+                    let baseline = match prev
+                        .commits
+                        .iter()
+                        .rev()
+                        .find(|c| c.verdict == Verdict::Accepted)
+                    {
+                        Some(c) => {
+                            let oid = Oid::from_str(&c.sha).map_err(|e| e.to_string())?;
+                            Some(repo.commit(oid).map_err(|e| e.to_string())?.tree)
+                        }
+                        None => history::base_tree(&repo, &prev).map_err(|e| e.to_string())?,
+                    };
+                    let more = history::check_after(&repo, &opts, old, baseline)
+                        .map_err(|e| e.to_string())?;
+                    let mut commits = prev.commits.clone();
+                    commits.extend(more.commits);
+                    let verdict = if commits.iter().any(|c| c.verdict == Verdict::Refused) {
+                        Verdict::Refused
+                    } else {
+                        Verdict::Accepted
+                    };
+                    CheckReport {
+                        verdict,
+                        base: prev.base.clone(),
+                        head: head.to_string(),
+                        commits,
+                    }
+                }
+                // First look, or history rewritten: all of it.
+                _ => history::check(&repo, &opts).map_err(|e| e.to_string())?,
+            };
             let chains =
                 rollout::chains(&report, |name, file, sha| plane_key(&repo, sha, file, name));
             Ok::<_, String>(Judged {

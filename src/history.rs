@@ -44,7 +44,7 @@ impl Default for CheckOptions {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CheckReport {
     pub verdict: Verdict,
@@ -54,7 +54,7 @@ pub struct CheckReport {
     pub commits: Vec<CommitReport>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CommitReport {
     pub sha: String,
@@ -67,7 +67,7 @@ pub struct CommitReport {
     pub files_changed: usize,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct SkipReport {
     pub file: Arc<str>,
     pub line: u32,
@@ -123,7 +123,40 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
         .or_else(|| baseline_tree.map(|t| t.to_string()));
     // From a bare tree or from nothing: the whole first-parent history.
     let commits = repo.first_parent_range(base_commit, head)?;
+    judge_commits(repo, opts, commits, baseline_tree, base_label, head)
+}
 
+/// Judges the commits after `after` up to `opts.head`, from `baseline` (the
+/// tree of the last commit accepted up to `after`): how a long-running
+/// daemon extends what it judged before instead of judging all history again.
+pub fn check_after(
+    repo: &GitRepo,
+    opts: &CheckOptions,
+    after: Oid,
+    baseline: Option<Oid>,
+) -> Result<CheckReport, GitError> {
+    let head = match repo.resolve(&opts.head)? {
+        Resolved::Commit(c) => c,
+        Resolved::Tree(_) => {
+            return Err(GitError::UnknownRevision {
+                rev: opts.head.clone(),
+                path: repo.raw().path().to_owned(),
+                message: "--head must name a commit".into(),
+            });
+        }
+    };
+    let commits = repo.first_parent_range(Some(after), head)?;
+    judge_commits(repo, opts, commits, baseline, Some(after.to_string()), head)
+}
+
+fn judge_commits(
+    repo: &GitRepo,
+    opts: &CheckOptions,
+    commits: Vec<crate::git::CommitInfo>,
+    mut baseline_tree: Option<Oid>,
+    base_label: Option<String>,
+    head: Oid,
+) -> Result<CheckReport, GitError> {
     let mut walker = Walker {
         repo,
         opts,
