@@ -247,7 +247,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
 
     /// One pass over source, gate, cluster and statuses.
     pub async fn pass(&mut self) -> PassOutcome {
+        let t = Instant::now();
+        let out = self.pass_inner().await;
         self.metrics.passes.inc();
+        self.metrics.pass_seconds.observe(t.elapsed().as_secs_f64());
+        out
+    }
+
+    async fn pass_inner(&mut self) -> PassOutcome {
         let mut out = PassOutcome::default();
         // 1. The source.
         let t = Instant::now();

@@ -75,6 +75,7 @@ pub struct Metrics {
     pub forge_seconds: Family<OpLabels, Histogram>,
     pub status_deliveries: Family<ResultLabels, Counter>,
     pub passes: Counter,
+    pub pass_seconds: Histogram,
     pub leader: Gauge,
     pub units_blocked: Gauge,
     ready: AtomicBool,
@@ -100,6 +101,7 @@ impl Metrics {
             forge_seconds: Family::new_with_constructor(latency),
             status_deliveries: Family::default(),
             passes: Counter::default(),
+            pass_seconds: latency(),
             leader: Gauge::default(),
             units_blocked: Gauge::default(),
             ready: AtomicBool::new(false),
@@ -151,6 +153,11 @@ impl Metrics {
             m.status_deliveries.clone(),
         );
         registry.register("reconcile_passes", "Reconcile passes run", m.passes.clone());
+        registry.register(
+            "reconcile_pass_duration_seconds",
+            "One pass: source refresh, gate, units, statuses",
+            m.pass_seconds.clone(),
+        );
         registry.register(
             "leader",
             "1 while this replica holds the lease",
