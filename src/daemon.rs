@@ -890,22 +890,52 @@ impl ObjectState {
 }
 
 /// Runs status delivery until the process ends: newest status per commit
-/// and context, late when the host was down.
+/// and context, late when the host was down. With git notes and a remote,
+/// the notes are pushed after every delivery that wrote some.
 pub async fn deliver_forever(
     queue: StatusQueue,
     forge: Arc<AnyForge>,
     metrics: Arc<Metrics>,
     policy: RetryPolicy,
+    push_notes: Option<String>,
 ) {
     loop {
         let t = Instant::now();
         let r = queue.drain(&*forge, &policy).await;
         record_drain(&metrics, &r, t.elapsed());
+        if r.posted > 0
+            && let Some(remote) = &push_notes
+        {
+            push_notes_to(&forge, remote).await;
+        }
         if r.deferred {
             tokio::time::sleep(Duration::from_secs(5)).await;
         } else if queue.is_empty().await {
             queue.wait().await;
         }
+    }
+}
+
+/// Pushes git notes to `remote` (empty: the branch's remote), off the runtime.
+pub async fn push_notes_to(forge: &Arc<AnyForge>, remote: &str) {
+    let forge = forge.clone();
+    let remote = remote.to_owned();
+    let r = tokio::task::spawn_blocking(move || {
+        let AnyForge::Notes(notes) = &*forge else {
+            return Ok(());
+        };
+        let remote = if remote.is_empty() {
+            notes.branch_remote().unwrap_or_else(|| "origin".into())
+        } else {
+            remote
+        };
+        notes.push(&remote)
+    })
+    .await;
+    match r {
+        Ok(Err(e)) => tracing::warn!(error = %e, "pushing notes failed; next delivery tries again"),
+        Err(e) => tracing::warn!(error = %e, "pushing notes failed"),
+        Ok(Ok(())) => {}
     }
 }
 

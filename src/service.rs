@@ -342,6 +342,7 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
             forge.clone(),
             metrics.clone(),
             policy.clone(),
+            config.report.push_notes.clone(),
         ))
     });
     drop(trigger_tx);
@@ -356,15 +357,8 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
         daemon::deliver_now(&queue, &*forge, &metrics, &policy),
     )
     .await;
-    if let (AnyForge::Notes(notes), Some(remote)) = (&*forge, &config.report.push_notes) {
-        let remote = if remote.is_empty() {
-            notes.branch_remote().unwrap_or_else(|| "origin".into())
-        } else {
-            remote.clone()
-        };
-        if let Err(e) = notes.push(&remote) {
-            tracing::warn!(error = %e, "pushing notes failed");
-        }
+    if let Some(remote) = &config.report.push_notes {
+        daemon::push_notes_to(&forge, remote).await;
     }
     let _ = stop_tx.send(true);
     for s in servers {
