@@ -390,26 +390,39 @@ async fn serve(
     }
 }
 
-/// SIGTERM (Kubernetes) or Ctrl-C.
-async fn shutdown_signal() {
+/// SIGTERM (Kubernetes) or Ctrl-C. The handlers are installed when this is
+/// called, not when the future is first polled: the loop first polls it after
+/// its first pass, and until then a signal's default action would kill the
+/// process (a pod stopped right after it turned ready) with statuses queued.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
+    let (term, int) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            async fn recv(s: Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
                 }
-                Err(_) => std::future::pending::<()>().await,
             }
-        };
-        tokio::select! {
-            _ = term => {}
-            _ = tokio::signal::ctrl_c() => {}
+            tokio::select! {
+                _ = recv(term) => {}
+                _ = recv(int) => {}
+            }
         }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutdown signal received");
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    tracing::info!("shutdown signal received");
 }
