@@ -103,7 +103,9 @@ impl Repo for crate::source::Source {
 struct Judged {
     head: Oid,
     report: Arc<CheckReport>,
-    chains: BTreeMap<Key, Chain>,
+    /// Shared with the unit reports: an unchanged chain keeps its `Arc`
+    /// across heads, so a pass tells changed units by pointer.
+    chains: Arc<BTreeMap<Key, Arc<Chain>>>,
 }
 
 /// A hop being followed: the tracker and the repairs made so far.
@@ -187,7 +189,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// The clock trackers and repair backoff run on: virtual in `sim`.
     fn now(&self) -> Duration {
         match &self.sim {
-            Some(s) => s.world().map(|w| w.now).unwrap_or_default(),
+            Some(s) => s.now(),
             None => self.started.elapsed(),
         }
     }
@@ -329,17 +331,18 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         }
         let dirty = std::mem::take(&mut self.dirty);
         let mut changed = full;
-        for (key, chain) in &chains {
+        for (key, chain) in chains.iter() {
             let cached = self.units.get(key);
             let wanted = full
                 || cached.is_none_or(|u| {
-                    u.chain != *chain
+                    !Arc::ptr_eq(&u.chain, chain)
                         || matches!(u.next, Next::Apply(_) | Next::Follow(_))
-                        || dirty.contains(key)
-                        || u.chain
-                            .steps
-                            .iter()
-                            .any(|s| s.children.keys().any(|c| dirty.contains(c)))
+                        || (!dirty.is_empty()
+                            && (dirty.contains(key)
+                                || u.chain
+                                    .steps
+                                    .iter()
+                                    .any(|s| s.children.keys().any(|c| dirty.contains(c)))))
                 });
             if !wanted {
                 continue;
@@ -429,6 +432,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             max_file_bytes: self.opts.max_file_bytes,
         };
         let prev = self.judged.as_ref().map(|j| (j.head, j.report.clone()));
+        let old_chains = self.judged.as_ref().map(|j| j.chains.clone());
         let t = Instant::now();
         let r = tokio::task::spawn_blocking(move || {
             let repo = GitRepo::open(&path).map_err(|e| e.to_string())?;
@@ -469,10 +473,22 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             };
             let chains =
                 rollout::chains(&report, |name, file, sha| plane_key(&repo, sha, file, name));
+            // Units whose chain this head did not change keep their `Arc`.
+            let chains: BTreeMap<Key, Arc<Chain>> = chains
+                .into_iter()
+                .map(|(k, c)| {
+                    let kept = old_chains
+                        .as_ref()
+                        .and_then(|o| o.get(&k))
+                        .filter(|o| ***o == c)
+                        .cloned();
+                    (k, kept.unwrap_or_else(|| Arc::new(c)))
+                })
+                .collect();
             Ok::<_, String>(Judged {
                 head,
                 report: Arc::new(report),
-                chains,
+                chains: Arc::new(chains),
             })
         })
         .await
@@ -552,7 +568,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     }
 
     /// Reads one unit, decides and acts.
-    async fn reconcile(&mut self, path: &Path, chain: &Chain, out: &mut PassOutcome) -> UnitReport {
+    async fn reconcile(
+        &mut self,
+        path: &Path,
+        chain: &Arc<Chain>,
+        out: &mut PassOutcome,
+    ) -> UnitReport {
         let state = match self.read_unit(chain).await {
             Ok(s) => s,
             Err(e) => {

@@ -363,18 +363,34 @@ fn applied(chain: &Chain, i: usize, state: &UnitState) -> bool {
             .as_ref()
             .is_some_and(|t| s.image.is_none() || t.image == s.image);
     }
+    // The plane is at the step's release. A child not projected yet, or
+    // still at the release the hop starts from, is the operator catching up
+    // with the plane: applying it again would change nothing.
+    let lagging = |o: &ObjectState| s.from.is_some() && image_release(&o.spec) == s.from;
     s.children.iter().all(|(k, t)| {
-        state
-            .objects
-            .get(k)
-            .is_some_and(|o| t.image.is_none() || o.spec.image.is_none() || o.spec.image == t.image)
+        state.objects.get(k).is_none_or(|o| {
+            t.image.is_none()
+                || o.spec.image.is_none()
+                || o.spec.image == t.image
+                || lagging(o)
+        })
     })
+}
+
+/// The release a spec's image tag names (a projected child's image always
+/// carries its release, Horizon's included).
+fn image_release(t: &Target) -> Option<String> {
+    t.image
+        .as_deref()
+        .and_then(|i| ImageRef::parse_reference(i).ok())
+        .and_then(|i| i.tag_release())
+        .map(|t| t.release.to_string())
 }
 
 /// What a pass found for one unit, for statuses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnitReport {
-    pub chain: Chain,
+    pub chain: Arc<Chain>,
     pub next: Next,
     /// Progress of the followed objects of the step in flight (or last done).
     pub progress: BTreeMap<Key, Progress>,
@@ -678,6 +694,83 @@ mod tests {
     }
 
     #[test]
+    fn a_plane_is_applied_once_while_the_operator_catches_up() {
+        let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
+        let ks = Key::new(Kind::Keystone, "openstack", "prod-keystone");
+        let kimg = |t: &str| format!("ghcr.io/c5c3/keystone:{t}");
+        let step = |from: Option<&str>, to: &str, tag: &str| Step {
+            sha: to.into(),
+            commits: vec![to.into()],
+            file: Arc::from("p.yaml"),
+            from: from.map(str::to_owned),
+            release: Some(to.into()),
+            image: None,
+            children: [(
+                ks.clone(),
+                Target {
+                    release: Some(to.into()),
+                    image: Some(kimg(tag)),
+                },
+            )]
+            .into_iter()
+            .collect(),
+        };
+        let c = Chain {
+            unit: plane.clone(),
+            from: None,
+            steps: vec![
+                step(None, "2026.1", "2026.1"),
+                step(Some("2026.1"), "2026.2", "2026.2-p1"),
+            ],
+        };
+        let state = |release: &str, child: Option<&str>| UnitState {
+            spec: Some(Target {
+                release: Some(release.into()),
+                image: None,
+            }),
+            objects: child
+                .map(|t| {
+                    let spec = Target {
+                        release: Some(t.into()),
+                        image: Some(kimg(t)),
+                    };
+                    (
+                        ks.clone(),
+                        ObjectState {
+                            spec,
+                            progress: Progress::Complete,
+                        },
+                    )
+                })
+                .into_iter()
+                .collect(),
+        };
+        assert_eq!(
+            next(&c, &state("2026.1", Some("2026.1")), |_| true),
+            Next::Apply(1)
+        );
+        // Applied; the children are not re-projected (or projected) yet.
+        assert_eq!(
+            next(&c, &state("2026.2", Some("2026.1")), |_| false),
+            Next::Follow(1)
+        );
+        assert_eq!(
+            next(&c, &state("2026.1", None), |_| false),
+            Next::Follow(0)
+        );
+        // Another image of the step's release (a patch folded into the
+        // step after the hop was applied): applied again.
+        assert_eq!(
+            next(&c, &state("2026.2", Some("2026.2")), |_| false),
+            Next::Apply(1)
+        );
+        assert_eq!(
+            next(&c, &state("2026.2", Some("2026.2-p1")), |_| true),
+            Next::Done(1)
+        );
+    }
+
+    #[test]
     fn one_hop_at_a_time_from_where_the_cluster_is() {
         let c = &chains(&story(), |_, _, _| None)[&nova()];
         // Not applied yet: the first step.
@@ -720,7 +813,7 @@ mod tests {
     #[test]
     fn statuses_move_from_pending_to_success_and_refusals_fail() {
         let r = story();
-        let c = chains(&r, |_, _, _| None).remove(&nova()).unwrap();
+        let c = Arc::new(chains(&r, |_, _, _| None).remove(&nova()).unwrap());
         let unit = |next: Next, p: Progress| UnitReport {
             chain: c.clone(),
             next,

@@ -13,6 +13,10 @@ use crate::sim::{Event, JobState, World};
 pub struct MemoryCluster {
     world: Arc<Mutex<World>>,
     changes: tokio::sync::broadcast::Sender<Key>,
+    /// Nothing due and nothing written since the last step: the next step
+    /// has nothing to do (an idle daemon does not re-run the operator over
+    /// every object on every loop).
+    quiet: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl MemoryCluster {
@@ -20,6 +24,7 @@ impl MemoryCluster {
         Self {
             world: Arc::new(Mutex::new(world)),
             changes: tokio::sync::broadcast::channel(4096).0,
+            quiet: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
 
@@ -27,7 +32,11 @@ impl MemoryCluster {
     /// `max_wait` of virtual time) and announces every object whose status
     /// changed to the watchers.
     pub fn step(&self, max_wait: std::time::Duration) -> Result<bool, ClusterError> {
-        let mut w = self.world()?;
+        use std::sync::atomic::Ordering;
+        if self.quiet.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
+        let mut w = self.world_ro()?;
         let before: Vec<(Key, crate::live::LiveStatus)> = w
             .objects
             .iter()
@@ -47,11 +56,25 @@ impl MemoryCluster {
                 let _ = self.changes.send(k);
             }
         }
+        if !busy {
+            self.quiet.store(true, Ordering::SeqCst);
+        }
         Ok(busy)
     }
 
-    /// The world, for driving the simulation (advancing its clock).
+    /// The world, for driving the simulation (advancing its clock). Whoever
+    /// takes it may change it: the next step looks again.
     pub fn world(&self) -> Result<MutexGuard<'_, World>, ClusterError> {
+        self.quiet.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.world_ro()
+    }
+
+    /// The simulated clock.
+    pub fn now(&self) -> std::time::Duration {
+        self.world_ro().map(|w| w.now).unwrap_or_default()
+    }
+
+    fn world_ro(&self) -> Result<MutexGuard<'_, World>, ClusterError> {
         self.world
             .lock()
             .map_err(|_| ClusterError::Other("simulated cluster poisoned".into()))
@@ -60,7 +83,7 @@ impl MemoryCluster {
 
 impl Cluster for MemoryCluster {
     async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
-        let w = self.world()?;
+        let w = self.world_ro()?;
         if key.kind == Kind::ControlPlane {
             return Ok(w.planes.get(key).map(|p| ClusterObject {
                 key: key.clone(),
@@ -143,7 +166,7 @@ impl Cluster for MemoryCluster {
     }
 
     async fn jobs(&self, key: &Key) -> Result<Vec<JobInfo>, ClusterError> {
-        let w = self.world()?;
+        let w = self.world_ro()?;
         Ok(w.jobs
             .iter()
             .filter(|((ns, _), j)| *ns == key.namespace && j.owner == *key)
@@ -159,7 +182,7 @@ impl Cluster for MemoryCluster {
     }
 
     async fn deployments(&self, key: &Key) -> Result<Vec<DeploymentInfo>, ClusterError> {
-        let w = self.world()?;
+        let w = self.world_ro()?;
         Ok(w.objects
             .get(key)
             .map(|o| {
@@ -186,7 +209,7 @@ impl Cluster for MemoryCluster {
 
     async fn events(&self, key: &Key) -> Result<Vec<EventInfo>, ClusterError> {
         Ok(self
-            .world()?
+            .world_ro()?
             .events
             .iter()
             .filter(|e| &e.key == key)
@@ -210,7 +233,7 @@ impl Cluster for MemoryCluster {
         message: &str,
         warning: bool,
     ) -> Result<(), ClusterError> {
-        let mut w = self.world()?;
+        let mut w = self.world_ro()?;
         let at = w.now;
         w.events.push(Event {
             at,
