@@ -53,7 +53,8 @@ pub enum ServiceError {
 #[derive(Debug, Default)]
 pub struct Summary {
     pub last: PassOutcome,
-    /// Statuses still undelivered (the host was down).
+    /// Statuses not delivered at stop: still queued (the host was down) or
+    /// refused by the host.
     pub undelivered: usize,
     pub metrics: String,
 }
@@ -352,11 +353,16 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
         d.abort();
     }
     // Whatever is queued goes out now (bounded: the host may be down).
-    let _ = tokio::time::timeout(
-        Duration::from_secs(20),
-        daemon::deliver_now(&queue, &*forge, &metrics, &policy),
-    )
-    .await;
+    // Statuses the host refuses outright (a bad token, a wrong repository)
+    // were not delivered either.
+    let rejected = tokio::time::timeout(Duration::from_secs(20), async {
+        let t = std::time::Instant::now();
+        let r = queue.drain(&*forge, &policy).await;
+        daemon::record_drain(&metrics, &r, t.elapsed());
+        r.rejected.len()
+    })
+    .await
+    .unwrap_or(0);
     if let Some(remote) = &config.report.push_notes {
         daemon::push_notes_to(&forge, remote).await;
     }
@@ -366,7 +372,7 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
     }
     Ok(Summary {
         last,
-        undelivered: queue.len().await,
+        undelivered: queue.len().await + rejected,
         metrics: metrics.encode(),
     })
 }
