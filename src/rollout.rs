@@ -369,10 +369,7 @@ fn applied(chain: &Chain, i: usize, state: &UnitState) -> bool {
     let lagging = |o: &ObjectState| s.from.is_some() && image_release(&o.spec) == s.from;
     s.children.iter().all(|(k, t)| {
         state.objects.get(k).is_none_or(|o| {
-            t.image.is_none()
-                || o.spec.image.is_none()
-                || o.spec.image == t.image
-                || lagging(o)
+            t.image.is_none() || o.spec.image.is_none() || o.spec.image == t.image || lagging(o)
         })
     })
 }
@@ -754,10 +751,7 @@ mod tests {
             next(&c, &state("2026.2", Some("2026.1")), |_| false),
             Next::Follow(1)
         );
-        assert_eq!(
-            next(&c, &state("2026.1", None), |_| false),
-            Next::Follow(0)
-        );
+        assert_eq!(next(&c, &state("2026.1", None), |_| false), Next::Follow(0));
         // Another image of the step's release (a patch folded into the
         // step after the hop was applied): applied again.
         assert_eq!(
