@@ -98,6 +98,10 @@ pub enum ForgeError {
     },
     #[error("git notes: {0}")]
     Notes(String),
+    /// The notes ref is locked or moved under us: another git process is
+    /// writing it, or a killed writer left its lock file. Worth another try.
+    #[error("git notes: {0}")]
+    NotesBusy(String),
     #[error("forge configuration: {0}")]
     Config(String),
 }
@@ -106,7 +110,7 @@ impl ForgeError {
     pub fn retryable(&self) -> bool {
         match self {
             ForgeError::Http { retryable, .. } => *retryable,
-            ForgeError::Transport { .. } => true,
+            ForgeError::Transport { .. } | ForgeError::NotesBusy(_) => true,
             ForgeError::Notes(_) | ForgeError::Config(_) => false,
         }
     }

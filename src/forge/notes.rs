@@ -24,7 +24,12 @@ pub struct Notes {
 }
 
 fn err(e: git2::Error) -> ForgeError {
-    ForgeError::Notes(e.message().to_owned())
+    match e.code() {
+        git2::ErrorCode::Locked | git2::ErrorCode::Modified => {
+            ForgeError::NotesBusy(e.message().to_owned())
+        }
+        _ => ForgeError::Notes(e.message().to_owned()),
+    }
 }
 
 impl Notes {
