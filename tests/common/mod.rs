@@ -201,3 +201,104 @@ impl Drop for ApiServer {
             .status();
     }
 }
+
+/// A free TCP port on 127.0.0.1 (free when asked; bind it soon).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind")
+        .port()
+}
+
+/// `git daemon` serving every repository under `base` over git:// (push
+/// enabled), killed when dropped. The git-daemon binary itself is run:
+/// `git daemon` would run it as a child that a kill leaves behind.
+pub struct GitDaemon {
+    child: Option<std::process::Child>,
+    base: PathBuf,
+    pub port: u16,
+}
+
+impl GitDaemon {
+    pub fn start(base: &Path) -> GitDaemon {
+        for _ in 0..10 {
+            if let Some(d) = GitDaemon::start_on(base, free_port()) {
+                return d;
+            }
+        }
+        panic!("git daemon did not start");
+    }
+
+    /// `None` when the daemon exits (port taken) or never accepts.
+    pub fn start_on(base: &Path, port: u16) -> Option<GitDaemon> {
+        use std::time::{Duration, Instant};
+        let exec = Command::new("git")
+            .arg("--exec-path")
+            .output()
+            .expect("git runs");
+        let exec_path = String::from_utf8_lossy(&exec.stdout).trim().to_owned();
+        let mut child = Command::new(Path::new(&exec_path).join("git-daemon"))
+            .arg("--reuseaddr")
+            .arg(format!("--base-path={}", base.display()))
+            .arg("--export-all")
+            .arg("--enable=receive-pack")
+            .arg("--listen=127.0.0.1")
+            .arg(format!("--port={port}"))
+            .arg(base)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("git daemon runs");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return None;
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(GitDaemon {
+                    child: Some(child),
+                    base: base.to_owned(),
+                    port,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
+    /// `git://127.0.0.1:PORT/<name>` for a repository under the base.
+    pub fn url(&self, name: &str) -> String {
+        format!("git://127.0.0.1:{}/{name}", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Back on the same port, so the same URL works again.
+    pub fn restart(&mut self) {
+        use std::time::{Duration, Instant};
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(mut d) = GitDaemon::start_on(&self.base, self.port) {
+                self.child = d.child.take();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("git daemon did not come back on port {}", self.port);
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
