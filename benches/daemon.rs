@@ -196,11 +196,20 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (planes, standalone, pushes) = if quick {
+    let (planes, standalone, mut pushes) = if quick {
         (200, 300, 10)
     } else {
         (2000, 3000, 30)
     };
+    // For profiling: LOCKSTEP_BENCH_PUSHES=N, LOCKSTEP_BENCH_IDLE=SECONDS,
+    // LOCKSTEP_BENCH_LOG=FILE (the daemon's debug log).
+    if let Some(n) = std::env::var("LOCKSTEP_BENCH_PUSHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        pushes = n;
+    }
+    let log = std::env::var_os("LOCKSTEP_BENCH_LOG").map(PathBuf::from);
     let tmp = tempfile::tempdir().expect("tmp");
     let work = tmp.path().join("work");
     let served = tmp.path().join("served");
@@ -229,10 +238,12 @@ fn main() {
     );
 
     let git_port = free_port();
+    // git-daemon itself: the `git daemon` wrapper would leave it running
+    // when killed.
+    let exec_path = git(tmp.path(), &["--exec-path"]);
     let _daemon = Proc(
-        Command::new("git")
+        Command::new(Path::new(&exec_path).join("git-daemon"))
             .args([
-                "daemon",
                 "--reuseaddr",
                 "--export-all",
                 "--listen=127.0.0.1",
@@ -271,9 +282,19 @@ fn main() {
             "--github-webhook-secret-file",
             secret_file.to_str().expect("utf-8"),
         ])
-        .args(["--log-level", "warn"])
+        .args([
+            "--log-level",
+            if log.is_some() {
+                "lockstep=debug"
+            } else {
+                "warn"
+            },
+        ])
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(match &log {
+            Some(f) => Stdio::from(std::fs::File::create(f).expect("log file")),
+            None => Stdio::inherit(),
+        })
         .spawn()
         .expect("lockstep run");
     let pid = child.id();
@@ -298,7 +319,10 @@ fn main() {
     std::thread::sleep(Duration::from_secs(3));
     let m0 = get(metrics, "/metrics").expect("metrics");
     let (c0, w0) = (cpu_ticks(pid), Instant::now());
-    let idle = if quick { 15 } else { 60 };
+    let idle = std::env::var("LOCKSTEP_BENCH_IDLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 15 } else { 60 });
     std::thread::sleep(Duration::from_secs(idle));
     let ticks = cpu_ticks(pid) - c0;
     let wall = w0.elapsed().as_secs_f64();

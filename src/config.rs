@@ -277,6 +277,20 @@ fn default_level() -> String {
     "info".into()
 }
 
+/// A duration field of another schema (plans).
+pub fn duration_schema_pub(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    duration_schema(g)
+}
+
+/// A duration that may be zero (`0s`: no soak).
+pub fn duration_or_zero_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": "^[0-9]+(s|m|h)$",
+        "description": "A duration: 0s, 90s, 15m, 1h."
+    })
+}
+
 fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "string",

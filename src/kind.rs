@@ -41,6 +41,19 @@ pub enum Recognised {
 
 impl Kind {
     /// The services a ControlPlane can project, in the plane's own order.
+    /// Every kind lockstep reads, planes first.
+    pub const ALL: [Kind; 9] = [
+        Kind::ControlPlane,
+        Kind::Keystone,
+        Kind::Horizon,
+        Kind::Glance,
+        Kind::Placement,
+        Kind::Barbican,
+        Kind::Neutron,
+        Kind::Cinder,
+        Kind::Nova,
+    ];
+
     pub const SERVICES: [Kind; 8] = [
         Kind::Keystone,
         Kind::Horizon,

@@ -27,6 +27,7 @@ pub mod lease;
 pub mod live;
 pub mod manifest;
 pub mod metrics;
+pub mod plan;
 pub mod rehearse;
 pub mod release;
 pub mod repair;

@@ -323,7 +323,9 @@ fn init_logging(log: &lockstep::config::LogConfig) {
             .with_current_span(true)
             .with_span_list(true)
             .try_init(),
-        lockstep::config::LogFormat::Text => builder.try_init(),
+        lockstep::config::LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
     };
 }
 

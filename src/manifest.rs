@@ -36,6 +36,8 @@ pub struct Document {
     /// The line where the document's content starts.
     pub line: u32,
     pub spec: Spec,
+    /// `metadata.labels` (string values): what upgrade plans select by.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -291,11 +293,19 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
     if ctx.problems.len() > before {
         return None;
     }
+    let labels = match get(meta_map, "labels").map(|l| &l.value) {
+        Some(Node::Map(m)) => m
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.value.as_str()?.to_owned())))
+            .collect(),
+        _ => Default::default(),
+    };
     Some(Document {
         key: Key::new(kind, namespace, name),
         file: ctx.file.clone(),
         line,
         spec: spec?,
+        labels,
     })
 }
 

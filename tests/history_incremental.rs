@@ -25,15 +25,12 @@ fn judging_in_pieces_equals_judging_at_once() {
     assert!(whole.commits.iter().any(|c| c.verdict == Verdict::Refused));
     for cut in 1..whole.commits.len() {
         let first = history::check(&repo, &opts(&whole.commits[cut - 1].sha)).unwrap();
-        let baseline = match first
+        let baseline = first
             .commits
             .iter()
             .rev()
             .find(|c| c.verdict == Verdict::Accepted)
-        {
-            Some(c) => Some(repo.commit(Oid::from_str(&c.sha).unwrap()).unwrap().tree),
-            None => None,
-        };
+            .map(|c| repo.commit(Oid::from_str(&c.sha).unwrap()).unwrap().tree);
         let after = Oid::from_str(&whole.commits[cut - 1].sha).unwrap();
         let rest = history::check_after(&repo, &opts("main"), after, baseline).unwrap();
         let mut joined = serde_json::to_value(&first.commits).unwrap();
