@@ -297,13 +297,17 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             .last_full
             .is_none_or(|t| t.elapsed() >= self.opts.resync);
         if self.judged.as_ref().is_none_or(|j| j.head != head) {
-            match self.judge(&path, head).await {
-                Ok(j) => {
-                    self.count_verdicts(&j.report);
+            // Taken, so that the report and chains are extended in place
+            // rather than copied.
+            let prev = self.judged.take();
+            match self.judge(&path, head, prev).await {
+                Ok((j, new)) => {
+                    self.count_verdicts(&j.report, new);
                     self.judged = Some(j);
                 }
-                Err(e) => {
+                Err((e, prev)) => {
                     tracing::error!(error = %e, head = %head, "judging failed");
+                    self.judged = prev;
                     out.source_error = Some(e);
                 }
             }
@@ -388,8 +392,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         self.queue.push(&sha, s).await;
     }
 
-    fn count_verdicts(&self, report: &CheckReport) {
-        for c in &report.commits {
+    /// Counts and logs the `new` commits at the end of `report`.
+    fn count_verdicts(&self, report: &CheckReport, new: usize) {
+        let skip = report.commits.len().saturating_sub(new);
+        for c in report.commits.iter().skip(skip) {
             let reason = c
                 .objects
                 .iter()
@@ -400,14 +406,6 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 Verdict::Refused => "refused",
                 Verdict::Held => "held",
             };
-            // Counted once per process per commit: the head moved past it.
-            if self
-                .judged
-                .as_ref()
-                .is_some_and(|j| j.report.commits.iter().any(|p| p.sha == c.sha))
-            {
-                continue;
-            }
             self.metrics
                 .commits_judged
                 .get_or_create(&VerdictLabels {
@@ -422,7 +420,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// Judges the branch: Git only, so that every replica and every restart
     /// reaches the same verdicts (in-flight rules are the planner's: a hop
     /// waits for the one before it).
-    async fn judge(&self, path: &Path, head: Oid) -> Result<Judged, String> {
+    async fn judge(
+        &self,
+        path: &Path,
+        head: Oid,
+        prev: Option<Judged>,
+    ) -> Result<(Judged, usize), (String, Option<Judged>)> {
         let path = path.to_owned();
         let opts = CheckOptions {
             base: Some(self.opts.since.clone().unwrap_or_else(|| EMPTY_TREE.into())),
@@ -431,68 +434,99 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             live: None,
             max_file_bytes: self.opts.max_file_bytes,
         };
-        let prev = self.judged.as_ref().map(|j| (j.head, j.report.clone()));
-        let old_chains = self.judged.as_ref().map(|j| j.chains.clone());
         let t = Instant::now();
         let r = tokio::task::spawn_blocking(move || {
-            let repo = GitRepo::open(&path).map_err(|e| e.to_string())?;
-            let report = match prev {
+            let repo = match GitRepo::open(&path) {
+                Ok(r) => r,
+                Err(e) => return Err((e.to_string(), prev)),
+            };
+            let forward = prev.as_ref().is_some_and(|p| {
+                repo.raw()
+                    .graph_descendant_of(head, p.head)
+                    .unwrap_or(false)
+            });
+            match prev {
                 // The branch moved forward: judge only the new commits, from
-                // the last accepted tree.
-                Some((old, prev)) if repo.raw().graph_descendant_of(head, old).unwrap_or(false) => {
-                    let baseline = match prev
-                        .commits
-                        .iter()
-                        .rev()
-                        .find(|c| c.verdict == Verdict::Accepted)
-                    {
-                        Some(c) => {
-                            let oid = Oid::from_str(&c.sha).map_err(|e| e.to_string())?;
-                            Some(repo.commit(oid).map_err(|e| e.to_string())?.tree)
-                        }
-                        None => history::base_tree(&repo, &prev).map_err(|e| e.to_string())?,
+                // the last accepted tree, and extend the chains they touch.
+                Some(prev) if forward => {
+                    let more = (|| {
+                        let baseline = match prev
+                            .report
+                            .commits
+                            .iter()
+                            .rev()
+                            .find(|c| c.verdict == Verdict::Accepted)
+                        {
+                            Some(c) => {
+                                let oid = Oid::from_str(&c.sha).map_err(|e| e.to_string())?;
+                                Some(repo.commit(oid).map_err(|e| e.to_string())?.tree)
+                            }
+                            None => history::base_tree(&repo, &prev.report)
+                                .map_err(|e| e.to_string())?,
+                        };
+                        history::check_after(&repo, &opts, prev.head, baseline)
+                            .map_err(|e| e.to_string())
+                    })();
+                    let more = match more {
+                        Ok(m) => m,
+                        Err(e) => return Err((e, Some(prev))),
                     };
-                    let more = history::check_after(&repo, &opts, old, baseline)
-                        .map_err(|e| e.to_string())?;
-                    let mut commits = prev.commits.clone();
-                    commits.extend(more.commits);
-                    let verdict = if commits.iter().any(|c| c.verdict == Verdict::Refused) {
-                        Verdict::Refused
-                    } else {
-                        Verdict::Accepted
-                    };
-                    CheckReport {
-                        verdict,
-                        base: prev.base.clone(),
-                        head: head.to_string(),
-                        commits,
+                    let Judged { report, chains, .. } = prev;
+                    let mut chains = Arc::unwrap_or_clone(chains);
+                    rollout::extend_chains(&mut chains, &more.commits, |name, file, sha| {
+                        plane_key(&repo, sha, file, name)
+                    });
+                    let mut report = Arc::unwrap_or_clone(report);
+                    let n = more.commits.len();
+                    report.commits.extend(more.commits);
+                    if report.commits.iter().any(|c| c.verdict == Verdict::Refused) {
+                        report.verdict = Verdict::Refused;
                     }
+                    report.head = head.to_string();
+                    Ok((
+                        Judged {
+                            head,
+                            report: Arc::new(report),
+                            chains: Arc::new(chains),
+                        },
+                        n,
+                    ))
                 }
                 // First look, or history rewritten: all of it.
-                _ => history::check(&repo, &opts).map_err(|e| e.to_string())?,
-            };
-            let chains =
-                rollout::chains(&report, |name, file, sha| plane_key(&repo, sha, file, name));
-            // Units whose chain this head did not change keep their `Arc`.
-            let chains: BTreeMap<Key, Arc<Chain>> = chains
-                .into_iter()
-                .map(|(k, c)| {
-                    let kept = old_chains
-                        .as_ref()
-                        .and_then(|o| o.get(&k))
-                        .filter(|o| ***o == c)
-                        .cloned();
-                    (k, kept.unwrap_or_else(|| Arc::new(c)))
-                })
-                .collect();
-            Ok::<_, String>(Judged {
-                head,
-                report: Arc::new(report),
-                chains: Arc::new(chains),
-            })
+                prev => {
+                    let report = match history::check(&repo, &opts) {
+                        Ok(r) => r,
+                        Err(e) => return Err((e.to_string(), prev)),
+                    };
+                    let mut chains = BTreeMap::new();
+                    rollout::extend_chains(&mut chains, &report.commits, |name, file, sha| {
+                        plane_key(&repo, sha, file, name)
+                    });
+                    // Units whose chain the rewrite did not change keep
+                    // their `Arc` (and so are not read again).
+                    if let Some(old) = prev.as_ref() {
+                        for (k, c) in chains.iter_mut() {
+                            if let Some(o) = old.chains.get(k)
+                                && **o == **c
+                            {
+                                *c = o.clone();
+                            }
+                        }
+                    }
+                    let n = report.commits.len();
+                    Ok((
+                        Judged {
+                            head,
+                            report: Arc::new(report),
+                            chains: Arc::new(chains),
+                        },
+                        n,
+                    ))
+                }
+            }
         })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| (e.to_string(), None))
         .and_then(|r| r);
         Metrics::observe(&self.metrics.git_seconds, "judge", r.is_ok(), t.elapsed());
         r

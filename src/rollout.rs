@@ -111,12 +111,22 @@ pub fn chains(
     report: &CheckReport,
     plane_key: impl Fn(&str, &str, &str) -> Option<Key>,
 ) -> BTreeMap<Key, Chain> {
-    let mut out: BTreeMap<Key, Chain> = BTreeMap::new();
-    for c in report
-        .commits
-        .iter()
-        .filter(|c| c.verdict == Verdict::Accepted)
-    {
+    let mut out = BTreeMap::new();
+    extend_chains(&mut out, &report.commits, plane_key);
+    out.into_iter()
+        .map(|(k, c)| (k, Arc::unwrap_or_clone(c)))
+        .collect()
+}
+
+/// Extends `out` with the accepted commits of `commits` (the next ones after
+/// those `out` was built from). Only the chains these commits touch get a
+/// new `Arc`: the daemon tells changed units by pointer.
+pub fn extend_chains(
+    out: &mut BTreeMap<Key, Arc<Chain>>,
+    commits: &[crate::history::CommitReport],
+    plane_key: impl Fn(&str, &str, &str) -> Option<Key>,
+) {
+    for c in commits.iter().filter(|c| c.verdict == Verdict::Accepted) {
         // Children first collected per plane name, then attached to the
         // plane's step of this commit.
         let mut children: BTreeMap<String, Vec<(Key, Target)>> = BTreeMap::new();
@@ -145,7 +155,7 @@ pub fn chains(
                     );
                 }
                 (None, _) => push_step(
-                    &mut out,
+                    out,
                     key,
                     &c.sha,
                     o.file.clone(),
@@ -181,7 +191,7 @@ pub fn chains(
                 .unwrap_or_default();
             map.extend(kids);
             push_step(
-                &mut out,
+                out,
                 key,
                 &c.sha,
                 file,
@@ -200,7 +210,7 @@ pub fn chains(
                 .map(|s| s.children.clone())
                 .unwrap_or_default();
             push_step(
-                &mut out,
+                out,
                 key,
                 &c.sha,
                 file,
@@ -213,7 +223,6 @@ pub fn chains(
             );
         }
     }
-    out
 }
 
 /// A plane's own change in one commit: key, from, to, file.
@@ -227,7 +236,7 @@ fn child_file(c: &crate::history::CommitReport, key: &Key) -> Option<Arc<str>> {
 }
 
 fn push_step(
-    out: &mut BTreeMap<Key, Chain>,
+    out: &mut BTreeMap<Key, Arc<Chain>>,
     key: Key,
     sha: &str,
     file: Arc<str>,
@@ -235,11 +244,13 @@ fn push_step(
     target: Target,
     children: BTreeMap<Key, Target>,
 ) {
-    let chain = out.entry(key.clone()).or_insert_with(|| Chain {
-        unit: key,
-        from: from.clone(),
-        steps: Vec::new(),
-    });
+    let chain = Arc::make_mut(out.entry(key.clone()).or_insert_with(|| {
+        Arc::new(Chain {
+            unit: key,
+            from: from.clone(),
+            steps: Vec::new(),
+        })
+    }));
     if let Some(last) = chain.steps.last_mut()
         && last.release == target.release
     {
