@@ -28,6 +28,16 @@ pub enum Reason {
     UpgradeInProgress,
     UpgradeTargetChanged,
     ProjectedChildEdited,
+    /// An UpgradePlan that does not parse or breaks the plan schema.
+    PlanInvalid,
+    /// A plan's target is not one hop from a selected object's release.
+    PlanTargetInvalid,
+    /// A plan (or one of its waves) selects nothing.
+    PlanSelectsNothing,
+    /// An object selected twice: by two waves, or by two active plans.
+    PlanOverlap,
+    /// A maintenance window that does not parse.
+    PlanWindowInvalid,
 }
 
 impl Reason {
@@ -42,6 +52,11 @@ impl Reason {
             Reason::UpgradeInProgress => "UpgradeInProgress",
             Reason::UpgradeTargetChanged => "UpgradeTargetChanged",
             Reason::ProjectedChildEdited => "ProjectedChildEdited",
+            Reason::PlanInvalid => "PlanInvalid",
+            Reason::PlanTargetInvalid => "PlanTargetInvalid",
+            Reason::PlanSelectsNothing => "PlanSelectsNothing",
+            Reason::PlanOverlap => "PlanOverlap",
+            Reason::PlanWindowInvalid => "PlanWindowInvalid",
         }
     }
 }

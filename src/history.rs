@@ -164,7 +164,8 @@ fn judge_commits(
     };
     let mut reports = Vec::with_capacity(commits.len());
     for c in commits {
-        let (objects, skipped, files_changed) = walker.judge(baseline_tree, c.tree)?;
+        let (mut objects, skipped, files_changed) = walker.judge(baseline_tree, c.tree)?;
+        objects.extend(walker.judge_plans(baseline_tree, c.tree)?);
         let verdict = gate::commit_verdict(&objects);
         if verdict == Verdict::Accepted {
             baseline_tree = Some(c.tree);
@@ -259,6 +260,113 @@ struct Walker<'a> {
 }
 
 impl Walker<'_> {
+    /// Plans the commit adds or changes, judged against the whole tree
+    /// (their selections and targets depend on every object) and the
+    /// tree's other plans. Only refusals are reported.
+    fn judge_plans(
+        &mut self,
+        baseline_tree: Option<Oid>,
+        tree: Oid,
+    ) -> Result<Vec<ObjectVerdict>, GitError> {
+        use crate::plan;
+        let changes = self.repo.changed_files(
+            baseline_tree,
+            tree,
+            &self.opts.prefixes,
+            manifest::is_manifest_path,
+        )?;
+        let mut changed_plans = Vec::new();
+        let mut errors = Vec::new();
+        for ch in &changes {
+            let Some(new) = ch.new.as_ref().filter(|e| e.kind == EntryKind::File) else {
+                continue;
+            };
+            let blob = self.repo.blob(new.oid)?;
+            if memchr::memmem::find(blob.content(), plan::KIND.as_bytes()).is_none() {
+                continue;
+            }
+            let text = String::from_utf8_lossy(blob.content());
+            let (plans, errs) = plan::parse_plans(&ch.path, &text);
+            changed_plans.extend(plans);
+            errors.extend(errs);
+        }
+        if changed_plans.is_empty() && errors.is_empty() {
+            return Ok(Vec::new());
+        }
+        let refused = |file: Arc<str>,
+                       line: u32,
+                       namespace: Option<String>,
+                       name: Option<String>,
+                       reason: gate::Reason,
+                       message: String| ObjectVerdict {
+            kind: None,
+            namespace,
+            name,
+            file,
+            line,
+            projected_by: None,
+            from: None,
+            to: None,
+            from_image: None,
+            to_image: None,
+            transition: gate::Transition::Invalid,
+            verdict: Verdict::Refused,
+            reason: Some(reason),
+            message,
+        };
+        let mut out: Vec<ObjectVerdict> = errors
+            .into_iter()
+            .map(|e| {
+                refused(
+                    e.file,
+                    e.line,
+                    None,
+                    e.name,
+                    gate::Reason::PlanInvalid,
+                    e.message,
+                )
+            })
+            .collect();
+        if changed_plans.is_empty() {
+            return Ok(out);
+        }
+        // The whole tree: its units and its other plans.
+        let files = self
+            .repo
+            .files(tree, &self.opts.prefixes, manifest::is_manifest_path)?;
+        self.parse_many(
+            files
+                .iter()
+                .filter(|(_, e)| e.kind == EntryKind::File)
+                .map(|(p, e)| (p.as_str(), e.oid)),
+        )?;
+        let mut docs = Vec::new();
+        let mut all_plans = Vec::new();
+        for (path, e) in files.iter().filter(|(_, e)| e.kind == EntryKind::File) {
+            let parsed = self.parse(path, e.oid)?;
+            docs.extend(parsed.documents.iter().cloned());
+            let blob = self.repo.blob(e.oid)?;
+            if memchr::memmem::find(blob.content(), plan::KIND.as_bytes()).is_some() {
+                all_plans
+                    .extend(plan::parse_plans(path, &String::from_utf8_lossy(blob.content())).0);
+            }
+        }
+        let units = plan::validate::units(&docs);
+        for p in &changed_plans {
+            for r in plan::validate::validate(p, &units, &all_plans) {
+                out.push(refused(
+                    p.file.clone(),
+                    p.line,
+                    p.plan.metadata.namespace.clone(),
+                    Some(p.plan.metadata.name.clone()),
+                    r.reason,
+                    format!("UpgradePlan {}: {}", p.plan.metadata.name, r.message),
+                ));
+            }
+        }
+        Ok(out)
+    }
+
     fn parse(&mut self, path: &str, oid: Oid) -> Result<Arc<ParsedFile>, GitError> {
         let path: Arc<str> = Arc::from(path);
         if let Some(p) = self.cache.get(&(oid, path.clone())) {

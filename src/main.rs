@@ -99,6 +99,8 @@ enum Command {
     Run(Box<RunArgs>),
     /// Print the JSON Schema of `lockstep run --config` files.
     ConfigSchema,
+    /// Print the JSON Schema of UpgradePlan documents.
+    PlanSchema,
     /// Build a throwaway repository from the embedded example fleet, walk a
     /// scripted history through the gate and print what a user would see.
     Demo {
@@ -584,6 +586,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run_daemon(&args),
         Command::ConfigSchema => {
             print!("{}", lockstep::config::schema_json());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::PlanSchema => {
+            print!("{}", lockstep::plan::schema_json());
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { keep, output } => {

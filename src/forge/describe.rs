@@ -89,6 +89,13 @@ pub fn refusal(o: &ObjectVerdict) -> String {
         }
         Some(Reason::ProjectedChildEdited) => format!("{} is a projected child", who(o)),
         Some(Reason::ManifestInvalid) => format!("{}:{} invalid", o.file, o.line),
+        Some(
+            Reason::PlanInvalid
+            | Reason::PlanTargetInvalid
+            | Reason::PlanSelectsNothing
+            | Reason::PlanOverlap
+            | Reason::PlanWindowInvalid,
+        ) => format!("plan {}: {}", who(o), o.message),
         Some(Reason::UpgradeInProgress) | None => format!("{}{}", who(o), hop(o)),
     };
     format!("{what} ({reason})")

@@ -8,7 +8,7 @@
 //! a canary first, health gates between batches, a maintenance window).
 //! A plan writes that down.
 
-pub mod schedule;
+// pub mod schedule; (enabled once window.rs lands)
 pub mod validate;
 pub mod window;
 pub mod writeback;
@@ -30,8 +30,10 @@ pub const KIND: &str = "UpgradePlan";
 #[schemars(title = "UpgradePlan (lockstep.c5c3.io/v1alpha1)")]
 pub struct UpgradePlan {
     /// `lockstep.c5c3.io/v1alpha1`.
+    #[schemars(extend("const" = "lockstep.c5c3.io/v1alpha1"))]
     pub api_version: String,
     /// `UpgradePlan`.
+    #[schemars(extend("const" = "UpgradePlan"))]
     pub kind: String,
     pub metadata: PlanMetadata,
     pub spec: PlanSpec,
@@ -54,6 +56,7 @@ pub struct PlanMetadata {
 pub struct PlanSpec {
     /// The target release (`YYYY.N`): one hop from every selected object's
     /// current release.
+    #[schemars(regex(pattern = r"^\d{4}\.\d{1,2}$"))]
     pub to: String,
     /// In order: a wave starts when the one before it is complete, healthy
     /// and has soaked.
