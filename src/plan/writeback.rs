@@ -1,1 +1,1004 @@
-//! (being written)
+//! Writing a plan's hops back to Git: "the lockstep edits" for one wave's
+//! objects, as one commit on the watched branch.
+//!
+//! The daemon never applies a plan to a cluster directly. It writes the edit
+//! a person would have written (release and image together, one hop) and the
+//! gate judges that commit like any other; so a plan can do nothing a person
+//! could not, every hop has a commit to read and revert, and a restarted
+//! daemon (or a second replica) finds its own work in history.
+//!
+//! Edits are byte-exact: only the scalars that name the release change, found
+//! through the same span-keeping YAML reader the gate uses, never by pattern
+//! matching. Comments, key order, quoting and every other byte of the file
+//! stay as the people who own the file wrote them, so the diff of a plan
+//! commit is exactly the lines a reviewer expects. After editing, the file is
+//! read again and checked to mean what was intended; anything else is an
+//! error, not a commit.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::rc::Rc;
+
+use git2::{ErrorCode, FileMode, Oid, PushOptions, RemoteCallbacks, Repository, Signature};
+use serde_saphyr::Spanned;
+use thiserror::Error;
+
+use crate::desired::{Desired, expand};
+use crate::kind::{Key, Kind, Recognised, ReleaseSource};
+use crate::manifest::{self, Node};
+use crate::release::{Release, TaggedRelease};
+
+/// One object to move one release forward, release and image together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bump {
+    pub key: Key,
+    /// The file that holds the object, as a path in the tree
+    /// (`standalone/compute/nova.yaml`).
+    pub file: String,
+    /// The release to move to (`YYYY.N`): the next one after the object's.
+    pub to: String,
+}
+
+/// Who writes the plan commits: author and committer alike (the daemon is
+/// both; the plan's owner is named in the message).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Author {
+    pub name: String,
+    pub email: String,
+}
+
+/// Where a refused field is written: `file:line: Kind ns/name field`.
+/// (Boxed in [`WritebackError`]: errors stay small on the happy path.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub file: String,
+    pub line: u32,
+    pub key: Key,
+    /// The YAML path: `spec.openStackRelease`, `spec.image`,
+    /// `spec.services.placement.image.tag`.
+    pub field: String,
+}
+
+impl std::fmt::Display for Field {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}: {} {}",
+            self.file, self.line, self.key, self.field
+        )
+    }
+}
+
+/// Why a plan's edits could not be written. Every refusal of an edit names
+/// the file and line a person would fix, and what to do instead.
+#[derive(Debug, Error)]
+pub enum WritebackError {
+    #[error("{to:?} is not a release to move to: {message}")]
+    BadTarget { to: String, message: String },
+    /// The file does not read as valid manifests (the gate would refuse any
+    /// commit touching it as it is).
+    #[error("{file}:{line}: {message}")]
+    Manifest {
+        file: String,
+        line: u32,
+        message: String,
+    },
+    #[error("{file}: {key} is not in this file (the tree changed since the plan was read?)")]
+    NotFound { file: String, key: Key },
+    #[error("{file}: {key} is bumped to both {first} and {second}")]
+    Conflict {
+        file: String,
+        key: Key,
+        first: Release,
+        second: Release,
+    },
+    #[error(
+        "{at} is pinned by digest; a plan cannot derive the {to} digest: pin a tag or bump it by hand"
+    )]
+    DigestPinned { at: Box<Field>, to: Release },
+    #[error(
+        "{at} {value:?} does not name a release (YYYY.N, optionally with a -patch suffix); a plan cannot derive the {to} one: tag it by release or bump it by hand"
+    )]
+    NotARelease {
+        at: Box<Field>,
+        value: String,
+        to: Release,
+    },
+    #[error(
+        "{at} is {from}; {to} is not one hop forward from it (the next release is {next}): a plan moves one release at a time"
+    )]
+    NotOneHop {
+        at: Box<Field>,
+        /// As written (a tag keeps its patch suffix).
+        from: String,
+        to: Release,
+        next: Release,
+    },
+    /// A field written in a way a byte-exact edit cannot change safely
+    /// (an alias, an anchor others may share, a multi-line scalar).
+    #[error("{at} {why}; bump it by hand")]
+    Unsupported { at: Box<Field>, why: &'static str },
+    /// The edited file did not read back as intended: a bug, never committed.
+    #[error(
+        "{file}: the edited file does not read back as intended ({message}); nothing was written"
+    )]
+    Verify { file: String, message: String },
+    #[error("{file}: not in the tree of {commit}")]
+    MissingFile { file: String, commit: Oid },
+    #[error("{file}: is a {what}, not a regular file; a plan edits files only")]
+    NotAFile { file: String, what: &'static str },
+    #[error("{file}: is not UTF-8")]
+    NotUtf8 { file: String },
+    #[error("every bumped object already names its target release; there is nothing to commit")]
+    NothingToChange,
+    #[error("{branch:?} is not a valid branch name")]
+    InvalidBranch { branch: String },
+    /// Someone else moved the branch: re-read it, re-plan, retry.
+    #[error(
+        "refs/heads/{branch} is at {}, not {expected}: the branch moved; re-read it and retry",
+        actual.map_or_else(|| "nothing (it does not exist)".to_owned(), |a| a.to_string())
+    )]
+    BranchMoved {
+        branch: String,
+        expected: Oid,
+        actual: Option<Oid>,
+    },
+    #[error("signing with {key}: {message}")]
+    Sign { key: PathBuf, message: String },
+    /// The remote did not take the push (it moved on: fetch, re-plan, retry).
+    #[error("{remote} refused refs/heads/{branch}: {message}")]
+    PushRejected {
+        remote: String,
+        branch: String,
+        message: String,
+    },
+    #[error("Git error while {context}: {message}")]
+    Git { context: String, message: String },
+}
+
+fn git(context: impl Into<String>) -> impl FnOnce(git2::Error) -> WritebackError {
+    let context = context.into();
+    move |e| WritebackError::Git {
+        context,
+        message: e.message().to_owned(),
+    }
+}
+
+/// The commit message for a wave. `index` is the wave's position in
+/// `spec.waves` counted from 0 (as `enumerate` gives it); the subject
+/// counts from 1. The trailers let a restarted daemon, and people reading
+/// `git log`, recognise plan commits without any state outside Git.
+pub fn message(
+    plan: &str,
+    wave: &str,
+    index: usize,
+    waves: usize,
+    to: &str,
+    keys: &[Key],
+) -> String {
+    // A line break in a name would end the subject or forge a trailer.
+    let one_line = |s: &str| -> String {
+        s.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect()
+    };
+    let (plan, wave, to) = (one_line(plan), one_line(wave), one_line(to));
+    let mut m = format!(
+        "lockstep plan {plan}: wave {wave} ({}/{waves}) to {to}\n\n",
+        index.saturating_add(1)
+    );
+    let _ = writeln!(
+        m,
+        "Moves {} one release forward, release and image together:",
+        if keys.len() == 1 {
+            "this object".to_owned()
+        } else {
+            format!("these {} objects", keys.len())
+        }
+    );
+    m.push('\n');
+    for k in keys {
+        let _ = writeln!(m, "- {}", one_line(&k.to_string()));
+    }
+    let _ = write!(m, "\nLockstep-Plan: {plan}\nLockstep-Wave: {wave}\n");
+    m
+}
+
+/// One scalar to replace: `text[start..end]` becomes `with`.
+struct Edit {
+    start: usize,
+    end: usize,
+    with: String,
+}
+
+/// What a scalar names: the strict `openStackRelease` form or a tag.
+#[derive(Clone, Copy)]
+enum Role {
+    Release,
+    Tag,
+}
+
+/// Where a field is: which object, which file, which field, for messages.
+struct At<'a> {
+    file: &'a str,
+    key: &'a Key,
+    field: String,
+}
+
+impl At<'_> {
+    fn place(&self, line: u32) -> Box<Field> {
+        Box::new(Field {
+            file: self.file.to_owned(),
+            line,
+            key: self.key.clone(),
+            field: self.field.clone(),
+        })
+    }
+}
+
+type Map = Vec<(String, Spanned<Node>)>;
+
+fn get<'a>(map: &'a Map, key: &str) -> Option<&'a Spanned<Node>> {
+    // The first entry, like the gate's reader: an edit must change what the
+    // gate reads.
+    map.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
+fn as_str(node: &Spanned<Node>) -> Option<&str> {
+    match &node.value {
+        Node::Str(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn line_of(node: &Spanned<Node>) -> u32 {
+    u32::try_from(node.referenced.line())
+        .unwrap_or(u32::MAX)
+        .max(1)
+}
+
+/// The object a document is, by the gate's rules (`default` namespace when
+/// none is written).
+fn document_key(root: &Map) -> Option<Key> {
+    let api_version = as_str(get(root, "apiVersion")?)?;
+    let kind = as_str(get(root, "kind")?)?;
+    let kind = match Kind::recognise(api_version, kind)? {
+        Recognised::Ours(k) => k,
+        Recognised::WrongVersion(_) => return None,
+    };
+    let Node::Map(meta) = &get(root, "metadata")?.value else {
+        return None;
+    };
+    let name = as_str(get(meta, "name")?)?;
+    let namespace = match get(meta, "namespace") {
+        Some(n) => as_str(n)?,
+        None => "default",
+    };
+    Some(Key::new(kind, namespace, name))
+}
+
+/// Rewrites one file's text so that every bumped object in it names its
+/// target release: `spec.openStackRelease` (kinds that have it), the
+/// standalone `spec.image.tag`, and a ControlPlane's
+/// `spec.services.<svc>.image.tag` overrides. A tag keeps nothing of its old
+/// value: `2026.1-p3` becomes `2026.2` (a patch of the old release says
+/// nothing about the new one).
+///
+/// Quoting is kept: `'2026.1'` becomes `'2026.2'`, `"2026.1"` becomes
+/// `"2026.2"`. A plain scalar becomes double-quoted, because a plain
+/// `2026.2` is a number to YAML and the CRDs want a string.
+///
+/// Refused: digest-pinned images (no plan can know the next digest), tags
+/// that are not releases (`latest`), a target that is not one hop from what
+/// the file says, and fields written through aliases or anchors. A field that
+/// already names the target is left alone, so writing the same wave twice
+/// changes nothing. Bumps for other files are ignored, so a caller may pass
+/// a whole wave.
+pub fn edit_file(path: &str, text: &str, bumps: &[&Bump]) -> Result<String, WritebackError> {
+    // The gate's reader strips a byte order mark before parsing; spans are
+    // relative to what it parsed.
+    let (bom, body) = match text.strip_prefix('\u{feff}') {
+        Some(rest) => ("\u{feff}", rest),
+        None => ("", text),
+    };
+    // One target per object; the same bump twice is one bump.
+    let mut targets: BTreeMap<&Key, Release> = BTreeMap::new();
+    for b in bumps.iter().filter(|b| b.file == path) {
+        let to = Release::parse_strict(&b.to).map_err(|e| WritebackError::BadTarget {
+            to: b.to.clone(),
+            message: e.to_string(),
+        })?;
+        if let Some(prev) = targets.insert(&b.key, to)
+            && prev != to
+        {
+            return Err(WritebackError::Conflict {
+                file: path.to_owned(),
+                key: b.key.clone(),
+                first: prev,
+                second: to,
+            });
+        }
+    }
+    if targets.is_empty() {
+        return Ok(text.to_owned());
+    }
+
+    // The gate's reading of the file as it is: an edit to a file the gate
+    // already refuses would only produce a refused commit.
+    let before = manifest::parse_file(path, text.as_bytes(), usize::MAX);
+    if let Some(p) = before.problems.first() {
+        return Err(WritebackError::Manifest {
+            file: path.to_owned(),
+            line: p.line,
+            message: p.message.clone(),
+        });
+    }
+    let options = serde_saphyr::options! { with_snippet: false };
+    let docs: Vec<Spanned<Node>> = serde_saphyr::from_multiple_with_options(body, options)
+        .map_err(|e| WritebackError::Manifest {
+            file: path.to_owned(),
+            line: e
+                .location()
+                .map_or(1, |l| u32::try_from(l.line()).unwrap_or(1)),
+            message: e.to_string(),
+        })?;
+
+    let mut edits = Vec::new();
+    for (key, to) in &targets {
+        let root = docs.iter().find_map(|d| match &d.value {
+            Node::Map(m) if document_key(m).as_ref() == Some(*key) => Some(m),
+            _ => None,
+        });
+        let Some(root) = root else {
+            return Err(WritebackError::NotFound {
+                file: path.to_owned(),
+                key: (*key).clone(),
+            });
+        };
+        object_edits(body, path, key, root, *to, &mut edits)?;
+    }
+
+    // Replace from the end so earlier offsets stay valid.
+    edits.sort_by_key(|e| std::cmp::Reverse(e.start));
+    let mut out = body.to_owned();
+    let mut limit = usize::MAX;
+    for e in &edits {
+        if e.end > limit {
+            return Err(WritebackError::Verify {
+                file: path.to_owned(),
+                message: "two edits overlap".into(),
+            });
+        }
+        out.replace_range(e.start..e.end, &e.with);
+        limit = e.start;
+    }
+    let out = format!("{bom}{out}");
+    verify(path, &before, &out, &targets)?;
+    Ok(out)
+}
+
+/// The edits one object needs.
+fn object_edits(
+    text: &str,
+    file: &str,
+    key: &Key,
+    root: &Map,
+    to: Release,
+    edits: &mut Vec<Edit>,
+) -> Result<(), WritebackError> {
+    // The gate's parse succeeded, so the object has a spec mapping.
+    let Some(Node::Map(spec)) = get(root, "spec").map(|s| &s.value) else {
+        return Err(WritebackError::Verify {
+            file: file.to_owned(),
+            message: format!("{key} has no spec mapping"),
+        });
+    };
+    let at = |field: &str| At {
+        file,
+        key,
+        field: field.to_owned(),
+    };
+    // Present for these kinds: the gate's reader requires it.
+    if (key.kind == Kind::ControlPlane || key.kind.release_source() == ReleaseSource::Field)
+        && let Some(node) = get(spec, "openStackRelease")
+    {
+        edits.extend(scalar_edit(
+            text,
+            node,
+            &at("spec.openStackRelease"),
+            Role::Release,
+            to,
+        )?);
+    }
+    if key.kind == Kind::ControlPlane {
+        let Some(Node::Map(services)) = get(spec, "services").map(|s| &s.value) else {
+            return Ok(());
+        };
+        for svc in Kind::SERVICES {
+            let Some(Node::Map(entry)) = get(services, svc.service()).map(|e| &e.value) else {
+                continue;
+            };
+            if let Some(image) = get(entry, "image") {
+                let field = format!("spec.services.{}.image", svc.service());
+                edits.extend(image_edit(text, image, &at(&field), to)?);
+            }
+        }
+    } else if let Some(image) = get(spec, "image") {
+        edits.extend(image_edit(text, image, &at("spec.image"), to)?);
+    }
+    Ok(())
+}
+
+/// The edit of an image's tag; a digest is refused.
+fn image_edit(
+    text: &str,
+    image: &Spanned<Node>,
+    at: &At<'_>,
+    to: Release,
+) -> Result<Option<Edit>, WritebackError> {
+    let Node::Map(m) = &image.value else {
+        return Ok(None);
+    };
+    if let Some(tag) = get(m, "tag") {
+        let at = At {
+            field: format!("{}.tag", at.field),
+            ..*at
+        };
+        return scalar_edit(text, tag, &at, Role::Tag, to);
+    }
+    if let Some(digest) = get(m, "digest") {
+        return Err(WritebackError::DigestPinned {
+            at: at.place(line_of(digest)),
+            to,
+        });
+    }
+    Ok(None)
+}
+
+/// The edit of one release-naming scalar, or none when it already names `to`.
+fn scalar_edit(
+    text: &str,
+    node: &Spanned<Node>,
+    at: &At<'_>,
+    role: Role,
+    to: Release,
+) -> Result<Option<Edit>, WritebackError> {
+    let line = line_of(node);
+    let unsupported = |why: &'static str| WritebackError::Unsupported {
+        at: at.place(line),
+        why,
+    };
+    // An alias: editing it means editing what it points at, which other
+    // fields share.
+    if node.referenced != node.defined {
+        return Err(unsupported("is written through a YAML alias"));
+    }
+    let Node::Str(value) = &node.value else {
+        return Err(unsupported("is not a string"));
+    };
+    let from = match role {
+        Role::Release => Release::parse_strict(value).ok(),
+        Role::Tag => TaggedRelease::parse(value).ok().map(|t| t.release),
+    };
+    let Some(from) = from else {
+        return Err(WritebackError::NotARelease {
+            at: at.place(line),
+            value: value.clone(),
+            to,
+        });
+    };
+    if from == to {
+        return Ok(None);
+    }
+    if from.next() != to {
+        return Err(WritebackError::NotOneHop {
+            at: at.place(line),
+            from: value.clone(),
+            to,
+            next: from.next(),
+        });
+    }
+    let span = node.referenced.span();
+    let (Some(start), Some(len)) = (span.byte_offset(), span.byte_len()) else {
+        return Err(unsupported("has no byte position"));
+    };
+    let (Ok(start), Ok(len)) = (usize::try_from(start), usize::try_from(len)) else {
+        return Err(unsupported("has no byte position"));
+    };
+    let end = start.saturating_add(len);
+    let Some(raw) = text.get(start..end) else {
+        return Err(unsupported("has no byte position"));
+    };
+    if raw.contains(['\n', '\r']) || raw.starts_with(['|', '>']) {
+        return Err(unsupported("is written across lines"));
+    }
+    // An anchored scalar may be aliased elsewhere: changing it would change
+    // those fields too.
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    if text[line_start..start]
+        .split_whitespace()
+        .rev()
+        .take(2)
+        .any(|t| t.starts_with('&'))
+    {
+        return Err(unsupported("carries a YAML anchor other fields may alias"));
+    }
+    let with = if raw.starts_with('\'') {
+        format!("'{to}'")
+    } else {
+        // Double quotes as they were, or instead of plain: a plain 2026.2 is
+        // a number.
+        format!("\"{to}\"")
+    };
+    Ok(Some(Edit { start, end, with }))
+}
+
+/// Reads the edited text the way the gate will and checks that it says what
+/// the plan meant: every bumped object on `to`, release and images, and
+/// every other object exactly as before.
+fn verify(
+    path: &str,
+    before: &manifest::ParsedFile,
+    out: &str,
+    targets: &BTreeMap<&Key, Release>,
+) -> Result<(), WritebackError> {
+    let fail = |message: String| WritebackError::Verify {
+        file: path.to_owned(),
+        message,
+    };
+    let after = manifest::parse_file(path, out.as_bytes(), usize::MAX);
+    if let Some(p) = after.problems.first() {
+        return Err(fail(format!("line {}: {}", p.line, p.message)));
+    }
+    if after.documents.len() != before.documents.len() {
+        return Err(fail("the number of objects changed".into()));
+    }
+    for (b, a) in before.documents.iter().zip(&after.documents) {
+        if a.key != b.key {
+            return Err(fail(format!("{} became {}", b.key, a.key)));
+        }
+        let (old, new): (Vec<Desired>, Vec<Desired>) = (
+            expand(std::slice::from_ref(b)),
+            expand(std::slice::from_ref(a)),
+        );
+        let Some(to) = targets.get(&a.key) else {
+            if old.len() != new.len() || old.iter().zip(&new).any(|(o, n)| !o.same_target(n)) {
+                return Err(fail(format!("{} changed but was not bumped", a.key)));
+            }
+            continue;
+        };
+        let on = |s: Option<&str>| {
+            s.is_none_or(|s| TaggedRelease::parse(s).is_ok_and(|t| t.release == *to))
+        };
+        for d in &new {
+            if !on(d.release.as_deref()) || !on(d.image.as_ref().and_then(|i| i.tag())) {
+                return Err(fail(format!("{} is not on {to}", d.key)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Creates one commit on `branch` whose parent is `expect_parent` (the tip
+/// the plan was made from), changing only the files of `bumps`, and moves
+/// the branch to it with compare-and-swap. If the branch is no longer at
+/// `expect_parent`, nothing is written and [`WritebackError::BranchMoved`]
+/// tells the caller to re-read and retry: a plan's hop is never stacked on
+/// a commit nobody judged it against.
+///
+/// `author` is author and committer. With `signing_key` (an OpenSSH private
+/// key file, or a public key whose private half is in ssh-agent) the commit
+/// carries git's SSH signature (`gpgsig`, made by `ssh-keygen -Y sign -n
+/// git`), so branch protection that requires signed commits accepts it.
+///
+/// Only the object database and `refs/heads/<branch>` are written; a work
+/// tree and its index are not touched (a checked-out branch that moves
+/// shows the edits as reverted in `git status`).
+pub fn commit_bumps(
+    repo_path: &Path,
+    branch: &str,
+    expect_parent: Oid,
+    bumps: &[Bump],
+    message: &str,
+    author: &Author,
+    signing_key: Option<&Path>,
+) -> Result<Oid, WritebackError> {
+    let refname = format!("refs/heads/{branch}");
+    if !git2::Reference::is_valid_name(&refname) {
+        return Err(WritebackError::InvalidBranch {
+            branch: branch.to_owned(),
+        });
+    }
+    let repo = Repository::open(repo_path).map_err(git(format!(
+        "opening the repository {}",
+        repo_path.display()
+    )))?;
+    let tip = branch_tip(&repo, &refname)?;
+    if tip != Some(expect_parent) {
+        return Err(WritebackError::BranchMoved {
+            branch: branch.to_owned(),
+            expected: expect_parent,
+            actual: tip,
+        });
+    }
+    let parent = repo
+        .find_commit(expect_parent)
+        .map_err(git(format!("reading commit {expect_parent}")))?;
+    let base_tree = parent
+        .tree()
+        .map_err(git(format!("reading the tree of {expect_parent}")))?;
+
+    let mut by_file: BTreeMap<&str, Vec<&Bump>> = BTreeMap::new();
+    for b in bumps {
+        by_file.entry(b.file.as_str()).or_default().push(b);
+    }
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    let mut changed = 0usize;
+    for (file, file_bumps) in &by_file {
+        let entry =
+            base_tree
+                .get_path(Path::new(file))
+                .map_err(|_| WritebackError::MissingFile {
+                    file: (*file).to_owned(),
+                    commit: expect_parent,
+                })?;
+        let mode = match entry.filemode() {
+            0o100644 => FileMode::Blob,
+            0o100755 => FileMode::BlobExecutable,
+            0o120000 => {
+                return Err(WritebackError::NotAFile {
+                    file: (*file).to_owned(),
+                    what: "symbolic link",
+                });
+            }
+            0o160000 => {
+                return Err(WritebackError::NotAFile {
+                    file: (*file).to_owned(),
+                    what: "submodule",
+                });
+            }
+            _ => {
+                return Err(WritebackError::NotAFile {
+                    file: (*file).to_owned(),
+                    what: "directory",
+                });
+            }
+        };
+        let blob = repo
+            .find_blob(entry.id())
+            .map_err(git(format!("reading {file}")))?;
+        let text = std::str::from_utf8(blob.content()).map_err(|_| WritebackError::NotUtf8 {
+            file: (*file).to_owned(),
+        })?;
+        let edited = edit_file(file, text, file_bumps)?;
+        if edited != text {
+            let oid = repo
+                .blob(edited.as_bytes())
+                .map_err(git(format!("writing {file}")))?;
+            update.upsert(*file, oid, mode);
+            changed += 1;
+        }
+    }
+    if changed == 0 {
+        return Err(WritebackError::NothingToChange);
+    }
+    let tree_id = update
+        .create_updated(&repo, &base_tree)
+        .map_err(git("writing the new tree"))?;
+    let tree = repo
+        .find_tree(tree_id)
+        .map_err(git("reading the new tree"))?;
+    let sig =
+        Signature::now(&author.name, &author.email).map_err(git("making the author signature"))?;
+    let buffer = repo
+        .commit_create_buffer(&sig, &sig, message, &tree, &[&parent])
+        .map_err(git("formatting the commit"))?;
+    let content = buffer
+        .as_str()
+        .map_err(git("formatting the commit (author or message not UTF-8)"))?;
+    let commit = match signing_key {
+        Some(key) => {
+            let signature = ssh_sign(content, key)?;
+            repo.commit_signed(content, &signature, Some("gpgsig"))
+                .map_err(git("writing the signed commit"))?
+        }
+        None => repo
+            .odb()
+            .and_then(|odb| odb.write(git2::ObjectType::Commit, content.as_bytes()))
+            .map_err(git("writing the commit"))?,
+    };
+    let log = format!(
+        "lockstep: {}",
+        message.lines().next().unwrap_or("plan write-back")
+    );
+    match repo.reference_matching(&refname, commit, true, expect_parent, &log) {
+        Ok(_) => Ok(commit),
+        // Moved between the check above and now: the swap refused.
+        Err(e) if e.code() == ErrorCode::Modified => Err(WritebackError::BranchMoved {
+            branch: branch.to_owned(),
+            expected: expect_parent,
+            actual: branch_tip(&repo, &refname).ok().flatten(),
+        }),
+        Err(e) => Err(git(format!("moving {refname}"))(e)),
+    }
+}
+
+fn branch_tip(repo: &Repository, refname: &str) -> Result<Option<Oid>, WritebackError> {
+    match repo.refname_to_id(refname) {
+        Ok(id) => Ok(Some(id)),
+        Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(git(format!("reading {refname}"))(e)),
+    }
+}
+
+/// Signs `content` the way `git commit -S` with `gpg.format=ssh` does: the
+/// payload in a file, `ssh-keygen -Y sign -n git -f KEY FILE`, the armored
+/// signature from `FILE.sig`. No prompt can appear (no terminal input, no
+/// askpass): a daemon cannot answer one, so a passphrase-protected key
+/// fails here instead of hanging.
+fn ssh_sign(content: &str, key: &Path) -> Result<String, WritebackError> {
+    let fail = |message: String| WritebackError::Sign {
+        key: key.to_owned(),
+        message,
+    };
+    let dir =
+        tempfile::tempdir().map_err(|e| fail(format!("creating a temporary directory: {e}")))?;
+    let payload = dir.path().join("commit");
+    std::fs::write(&payload, content).map_err(|e| fail(format!("writing the payload: {e}")))?;
+    let out = Command::new("ssh-keygen")
+        .args(["-Y", "sign", "-n", "git", "-f"])
+        .arg(key)
+        .arg(&payload)
+        .stdin(Stdio::null())
+        .env("SSH_ASKPASS_REQUIRE", "never")
+        .output()
+        .map_err(|e| fail(format!("running ssh-keygen: {e}")))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(fail(format!(
+            "ssh-keygen -Y sign failed ({}): {}",
+            out.status,
+            stderr.trim()
+        )));
+    }
+    let signature = std::fs::read_to_string(dir.path().join("commit.sig"))
+        .map_err(|e| fail(format!("reading the signature: {e}")))?;
+    if !signature.starts_with("-----BEGIN SSH SIGNATURE-----") {
+        return Err(fail("ssh-keygen wrote no SSH signature".into()));
+    }
+    Ok(signature)
+}
+
+/// Pushes `refs/heads/<branch>` to `remote` (a configured remote's name, or
+/// a URL or path), never forced: if the remote moved on, the push is refused
+/// ([`WritebackError::PushRejected`]) and the caller fetches, re-plans and
+/// writes the hop again on the new tip. This is how a plan commit made in a
+/// remote source's cache reaches the real branch.
+///
+/// `callbacks` carries the caller's credentials (built like the source's:
+/// token over https, key and known_hosts over ssh); its
+/// `push_update_reference` callback is replaced, because that is where the
+/// server says whether it took the ref.
+pub fn push_branch(
+    repo_path: &Path,
+    remote: &str,
+    branch: &str,
+    mut callbacks: RemoteCallbacks<'_>,
+) -> Result<(), WritebackError> {
+    let refname = format!("refs/heads/{branch}");
+    if !git2::Reference::is_valid_name(&refname) {
+        return Err(WritebackError::InvalidBranch {
+            branch: branch.to_owned(),
+        });
+    }
+    let shown = redact(remote);
+    let repo = Repository::open(repo_path).map_err(git(format!(
+        "opening the repository {}",
+        repo_path.display()
+    )))?;
+    let mut handle = match repo.find_remote(remote) {
+        Ok(r) => r,
+        Err(_) => repo
+            .remote_anonymous(remote)
+            .map_err(git(format!("opening remote {shown}")))?,
+    };
+    let refused: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
+    let slot = Rc::clone(&refused);
+    callbacks.push_update_reference(move |_name, status| {
+        if let Some(s) = status {
+            *slot.borrow_mut() = Some(s.to_owned());
+        }
+        Ok(())
+    });
+    let mut opts = PushOptions::new();
+    opts.remote_callbacks(callbacks);
+    let spec = format!("{refname}:{refname}");
+    let rejected = |message: String| WritebackError::PushRejected {
+        remote: shown.clone(),
+        branch: branch.to_owned(),
+        message,
+    };
+    match handle.push(&[spec.as_str()], Some(&mut opts)) {
+        Err(e) if e.code() == ErrorCode::NotFastForward => {
+            return Err(rejected(redact(e.message())));
+        }
+        Err(e) => {
+            return Err(WritebackError::Git {
+                context: format!("pushing {refname} to {shown}"),
+                message: redact(e.message()),
+            });
+        }
+        Ok(()) => {}
+    }
+    if let Some(status) = refused.borrow_mut().take() {
+        return Err(rejected(status));
+    }
+    Ok(())
+}
+
+/// Drops `user:password@` from anything URL-like, so errors can be logged.
+fn redact(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c == '/' || c.is_whitespace())
+            .unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(at) => {
+                out.push_str("<redacted>@");
+                rest = &tail[at + 1..];
+            }
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOVA: &str = "apiVersion: nova.openstack.c5c3.io/v1alpha1
+kind: Nova
+metadata:
+  name: nova
+  namespace: compute
+spec:
+  openStackRelease: \"2026.1\"
+  image:
+    repository: ghcr.io/c5c3/nova
+    tag: \"2026.1\"
+";
+
+    fn bump(kind: Kind, ns: &str, name: &str, to: &str) -> Bump {
+        Bump {
+            key: Key::new(kind, ns, name),
+            file: "f.yaml".into(),
+            to: to.into(),
+        }
+    }
+
+    fn edit(text: &str, b: &[Bump]) -> Result<String, WritebackError> {
+        let refs: Vec<&Bump> = b.iter().collect();
+        edit_file("f.yaml", text, &refs)
+    }
+
+    #[test]
+    fn aliases_and_anchors_are_refused() {
+        let text = NOVA
+            .replace(
+                "openStackRelease: \"2026.1\"",
+                "openStackRelease: &rel \"2026.1\"",
+            )
+            .replace("tag: \"2026.1\"", "tag: *rel");
+        let e = edit(&text, &[bump(Kind::Nova, "compute", "nova", "2026.2")]).unwrap_err();
+        assert!(
+            matches!(&e, WritebackError::Unsupported { at, .. } if at.line == 7),
+            "{e}"
+        );
+        assert!(e.to_string().contains("bump it by hand"), "{e}");
+        assert!(e.to_string().contains("anchor"), "{e}");
+        // The tag as an alias of a value defined elsewhere.
+        let text = NOVA
+            .replace(
+                "  namespace: compute\n",
+                "  namespace: compute\n  annotations: {release: &rel \"2026.1\"}\n",
+            )
+            .replace("tag: \"2026.1\"", "tag: *rel");
+        let e = edit(&text, &[bump(Kind::Nova, "compute", "nova", "2026.2")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "f.yaml:11: Nova compute/nova spec.image.tag is written through a YAML alias; bump it by hand"
+        );
+    }
+
+    #[test]
+    fn bom_and_crlf_survive() {
+        let text = format!("\u{feff}{}", NOVA.replace('\n', "\r\n"));
+        let out = edit(&text, &[bump(Kind::Nova, "compute", "nova", "2026.2")]).unwrap();
+        assert_eq!(
+            out,
+            format!(
+                "\u{feff}{}",
+                NOVA.replace("2026.1", "2026.2").replace('\n', "\r\n")
+            )
+        );
+    }
+
+    #[test]
+    fn targets_and_conflicts() {
+        let e = edit(NOVA, &[bump(Kind::Nova, "compute", "nova", "2026.3")]).unwrap_err();
+        assert!(matches!(e, WritebackError::BadTarget { .. }), "{e}");
+        let e = edit(
+            NOVA,
+            &[
+                bump(Kind::Nova, "compute", "nova", "2026.2"),
+                bump(Kind::Nova, "compute", "nova", "2027.1"),
+            ],
+        )
+        .unwrap_err();
+        assert!(matches!(e, WritebackError::Conflict { .. }), "{e}");
+        let e = edit(NOVA, &[bump(Kind::Nova, "compute", "nova", "2027.1")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "f.yaml:7: Nova compute/nova spec.openStackRelease is 2026.1; 2027.1 is not one hop forward from it (the next release is 2026.2): a plan moves one release at a time"
+        );
+        let e = edit(NOVA, &[bump(Kind::Nova, "other", "nova", "2026.2")]).unwrap_err();
+        assert!(matches!(e, WritebackError::NotFound { .. }), "{e}");
+        // Already there: nothing to do, nothing changes.
+        let there = NOVA.replace("2026.1", "2026.2");
+        assert_eq!(
+            edit(&there, &[bump(Kind::Nova, "compute", "nova", "2026.2")]).unwrap(),
+            there
+        );
+    }
+
+    #[test]
+    fn message_has_subject_body_and_trailers() {
+        let m = message(
+            "fleet-2026-2",
+            "canary",
+            0,
+            3,
+            "2026.2",
+            &[
+                Key::new(Kind::ControlPlane, "openstack", "staging"),
+                Key::new(Kind::Nova, "compute", "nova"),
+            ],
+        );
+        assert_eq!(
+            m,
+            "lockstep plan fleet-2026-2: wave canary (1/3) to 2026.2\n\n\
+             Moves these 2 objects one release forward, release and image together:\n\n\
+             - ControlPlane openstack/staging\n\
+             - Nova compute/nova\n\n\
+             Lockstep-Plan: fleet-2026-2\n\
+             Lockstep-Wave: canary\n"
+        );
+        let m = message("p", "a\nLockstep-Plan: forged", 1, 2, "2026.2", &[]);
+        assert!(
+            m.lines()
+                .filter(|l| l.starts_with("Lockstep-Plan:"))
+                .count()
+                == 1,
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn credentials_are_redacted() {
+        assert_eq!(
+            redact("failed https://x-access-token:s3cret@example.com/a.git: nope"),
+            "failed https://<redacted>@example.com/a.git: nope"
+        );
+        assert_eq!(redact("/srv/git/fleet.git"), "/srv/git/fleet.git");
+        assert_eq!(redact("ssh://git@host/x"), "ssh://<redacted>@host/x");
+    }
+}
