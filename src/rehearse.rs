@@ -77,12 +77,13 @@ pub fn parse_fault(spec: &str) -> Result<Fault, RehearseError> {
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
     let n: u64 = n.parse().ok()?;
-    Some(Duration::from_secs(match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
+    let per = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
         _ => return None,
-    }))
+    };
+    Some(Duration::from_secs(n.checked_mul(per)?))
 }
 
 fn clock(d: Duration) -> String {

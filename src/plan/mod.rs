@@ -8,7 +8,7 @@
 //! a canary first, health gates between batches, a maintenance window).
 //! A plan writes that down.
 
-// pub mod schedule; (enabled once window.rs lands)
+pub mod schedule;
 pub mod validate;
 pub mod window;
 pub mod writeback;

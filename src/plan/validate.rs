@@ -168,7 +168,9 @@ pub fn validate(plan: &Located, units: &[Unit], others: &[Located]) -> Vec<Refus
             }
         }
     }
-    // WINDOW-CHECK
+    if let Err(e) = super::window::parse_all(&p.spec.windows) {
+        out.push(refuse(Reason::PlanWindowInvalid, e.to_string()));
+    }
 
     for g in &p.spec.gates {
         if g.object.key().is_none() {
