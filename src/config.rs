@@ -30,6 +30,39 @@ pub struct Config {
     pub leader_election: LeaderElectionConfig,
     #[serde(default)]
     pub log: LogConfig,
+    #[serde(default)]
+    pub plans: PlansConfig,
+}
+
+/// How upgrade plans write their hop commits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlansConfig {
+    #[serde(default = "default_author_name")]
+    pub author_name: String,
+    #[serde(default = "default_author_email")]
+    pub author_email: String,
+    /// An OpenSSH private key: plan commits are signed with it (git's SSH
+    /// signature format).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_key_file: Option<PathBuf>,
+}
+
+impl Default for PlansConfig {
+    fn default() -> Self {
+        Self {
+            author_name: default_author_name(),
+            author_email: default_author_email(),
+            signing_key_file: None,
+        }
+    }
+}
+
+fn default_author_name() -> String {
+    "lockstep".into()
+}
+fn default_author_email() -> String {
+    "lockstep@localhost".into()
 }
 
 /// Where the fleet repository comes from: a local path or a remote URL.

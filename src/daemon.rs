@@ -52,6 +52,11 @@ pub struct Options {
     /// Every unit is read again this often even when nothing announced a
     /// change (a missed watch event costs at most this long).
     pub resync: Duration,
+    /// How upgrade plans write their hop commits.
+    pub plan_author: crate::plan::writeback::Author,
+    pub plan_signing_key: Option<PathBuf>,
+    /// Push plan commits to this remote (a remote source's cache).
+    pub plan_push: Option<String>,
 }
 
 impl Default for Options {
@@ -69,6 +74,12 @@ impl Default for Options {
             max_file_bytes: crate::manifest::DEFAULT_MAX_FILE_BYTES,
             until_idle: false,
             resync: Duration::from_secs(600),
+            plan_author: crate::plan::writeback::Author {
+                name: "lockstep".into(),
+                email: "lockstep@localhost".into(),
+            },
+            plan_signing_key: None,
+            plan_push: None,
         }
     }
 }
@@ -106,6 +117,8 @@ struct Judged {
     /// Shared with the unit reports: an unchanged chain keeps its `Arc`
     /// across heads, so a pass tells changed units by pointer.
     chains: Arc<BTreeMap<Key, Arc<Chain>>>,
+    /// The head tree's upgrade plans and the units they can select.
+    plans: Arc<crate::plan::exec::TreePlans>,
 }
 
 /// A hop being followed: the tracker and the repairs made so far.
@@ -148,6 +161,11 @@ pub struct Daemon<C: Cluster, R: Repo> {
     /// Objects the cluster announced as changed since the last pass.
     dirty: std::collections::HashSet<Key>,
     last_full: Option<Instant>,
+    /// When each plan wave was first seen complete (soak); lost on restart,
+    /// which only makes a soak longer.
+    plan_completed: BTreeMap<(String, usize), jiff::Timestamp>,
+    /// The wall clock at start: the simulator's virtual time counts from it.
+    clock_base: jiff::Timestamp,
 }
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
@@ -175,6 +193,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             units: BTreeMap::new(),
             dirty: std::collections::HashSet::new(),
             last_full: None,
+            plan_completed: BTreeMap::new(),
+            clock_base: jiff::Timestamp::now(),
         }
     }
 
@@ -227,7 +247,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 break;
             }
             if sim_busy || (self.sim.is_some() && last.busy) {
-                // Virtual time: go on at once.
+                // Virtual time: go on at once; when only the clock can move
+                // things (a soak, a maintenance window), move it.
+                if !sim_busy && let Some(s) = &self.sim {
+                    s.advance(Duration::from_secs(60));
+                }
                 tokio::task::yield_now().await;
                 continue;
             }
@@ -378,7 +402,13 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             .filter(|u| matches!(u.next, Next::Blocked(_)))
             .count();
         self.metrics.units_blocked.set(out.blocked as i64);
-        // 5. Statuses, when something moved.
+        // 5. Upgrade plans: decide, and write a wave's hop commit when it
+        //    may start (the next pass judges and applies it).
+        let plans = judged_plans(&self.judged);
+        if !plans.plans.is_empty() {
+            changed |= self.run_plans(&path, head, &plans, &mut out).await;
+        }
+        // 6. Statuses, when something moved.
         if changed {
             let statuses = rollout::statuses(
                 &self.opts.cluster_name,
@@ -391,6 +421,116 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }
         }
         out
+    }
+
+    /// Runs the plans of the head tree; true when a status may have moved.
+    async fn run_plans(
+        &mut self,
+        path: &Path,
+        head: Oid,
+        plans: &crate::plan::exec::TreePlans,
+        out: &mut PassOutcome,
+    ) -> bool {
+        use crate::plan::schedule::{Decision, ObjectView};
+        // Gate conditions, read from the cluster first.
+        let mut gates: BTreeMap<(Key, String, String), Result<(), String>> = BTreeMap::new();
+        for (p, _) in &plans.plans {
+            for g in &p.plan.spec.gates {
+                let Some(key) = g.object.key() else { continue };
+                let id = (key.clone(), g.condition.clone(), g.status.clone());
+                if gates.contains_key(&id) {
+                    continue;
+                }
+                let r = match self.cluster.get(&key).await {
+                    Ok(Some(o)) => match o.status.condition(&g.condition) {
+                        Some(c) if c.status == g.status => Ok(()),
+                        Some(c) => Err(format!(
+                            "{key} {} is {} ({})",
+                            g.condition, c.status, c.reason
+                        )),
+                        None => Err(format!("{key} has no {} condition yet", g.condition)),
+                    },
+                    Ok(None) => Err(format!("{key} does not exist")),
+                    Err(e) => Err(format!("{key}: {e}")),
+                };
+                gates.insert(id, r);
+            }
+        }
+        let now = match &self.sim {
+            Some(s) => self
+                .clock_base
+                .checked_add(jiff::SignedDuration::try_from(s.now()).unwrap_or_default())
+                .unwrap_or(self.clock_base),
+            None => jiff::Timestamp::now(),
+        };
+        let writer = crate::plan::exec::Writer {
+            repo: path.to_owned(),
+            branch: self.opts.branch.clone(),
+            author: self.opts.plan_author.clone(),
+            signing_key: self.opts.plan_signing_key.clone(),
+            push: self.opts.plan_push.clone(),
+        };
+        let units = &self.units;
+        let view = |k: &Key, u: &crate::plan::validate::Unit| {
+            let r = units.get(k);
+            let complete = r.is_some_and(|r| match r.next {
+                Next::Done(i) => r.chain.steps.get(i).is_some_and(|s| s.release == u.release),
+                _ => false,
+            });
+            ObjectView {
+                started: false,
+                complete,
+                failed: r.and_then(|r| r.needs_person.clone()),
+            }
+        };
+        let gate = |g: &crate::plan::Gate| {
+            let Some(key) = g.object.key() else {
+                return Err(format!("unknown kind {}", g.object.kind));
+            };
+            gates
+                .get(&(key, g.condition.clone(), g.status.clone()))
+                .cloned()
+                .unwrap_or(Ok(()))
+        };
+        let passes = crate::plan::exec::run(
+            plans,
+            head,
+            now,
+            view,
+            gate,
+            &mut self.plan_completed,
+            &writer,
+        );
+        let mut statuses = Vec::new();
+        for p in passes {
+            if p.wrote.is_some() {
+                out.busy = true;
+            }
+            if !matches!(p.decision, Decision::Complete | Decision::Held { .. }) {
+                out.busy |= matches!(
+                    p.decision,
+                    Decision::Start { .. } | Decision::Running { .. } | Decision::Soaking { .. }
+                );
+            }
+            let state = match p.decision {
+                Decision::Complete => crate::forge::State::Success,
+                Decision::Held { .. } => crate::forge::State::Failure,
+                _ => crate::forge::State::Pending,
+            };
+            statuses.push((
+                p.sha.clone(),
+                Status {
+                    state,
+                    context: format!("lockstep/{}/plan/{}", self.opts.cluster_name, p.name),
+                    description: p.description,
+                    target_url: self.opts.target_url.clone(),
+                },
+            ));
+        }
+        for (sha, s) in statuses {
+            self.queue_status(sha, s).await;
+        }
+        false
     }
 
     async fn queue_status(&mut self, sha: String, s: Status) {
@@ -494,11 +634,15 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         report.verdict = Verdict::Refused;
                     }
                     report.head = head.to_string();
+                    let plans =
+                        crate::plan::exec::read(&repo, head, &opts.prefixes, opts.max_file_bytes)
+                            .unwrap_or_default();
                     Ok((
                         Judged {
                             head,
                             report: Arc::new(report),
                             chains: Arc::new(chains),
+                            plans: Arc::new(plans),
                         },
                         n,
                     ))
@@ -525,11 +669,15 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         }
                     }
                     let n = report.commits.len();
+                    let plans =
+                        crate::plan::exec::read(&repo, head, &opts.prefixes, opts.max_file_bytes)
+                            .unwrap_or_default();
                     Ok((
                         Judged {
                             head,
                             report: Arc::new(report),
                             chains: Arc::new(chains),
+                            plans: Arc::new(plans),
                         },
                         n,
                     ))
@@ -953,6 +1101,10 @@ impl ObjectState {
         (!tracks || t.release.is_none() || self.spec.release == t.release)
             && (t.image.is_none() || self.spec.image.is_none() || self.spec.image == t.image)
     }
+}
+
+fn judged_plans(j: &Option<Judged>) -> Arc<crate::plan::exec::TreePlans> {
+    j.as_ref().map(|j| j.plans.clone()).unwrap_or_default()
 }
 
 /// Runs status delivery until the process ends: newest status per commit

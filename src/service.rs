@@ -164,6 +164,12 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
         max_file_bytes: crate::manifest::DEFAULT_MAX_FILE_BYTES,
         until_idle,
         resync: Duration::from_secs(600),
+        plan_author: crate::plan::writeback::Author {
+            name: config.plans.author_name.clone(),
+            email: config.plans.author_email.clone(),
+        },
+        plan_signing_key: config.plans.signing_key_file.clone(),
+        plan_push: (!local).then(|| "origin".to_owned()),
     };
     let queue = StatusQueue::new(10_000);
 

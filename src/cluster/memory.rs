@@ -69,6 +69,14 @@ impl MemoryCluster {
         self.world_ro()
     }
 
+    /// Moves the simulated clock forward by `d` (everything due happens).
+    pub fn advance(&self, d: std::time::Duration) {
+        if let Ok(mut w) = self.world() {
+            let t = w.now + d;
+            w.advance_to(t);
+        }
+    }
+
     /// The simulated clock.
     pub fn now(&self) -> std::time::Duration {
         self.world_ro().map(|w| w.now).unwrap_or_default()

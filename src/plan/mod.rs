@@ -8,6 +8,7 @@
 //! a canary first, health gates between batches, a maintenance window).
 //! A plan writes that down.
 
+pub mod exec;
 pub mod schedule;
 pub mod validate;
 pub mod window;

@@ -42,7 +42,10 @@ pub enum Decision {
     /// The previous wave completed; it must stay healthy until `until`.
     Soaking { wave: usize, until: Timestamp },
     /// Outside every maintenance window; the next opens at `next`.
-    OutsideWindow { wave: usize, next: Option<Timestamp> },
+    OutsideWindow {
+        wave: usize,
+        next: Option<Timestamp>,
+    },
     /// A gate condition does not hold.
     Gated { wave: usize, reason: String },
     /// `paused: true`: nothing new starts.
@@ -89,7 +92,11 @@ impl Decision {
                 format!("wave {}/{n} ({}) gated: {reason}", wave + 1, name(wave))
             }
             Decision::Paused { wave } => {
-                format!("paused before more of wave {}/{n} ({})", wave + 1, name(wave))
+                format!(
+                    "paused before more of wave {}/{n} ({})",
+                    wave + 1,
+                    name(wave)
+                )
             }
             Decision::Held { wave, reason } => {
                 format!("held in wave {}/{n} ({}): {reason}", wave + 1, name(wave))
@@ -316,7 +323,13 @@ mod tests {
             }
         );
         w.set(&canary, true, false);
-        assert_eq!(w.decide(now), Decision::Running { wave: 0, running: 1 });
+        assert_eq!(
+            w.decide(now),
+            Decision::Running {
+                wave: 0,
+                running: 1
+            }
+        );
         w.set(&canary, true, true);
         let rest = w.waves[1].clone();
         assert_eq!(
@@ -328,7 +341,13 @@ mod tests {
         );
         w.set(&rest[0], true, false);
         w.set(&rest[1], true, false);
-        assert_eq!(w.decide(now), Decision::Running { wave: 1, running: 2 });
+        assert_eq!(
+            w.decide(now),
+            Decision::Running {
+                wave: 1,
+                running: 2
+            }
+        );
         w.set(&rest[0], true, true);
         assert_eq!(
             w.decide(now),
@@ -385,7 +404,10 @@ mod tests {
         );
         w.set(&keys[0], true, false);
         w.plan.spec.paused = true;
-        assert_eq!(w.decide("2026-12-01T10:00:00Z"), Decision::Paused { wave: 0 });
+        assert_eq!(
+            w.decide("2026-12-01T10:00:00Z"),
+            Decision::Paused { wave: 0 }
+        );
         w.plan.spec.paused = false;
         w.gates = Err("Keystone openstack/prod-keystone is not Ready".into());
         assert!(matches!(
@@ -420,7 +442,10 @@ mod tests {
         w.set(&keys[2], true, false);
         assert_eq!(
             w.decide("2026-12-01T10:00:00Z"),
-            Decision::Running { wave: 0, running: 3 }
+            Decision::Running {
+                wave: 0,
+                running: 3
+            }
         );
     }
 }

@@ -1,0 +1,249 @@
+//! The daemon's side of plans, Git first: read the plans and the units of
+//! the head tree, decide per plan ([`super::schedule::decide`]), and when a
+//! wave may start, write its hop commit on the watched branch. The normal
+//! loop then judges and applies that commit like any other.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use git2::Oid;
+use jiff::Timestamp;
+
+use crate::git::{EntryKind, GitRepo};
+use crate::kind::Key;
+use crate::manifest;
+
+use super::schedule::{self, Decision, ObjectView};
+use super::validate::{self, Unit};
+use super::writeback::{self, Author, Bump};
+use super::{KIND, Located, PlanMode};
+
+/// The plans of a tree, with the units they can select and the commit that
+/// last changed each plan (its status goes there).
+#[derive(Clone, Debug, Default)]
+pub struct TreePlans {
+    pub plans: Vec<(Located, String)>,
+    pub units: Vec<Unit>,
+}
+
+/// Reads the plans of `head`'s tree (files mentioning the kind), and, when
+/// there are any, every unit with its labels.
+pub fn read(
+    repo: &GitRepo,
+    head: Oid,
+    prefixes: &[String],
+    max: usize,
+) -> Result<TreePlans, String> {
+    let tree = repo.commit(head).map_err(|e| e.to_string())?.tree;
+    let files = repo
+        .files(tree, prefixes, manifest::is_manifest_path)
+        .map_err(|e| e.to_string())?;
+    let mut plans = Vec::new();
+    let mut texts: Vec<(String, Oid)> = Vec::new();
+    for (path, e) in files.iter().filter(|(_, e)| e.kind == EntryKind::File) {
+        let blob = repo.blob(e.oid).map_err(|e| e.to_string())?;
+        if memchr::memmem::find(blob.content(), KIND.as_bytes()).is_some() {
+            let (found, _) = super::parse_plans(path, &String::from_utf8_lossy(blob.content()));
+            plans.extend(found);
+        }
+        texts.push((path.clone(), e.oid));
+    }
+    if plans.is_empty() {
+        return Ok(TreePlans::default());
+    }
+    let mut docs = Vec::new();
+    for (path, oid) in &texts {
+        let blob = repo.blob(*oid).map_err(|e| e.to_string())?;
+        docs.extend(manifest::parse_file(path, blob.content(), max).documents);
+    }
+    let units = validate::units(&docs);
+    let plans = plans
+        .into_iter()
+        .map(|p| {
+            let sha = last_change(repo, head, &p.file).unwrap_or_else(|| head.to_string());
+            (p, sha)
+        })
+        .collect();
+    Ok(TreePlans { plans, units })
+}
+
+/// The newest first-parent commit that changed `file`.
+fn last_change(repo: &GitRepo, head: Oid, file: &str) -> Option<String> {
+    let raw = repo.raw();
+    let blob_at = |c: &git2::Commit<'_>| {
+        c.tree()
+            .ok()
+            .and_then(|t| t.get_path(Path::new(file)).ok().map(|e| e.id()))
+    };
+    let mut cur = raw.find_commit(head).ok()?;
+    loop {
+        let here = blob_at(&cur);
+        let Ok(parent) = cur.parent(0) else {
+            return Some(cur.id().to_string());
+        };
+        if blob_at(&parent) != here {
+            return Some(cur.id().to_string());
+        }
+        cur = parent;
+    }
+}
+
+/// How the daemon writes plan commits.
+#[derive(Clone, Debug)]
+pub struct Writer {
+    pub repo: PathBuf,
+    pub branch: String,
+    pub author: Author,
+    pub signing_key: Option<PathBuf>,
+    /// Push the branch here after committing (a remote source's cache).
+    pub push: Option<String>,
+}
+
+/// One plan's state for a pass.
+#[derive(Clone, Debug)]
+pub struct PlanPass {
+    pub name: String,
+    pub sha: String,
+    pub decision: Decision,
+    pub description: String,
+    /// The commit written this pass, if any.
+    pub wrote: Option<Oid>,
+}
+
+/// Decides every valid plan of the tree and acts on it. `view(key)` says
+/// where the cluster has a unit (complete at Git's release, failed).
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    tp: &TreePlans,
+    head: Oid,
+    now: Timestamp,
+    view: impl Fn(&Key, &Unit) -> ObjectView,
+    gates: impl Fn(&super::Gate) -> Result<(), String>,
+    completed_at: &mut BTreeMap<(String, usize), Timestamp>,
+    writer: &Writer,
+) -> Vec<PlanPass> {
+    let mut out = Vec::new();
+    let all: Vec<Located> = tp.plans.iter().map(|(p, _)| p.clone()).collect();
+    let by_key: BTreeMap<&Key, &Unit> = tp.units.iter().map(|u| (&u.key, u)).collect();
+    let mut tip = head;
+    for (p, sha) in &tp.plans {
+        let name = p.plan.metadata.name.clone();
+        let refusals = validate::validate(p, &tp.units, &all);
+        if let Some(r) = refusals.first() {
+            out.push(PlanPass {
+                name,
+                sha: sha.clone(),
+                decision: Decision::Held {
+                    wave: 0,
+                    reason: r.message.clone(),
+                },
+                description: format!("refused: {} ({})", r.message, r.reason.as_str()),
+                wrote: None,
+            });
+            continue;
+        }
+        let waves = validate::resolve(&p.plan, &tp.units);
+        let mut objects = BTreeMap::new();
+        for k in waves.iter().flatten() {
+            if let Some(u) = by_key.get(k) {
+                let mut v = view(k, u);
+                v.started = u.release.as_deref() == Some(p.plan.spec.to.as_str());
+                objects.insert(k.clone(), v);
+            }
+        }
+        // Note when each wave is first seen complete (for the soak).
+        let mut completed: BTreeMap<usize, Timestamp> = BTreeMap::new();
+        for (i, keys) in waves.iter().enumerate() {
+            let done = keys
+                .iter()
+                .all(|k| objects.get(k).is_some_and(|v| v.started && v.complete));
+            if done {
+                let at = *completed_at.entry((name.clone(), i)).or_insert(now);
+                completed.insert(i, at);
+            }
+        }
+        let windows = super::window::parse_all(&p.plan.spec.windows).unwrap_or_default();
+        let gate = p.plan.spec.gates.iter().try_for_each(&gates);
+        let decision = schedule::decide(&schedule::Input {
+            plan: &p.plan,
+            waves: &waves,
+            objects: &objects,
+            windows: &windows,
+            completed_at: &completed,
+            gates: gate,
+            now,
+        });
+        let mut description = decision.describe(&p.plan);
+        let mut wrote = None;
+        if let Decision::Start { wave, keys } = &decision {
+            if p.plan.spec.mode == PlanMode::Propose {
+                description = format!(
+                    "{description}; propose mode is not available yet: commit the hops by hand"
+                );
+            } else {
+                let bumps: Vec<Bump> = keys
+                    .iter()
+                    .filter_map(|k| {
+                        by_key.get(k).map(|u| Bump {
+                            key: k.clone(),
+                            file: u.file.to_string(),
+                            to: p.plan.spec.to.clone(),
+                        })
+                    })
+                    .collect();
+                let wave_name = p
+                    .plan
+                    .spec
+                    .waves
+                    .get(*wave)
+                    .map(|w| w.name.clone())
+                    .unwrap_or_default();
+                let message = writeback::message(
+                    &name,
+                    &wave_name,
+                    *wave,
+                    p.plan.spec.waves.len(),
+                    &p.plan.spec.to,
+                    keys,
+                );
+                match writeback::commit_bumps(
+                    &writer.repo,
+                    &writer.branch,
+                    tip,
+                    &bumps,
+                    &message,
+                    &writer.author,
+                    writer.signing_key.as_deref(),
+                ) {
+                    Ok(oid) => {
+                        tracing::info!(plan = %name, wave = %wave_name, commit = %oid, objects = keys.len(), "plan: wrote the wave's hop commit");
+                        if let Some(remote) = &writer.push
+                            && let Err(e) = writeback::push_branch(
+                                &writer.repo,
+                                remote,
+                                &writer.branch,
+                                git2::RemoteCallbacks::new(),
+                            )
+                        {
+                            tracing::warn!(plan = %name, error = %e, "plan: pushing the hop commit failed; next pass");
+                        }
+                        tip = oid;
+                        wrote = Some(oid);
+                    }
+                    Err(e) => {
+                        tracing::warn!(plan = %name, error = %e, "plan: writing the hop commit failed; next pass");
+                        description = format!("{description}; writing failed: {e}");
+                    }
+                }
+            }
+        }
+        out.push(PlanPass {
+            name,
+            sha: sha.clone(),
+            decision,
+            description,
+            wrote,
+        });
+    }
+    out
+}
