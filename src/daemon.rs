@@ -622,7 +622,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         Ok(m) => m,
                         Err(e) => return Err((e, Some(prev))),
                     };
-                    let Judged { report, chains, .. } = prev;
+                    let Judged {
+                        report,
+                        chains,
+                        plans: prev_plans,
+                        ..
+                    } = prev;
                     let mut chains = Arc::unwrap_or_clone(chains);
                     rollout::extend_chains(&mut chains, &more.commits, |name, file, sha| {
                         plane_key(&repo, sha, file, name)
@@ -634,15 +639,30 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         report.verdict = Verdict::Refused;
                     }
                     report.head = head.to_string();
-                    let plans =
-                        crate::plan::exec::read(&repo, head, &opts.prefixes, opts.max_file_bytes)
-                            .unwrap_or_default();
+                    // Plans are read again only when some exist or a new
+                    // commit touched one (units move with every hop).
+                    let touched = report.commits[report.commits.len() - n..]
+                        .iter()
+                        .any(|c| crate::plan::exec::touched(&repo, &c.sha, &opts.prefixes));
+                    let plans = if prev_plans.plans.is_empty() && !touched {
+                        prev_plans
+                    } else {
+                        Arc::new(
+                            crate::plan::exec::read(
+                                &repo,
+                                head,
+                                &opts.prefixes,
+                                opts.max_file_bytes,
+                            )
+                            .unwrap_or_default(),
+                        )
+                    };
                     Ok((
                         Judged {
                             head,
                             report: Arc::new(report),
                             chains: Arc::new(chains),
-                            plans: Arc::new(plans),
+                            plans,
                         },
                         n,
                     ))

@@ -67,6 +67,32 @@ pub fn read(
     Ok(TreePlans { plans, units })
 }
 
+/// Whether commit `sha` adds or changes a file mentioning the plan kind (a
+/// push that touches no plan need not re-read the tree's plans).
+pub fn touched(repo: &GitRepo, sha: &str, prefixes: &[String]) -> bool {
+    let Ok(oid) = Oid::from_str(sha) else {
+        return true;
+    };
+    let Ok(c) = repo.commit(oid) else { return true };
+    let parent = repo
+        .first_parent(oid)
+        .ok()
+        .flatten()
+        .and_then(|p| repo.commit(p).ok())
+        .map(|p| p.tree);
+    let Ok(changes) = repo.changed_files(parent, c.tree, prefixes, manifest::is_manifest_path)
+    else {
+        return true;
+    };
+    changes.iter().any(|ch| {
+        ch.new.as_ref().is_some_and(|e| {
+            repo.blob(e.oid)
+                .map(|b| memchr::memmem::find(b.content(), KIND.as_bytes()).is_some())
+                .unwrap_or(true)
+        }) || ch.old.is_some() && ch.new.is_none()
+    })
+}
+
 /// The newest first-parent commit that changed `file`.
 fn last_change(repo: &GitRepo, head: Oid, file: &str) -> Option<String> {
     let raw = repo.raw();
