@@ -509,7 +509,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             if !matches!(p.decision, Decision::Complete | Decision::Held { .. }) {
                 out.busy |= matches!(
                     p.decision,
-                    Decision::Start { .. } | Decision::Running { .. } | Decision::Soaking { .. }
+                    Decision::Start { .. }
+                        | Decision::Running { .. }
+                        | Decision::Soaking { .. }
+                        | Decision::OutsideWindow { .. }
                 );
             }
             let state = match p.decision {
