@@ -101,6 +101,12 @@ enum Command {
     ConfigSchema,
     /// Print the JSON Schema of UpgradePlan documents.
     PlanSchema,
+    /// Where each UpgradePlan of a revision stands: its waves, which
+    /// objects' hop commits exist, and the plan statuses in git notes.
+    Plan {
+        #[command(subcommand)]
+        command: PlanCommand,
+    },
     /// Build a throwaway repository from the embedded example fleet, walk a
     /// scripted history through the gate and print what a user would see.
     Demo {
@@ -404,6 +410,19 @@ fn print_notes(repo: &std::path::Path, branch: &str) {
     }
 }
 
+#[derive(Subcommand)]
+enum PlanCommand {
+    /// Show the plans of REV's tree.
+    Status {
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+        #[arg(long, default_value = "HEAD")]
+        rev: String,
+        #[arg(long = "path", value_name = "PREFIX")]
+        paths: Vec<String>,
+    },
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum ReportTo {
     Github,
@@ -586,6 +605,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run_daemon(&args),
         Command::ConfigSchema => {
             print!("{}", lockstep::config::schema_json());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plan {
+            command: PlanCommand::Status { repo, rev, paths },
+        } => {
+            let text = lockstep::plan::status::render(&repo, &rev, &paths)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", repo.display()))?;
+            print!("{text}");
             Ok(ExitCode::SUCCESS)
         }
         Command::PlanSchema => {

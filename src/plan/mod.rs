@@ -10,6 +10,7 @@
 
 pub mod exec;
 pub mod schedule;
+pub mod status;
 pub mod validate;
 pub mod window;
 pub mod writeback;

@@ -1,0 +1,91 @@
+//! `lockstep plan status`: where each plan of a tree stands, from Git alone
+//! (which objects' hop commits exist) and the statuses lockstep wrote as
+//! git notes (the plan's own status, per cluster).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::git::{GitRepo, Resolved};
+
+use super::exec;
+use super::validate;
+
+/// Renders the plans of `rev`'s tree for people.
+pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String, String> {
+    let repo = GitRepo::open(repo_path).map_err(|e| e.to_string())?;
+    let head = match repo.resolve(rev).map_err(|e| e.to_string())? {
+        Resolved::Commit(c) => c,
+        Resolved::Tree(_) => return Err(format!("{rev} names a tree, not a commit")),
+    };
+    let tp = exec::read(
+        &repo,
+        head,
+        prefixes,
+        crate::manifest::DEFAULT_MAX_FILE_BYTES,
+    )?;
+    let mut out = String::new();
+    if tp.plans.is_empty() {
+        let _ = writeln!(out, "no UpgradePlan in {rev}");
+        return Ok(out);
+    }
+    let all: Vec<super::Located> = tp.plans.iter().map(|(p, _)| p.clone()).collect();
+    for (p, sha) in &tp.plans {
+        let spec = &p.plan.spec;
+        let _ = writeln!(
+            out,
+            "plan {} ({}:{}) to {}{}",
+            p.plan.metadata.name,
+            p.file,
+            p.line,
+            spec.to,
+            if spec.paused { " [paused]" } else { "" }
+        );
+        for r in validate::validate(p, &tp.units, &all) {
+            let _ = writeln!(out, "  refused: {} ({})", r.message, r.reason.as_str());
+        }
+        // The plan's statuses, as the daemons wrote them.
+        if let Ok(oid) = git2::Oid::from_str(sha)
+            && let Ok(note) = repo.raw().find_note(Some("refs/notes/lockstep"), oid)
+        {
+            for line in note.message().unwrap_or("").lines() {
+                if line.contains("/plan/") {
+                    let _ = writeln!(out, "  {line}");
+                }
+            }
+        }
+        let waves = validate::resolve(&p.plan, &tp.units);
+        for (i, (w, keys)) in spec.waves.iter().zip(&waves).enumerate() {
+            let at: Vec<_> = keys
+                .iter()
+                .filter(|k| {
+                    tp.units
+                        .iter()
+                        .any(|u| &u.key == *k && u.release.as_deref() == Some(spec.to.as_str()))
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "  wave {}/{} {} (maxParallel {}, soak {}): {}/{} committed at {}",
+                i + 1,
+                spec.waves.len(),
+                w.name,
+                w.max_parallel,
+                w.soak,
+                at.len(),
+                keys.len(),
+                spec.to
+            );
+            for k in keys {
+                let release = tp
+                    .units
+                    .iter()
+                    .find(|u| &u.key == k)
+                    .and_then(|u| u.release.clone())
+                    .unwrap_or_else(|| "?".into());
+                let mark = if at.contains(&k) { "✓" } else { "·" };
+                let _ = writeln!(out, "    {mark} {k} at {release}");
+            }
+        }
+    }
+    Ok(out)
+}
