@@ -166,6 +166,8 @@ pub struct Daemon<C: Cluster, R: Repo> {
     plan_completed: BTreeMap<(String, usize), jiff::Timestamp>,
     /// The wall clock at start: the simulator's virtual time counts from it.
     clock_base: jiff::Timestamp,
+    /// Each plan's last decision, described (for rehearsals and logs).
+    plan_last: BTreeMap<String, String>,
 }
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
@@ -195,7 +197,21 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             last_full: None,
             plan_completed: BTreeMap::new(),
             clock_base: jiff::Timestamp::now(),
+            plan_last: BTreeMap::new(),
         }
+    }
+
+    /// Where the simulator's virtual time starts (a rehearsal's `--start`).
+    pub fn set_clock_base(&mut self, t: jiff::Timestamp) {
+        self.clock_base = t;
+    }
+
+    /// Each plan's last decision, described.
+    pub fn plan_descriptions(&self) -> Vec<(String, String)> {
+        self.plan_last
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     pub fn until_idle(&self) -> bool {
@@ -515,6 +531,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         | Decision::OutsideWindow { .. }
                 );
             }
+            self.plan_last.insert(p.name.clone(), p.description.clone());
             let state = match p.decision {
                 Decision::Complete => crate::forge::State::Success,
                 Decision::Held { .. } => crate::forge::State::Failure,

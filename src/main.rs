@@ -81,6 +81,16 @@ enum Command {
         /// contract), OBJECT:db-down=DURATION, OBJECT:roll-stall=DURATION (repeatable).
         #[arg(long = "fault", value_name = "SPEC")]
         faults: Vec<String>,
+        /// Rehearse the UpgradePlans of the branch instead: the daemon runs
+        /// them on a throwaway clone in virtual time and prints the schedule.
+        #[arg(long)]
+        plan: bool,
+        /// With --plan: the branch to rehearse on.
+        #[arg(long, default_value = "main")]
+        branch: String,
+        /// With --plan: when the rehearsal starts (RFC 3339) [default: now].
+        #[arg(long, value_name = "TIME")]
+        start: Option<String>,
     },
     /// Re-run a permanently failed phase Job of an object (the forward
     /// repair lockstep does by itself for projected services).
@@ -545,11 +555,37 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             head,
             paths,
             faults,
+            plan,
+            branch,
+            start,
         } => {
             let faults = faults
                 .iter()
                 .map(|f| rehearse::parse_fault(f))
                 .collect::<Result<Vec<_>, _>>()?;
+            if plan {
+                let start: jiff::Timestamp = match start {
+                    Some(s) => s.parse().with_context(|| {
+                        format!("--start {s:?}: expected RFC 3339, like 2026-12-01T18:00:00Z")
+                    })?,
+                    None => jiff::Timestamp::now(),
+                };
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()
+                    .context("starting the async runtime")?;
+                let s = rt
+                    .block_on(lockstep::plan::rehearse::rehearse(
+                        &repo, &branch, faults, start,
+                    ))
+                    .map_err(|e| anyhow::anyhow!(e))?;
+                print!("{}", lockstep::plan::rehearse::text(&s, start));
+                return Ok(if s.failed {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                });
+            }
             let git = GitRepo::open(&repo)?;
             let opts = CheckOptions {
                 base,

@@ -376,3 +376,63 @@ async fn soak_pause_and_hold() {
     let note = rig.note(plan_commit.lines().next().unwrap());
     assert!(note.contains("plan/rings: failure — held"), "{note}");
 }
+
+#[test]
+fn rehearse_plan_predicts_the_schedule_with_and_without_faults() {
+    let dir = tempfile::tempdir().unwrap();
+    fleet(dir.path(), &PLAN.replacen(
+        "  waves:",
+        "  windows:\n    - {start: \"0 22 * * *\", duration: 4h, timeZone: Europe/Berlin}\n  waves:",
+        1,
+    ));
+    let head = git(dir.path(), &["rev-parse", "HEAD"]);
+    let run = |faults: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_lockstep"));
+        c.args([
+            "rehearse",
+            "--plan",
+            "--start",
+            "2026-12-01T12:00:00Z",
+            "--repo",
+        ])
+        .arg(dir.path());
+        for f in faults {
+            c.args(["--fault", f]);
+        }
+        let out = c.output().unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap())
+    };
+    let (code, text) = run(&[]);
+    assert_eq!(code, Some(0), "{text}");
+    // Nothing starts before the window (22:00 Berlin = 21:00 UTC = +9h).
+    assert!(text.contains("+0:00:00 plan rings: wave 1/3 (canary) waits for the maintenance window (opens 2026-12-01T21:00:00Z)"), "{text}");
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in\n{text}"))
+    };
+    assert!(at("+9:00:00 lockstep plan rings: wave canary (1/3)") < at("wave eu (2/3) to 2026.2"));
+    assert!(at("wave eu (2/3) to 2026.2") < at("wave rest (3/3) to 2026.2"));
+    assert!(at("previous wave soaking") < at("wave eu (2/3) to 2026.2"));
+    assert!(
+        text.contains("plan rings: complete: every wave at 2026.2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Glance cloud-05/c05-glance: Migrating"),
+        "{text}"
+    );
+    // 2 canary commits, eu 8 by 3 (3), rest 10 by 5 (2) at least.
+    let commits = text
+        .lines()
+        .filter(|l| l.contains("lockstep plan rings: wave"))
+        .count();
+    assert!(commits >= 7, "{commits} commits:\n{text}");
+    // The repository itself is untouched: the rehearsal ran on a clone.
+    assert_eq!(git(dir.path(), &["rev-parse", "HEAD"]), head);
+
+    // With a permanent failure in the canary: held, exit 1.
+    let (code, text) = run(&["c00-glance:expand:fail=1000"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("held in wave 1/3 (canary)"), "{text}");
+    assert!(!text.contains("wave eu (2/3) to 2026.2"), "{text}");
+}

@@ -77,6 +77,16 @@ impl MemoryCluster {
         }
     }
 
+    /// Every object's upgrade phase, by its display name (for timelines).
+    pub fn world_snapshot(&self) -> Result<Vec<(String, Option<String>)>, ClusterError> {
+        Ok(self
+            .world_ro()?
+            .objects
+            .values()
+            .map(|o| (o.key.to_string(), o.status.upgrade_phase.clone()))
+            .collect())
+    }
+
     /// The simulated clock.
     pub fn now(&self) -> std::time::Duration {
         self.world_ro().map(|w| w.now).unwrap_or_default()

@@ -9,6 +9,7 @@
 //! A plan writes that down.
 
 pub mod exec;
+pub mod rehearse;
 pub mod schedule;
 pub mod status;
 pub mod validate;
