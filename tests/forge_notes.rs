@@ -125,3 +125,38 @@ fn notes_are_pushed_to_the_remote() {
         "the branch's remote"
     );
 }
+
+/// A replica killed mid-write leaves `refs/notes/lockstep.lock` behind. A
+/// fresh lock is another writer at work and is respected (the status is
+/// retried later); one older than any write could take is removed.
+#[tokio::test]
+async fn a_stale_notes_lock_from_a_dead_writer_is_cleared_a_fresh_one_is_not() {
+    use lockstep::forge::notes::Notes;
+    use lockstep::forge::{Forge, ForgeError, State, Status};
+    let repo = FleetRepo::new();
+    repo.write("nova.yaml", nova("nova", "2026.1", "2026.1"));
+    let sha = repo.commit("fleet");
+    let lock = repo.path().join(".git/refs/notes/lockstep.lock");
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    std::fs::write(&lock, "").unwrap();
+    let writer = Notes::open(repo.path()).unwrap();
+    let status = Status {
+        state: State::Success,
+        context: "lockstep/t".into(),
+        description: "accepted".into(),
+        target_url: None,
+    };
+    let fresh = writer.post(&sha, &status).await;
+    assert!(matches!(fresh, Err(ForgeError::NotesBusy(_))), "{fresh:?}");
+    assert!(lock.exists(), "a fresh lock is left alone");
+    // Age it past any write (touch -d sets the mtime).
+    let st = std::process::Command::new("touch")
+        .args(["-d", "1 hour ago"])
+        .arg(&lock)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    writer.post(&sha, &status).await.unwrap();
+    assert!(!lock.exists());
+    assert_eq!(notes(repo.path(), "HEAD"), "lockstep/t: success — accepted");
+}

@@ -32,6 +32,27 @@ fn err(e: git2::Error) -> ForgeError {
     }
 }
 
+/// A notes write takes milliseconds; a lock file this old was left by a
+/// writer that died mid-write (a killed replica) and would block every
+/// status from now on. Git leaves such locks for a person; lockstep, which
+/// is the only writer of its notes ref, removes them itself.
+const STALE_LOCK: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn clear_stale_lock(repo: &Repository) {
+    let lock = repo.path().join(format!("{NOTES_REF}.lock"));
+    let Ok(meta) = std::fs::metadata(&lock) else {
+        return;
+    };
+    let age = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .unwrap_or_default();
+    if age >= STALE_LOCK && std::fs::remove_file(&lock).is_ok() {
+        tracing::warn!(lock = %lock.display(), age_s = age.as_secs(), "removed a stale notes lock left by a writer that died");
+    }
+}
+
 impl Notes {
     pub fn open(path: &Path) -> Result<Self, ForgeError> {
         let repo = Repository::open(path)
@@ -148,6 +169,7 @@ impl Forge for Notes {
             ),
         );
         let text: Vec<&str> = lines.values().map(String::as_str).collect();
+        clear_stale_lock(&repo);
         let sig = repo
             .signature()
             .or_else(|_| Signature::now("lockstep", "lockstep@localhost"))
