@@ -7,13 +7,13 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use common::FleetRepo;
+use common::{FleetRepo, GitDaemon};
 use git2::Oid;
 use lockstep::secret::Secret;
 use lockstep::source::{Auth, Origin, Refresh, Source, SourceError, watch_local};
@@ -37,105 +37,12 @@ fn oid(hex: &str) -> Oid {
     Oid::from_str(hex).expect("oid")
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind")
-        .port()
-}
-
-/// `git daemon` serving every repository under `base`, killed when dropped.
-struct Daemon {
-    child: Option<Child>,
-    base: PathBuf,
-    port: u16,
-}
-
-impl Daemon {
-    fn start(base: &Path) -> Daemon {
-        for _ in 0..10 {
-            if let Some(d) = Daemon::start_on(base, free_port()) {
-                return d;
-            }
-        }
-        panic!("git daemon did not start");
-    }
-
-    /// `None` when the daemon exits (port taken) or never accepts.
-    fn start_on(base: &Path, port: u16) -> Option<Daemon> {
-        // The git-daemon binary itself: `git daemon` runs it as a child, and
-        // killing the wrapper would leave the server running.
-        let exec_path = git(base, &["--exec-path"]);
-        let mut child = Command::new(Path::new(&exec_path).join("git-daemon"))
-            .arg("--reuseaddr")
-            .arg(format!("--base-path={}", base.display()))
-            .arg("--export-all")
-            .arg("--enable=receive-pack")
-            .arg("--listen=127.0.0.1")
-            .arg(format!("--port={port}"))
-            .arg(base)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("git daemon runs");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return None;
-            }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(Daemon {
-                    child: Some(child),
-                    base: base.to_owned(),
-                    port,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        None
-    }
-
-    fn url(&self) -> String {
-        format!("git://127.0.0.1:{}/fleet.git", self.port)
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Back on the same port, so the same URL works again.
-    fn restart(&mut self) {
-        self.stop();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Some(mut d) = Daemon::start_on(&self.base, self.port) {
-                self.child = d.child.take();
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("git daemon did not come back on port {}", self.port);
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// A bare `fleet.git` served by git daemon, a work clone that pushes to
 /// it, and a cache directory for the source.
 struct Served {
     root: tempfile::TempDir,
     work: FleetRepo,
-    daemon: Daemon,
+    daemon: GitDaemon,
     first: String,
 }
 
@@ -154,7 +61,7 @@ impl Served {
         );
         let first = work.commit("first");
         work.git(&["push", "-q", "origin", "HEAD:refs/heads/main"]);
-        let daemon = Daemon::start(&base);
+        let daemon = GitDaemon::start(&base);
         Served {
             root,
             work,
@@ -169,7 +76,7 @@ impl Served {
 
     fn origin(&self) -> Origin {
         Origin::Remote {
-            url: self.daemon.url(),
+            url: self.daemon.url("fleet.git"),
             cache_dir: self.cache(),
             auth: Auth::default(),
         }
@@ -386,7 +293,10 @@ fn an_unreachable_remote_keeps_the_last_good_state_until_it_is_back() {
     let second = served.push_commit("second while down");
     let err = source.refresh().expect_err("the daemon is down");
     let message = err.to_string();
-    assert!(message.contains(&served.daemon.url()), "{message}");
+    assert!(
+        message.contains(&served.daemon.url("fleet.git")),
+        "{message}"
+    );
     assert!(matches!(err, SourceError::Remote { .. }), "{err:?}");
     assert_eq!(source.head(), Some(oid(&served.first)));
     assert_eq!(source.pulls(), good_pulls);
@@ -403,7 +313,7 @@ fn a_missing_or_invalid_branch_is_named() {
     assert!(matches!(err, SourceError::NoBranch { .. }), "{err:?}");
     let message = err.to_string();
     assert!(
-        message.contains("\"release\"") && message.contains(&served.daemon.url()),
+        message.contains("\"release\"") && message.contains(&served.daemon.url("fleet.git")),
         "{message}"
     );
     // Nothing half-made left behind.
@@ -615,7 +525,7 @@ fn a_working_source_does_not_print_its_credentials() {
     assert!(!format!("{auth:?}").contains(TOKEN));
     let source = Source::open(
         Origin::Remote {
-            url: served.daemon.url(),
+            url: served.daemon.url("fleet.git"),
             cache_dir: served.cache(),
             auth,
         },
@@ -624,11 +534,11 @@ fn a_working_source_does_not_print_its_credentials() {
     .expect("open");
     let shown = format!("{source:?}");
     assert!(!shown.contains(TOKEN), "{shown}");
-    assert!(shown.contains(&served.daemon.url()), "{shown}");
+    assert!(shown.contains(&served.daemon.url("fleet.git")), "{shown}");
     assert_eq!(source.head(), Some(oid(&served.first)));
     // The cache's config records the URL, and nothing secret.
     let config = std::fs::read_to_string(source.path().join("config")).expect("config");
-    assert!(config.contains(&served.daemon.url()), "{config}");
+    assert!(config.contains(&served.daemon.url("fleet.git")), "{config}");
     assert!(!config.contains(TOKEN));
 
     fn send<T: Send>(_: &T) {}
