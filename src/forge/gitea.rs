@@ -1,9 +1,11 @@
-//! Gitea and Forgejo: `POST /api/v1/repos/{owner}/{repo}/statuses/{sha}`.
+//! Gitea and Forgejo: `POST /api/v1/repos/{owner}/{repo}/statuses/{sha}`;
+//! for plans in propose mode, `GET`/`POST /api/v1/repos/{owner}/{repo}/pulls`.
 
 use serde::Deserialize;
 
 use super::github::{check_owner_repo, check_sha};
-use super::http::{client, get_json, join, send};
+use super::http::{client, get_json, join, send, with_query};
+use super::propose::{NewProposal, Proposal, ProposalState, Propose, check_branch};
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
 use crate::secret::Secret;
 
@@ -117,5 +119,138 @@ impl Forge for Gitea {
         )
         .await?;
         Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+struct ApiPullHead {
+    #[serde(default, rename = "ref")]
+    branch: String,
+    /// The branch name, also when the branch is gone (then `ref` names
+    /// `refs/pull/N/head`).
+    #[serde(default)]
+    label: String,
+    #[serde(default)]
+    sha: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ApiPullBase {
+    #[serde(default, rename = "ref")]
+    branch: String,
+}
+
+#[derive(Deserialize)]
+struct ApiPull {
+    number: u64,
+    #[serde(default)]
+    html_url: Option<String>,
+    /// `open` or `closed`.
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    merged: bool,
+    head: ApiPullHead,
+    #[serde(default)]
+    base: Option<ApiPullBase>,
+}
+
+impl ApiPull {
+    fn proposal(self) -> Proposal {
+        Proposal {
+            number: self.number,
+            url: self.html_url.unwrap_or_default(),
+            state: match (self.state.as_str(), self.merged) {
+                (_, true) => ProposalState::Merged,
+                ("open", _) => ProposalState::Open,
+                _ => ProposalState::Closed,
+            },
+            head_sha: self.head.sha,
+        }
+    }
+}
+
+/// Gitea lists pull requests without a head filter; this many pages of the
+/// most recently updated (at most 50 each) are searched.
+const PAGES: u32 = 5;
+const PAGE: usize = 50;
+
+impl Propose for Gitea {
+    async fn proposals(&self, head: &str, base: &str) -> Result<Vec<Proposal>, ForgeError> {
+        check_branch(head)?;
+        check_branch(base)?;
+        let mut out = Vec::new();
+        for page in 1..=PAGES {
+            let list: Vec<ApiPull> = get_json(
+                "gitea",
+                &format!("listing the pull requests into {base}"),
+                self.request(
+                    reqwest::Method::GET,
+                    &with_query(
+                        &format!("repos/{}/pulls", self.repo),
+                        &[
+                            ("state", "all"),
+                            ("sort", "recentupdate"),
+                            ("base_branch", base),
+                            ("limit", &PAGE.to_string()),
+                            ("page", &page.to_string()),
+                        ],
+                    ),
+                ),
+            )
+            .await?;
+            let n = list.len();
+            out.extend(
+                list.into_iter()
+                    .filter(|p| {
+                        (p.head.branch == head || p.head.label == head)
+                            && p.base.as_ref().is_none_or(|b| b.branch == base)
+                    })
+                    .map(ApiPull::proposal),
+            );
+            if n < PAGE {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn propose(&self, p: &NewProposal) -> Result<Proposal, ForgeError> {
+        check_branch(&p.head)?;
+        check_branch(&p.base)?;
+        let body = serde_json::json!({
+            "head": p.head,
+            "base": p.base,
+            "title": p.title,
+            "body": p.body,
+        });
+        let what = format!("opening a pull request from {} into {}", p.head, p.base);
+        let r = get_json::<ApiPull>(
+            "gitea",
+            &what,
+            self.request(reqwest::Method::POST, &format!("repos/{}/pulls", self.repo))
+                .json(&body),
+        )
+        .await;
+        match r {
+            Ok(pull) => Ok(pull.proposal()),
+            // "pull request already exists for these targets"
+            Err(ForgeError::Http {
+                status: 409, body, ..
+            }) => self
+                .proposals(&p.head, &p.base)
+                .await?
+                .into_iter()
+                .find(|x| x.state == ProposalState::Open)
+                .ok_or(ForgeError::Http {
+                    host: "gitea",
+                    what,
+                    status: 409,
+                    body,
+                    retry_after: None,
+                    retryable: true,
+                }),
+            Err(e) => Err(e),
+        }
     }
 }

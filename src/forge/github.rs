@@ -1,8 +1,10 @@
-//! GitHub (and GitHub Enterprise): `POST /repos/{owner}/{repo}/statuses/{sha}`.
+//! GitHub (and GitHub Enterprise): `POST /repos/{owner}/{repo}/statuses/{sha}`;
+//! for plans in propose mode, `GET`/`POST /repos/{owner}/{repo}/pulls`.
 
 use serde::Deserialize;
 
-use super::http::{client, get_json, join, send};
+use super::http::{client, get_json, join, send, with_query};
+use super::propose::{NewProposal, Proposal, ProposalState, Propose, check_branch};
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
 use crate::secret::Secret;
 
@@ -151,5 +153,113 @@ pub(crate) fn check_sha(sha: &str) -> Result<(), ForgeError> {
         Err(ForgeError::Config(format!(
             "{sha:?} is not a full commit id"
         )))
+    }
+}
+
+#[derive(Deserialize)]
+struct ApiPullHead {
+    #[serde(default, rename = "ref")]
+    branch: String,
+    #[serde(default)]
+    sha: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ApiPull {
+    number: u64,
+    #[serde(default)]
+    html_url: Option<String>,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    merged_at: Option<String>,
+    head: ApiPullHead,
+}
+
+impl ApiPull {
+    fn proposal(self) -> Proposal {
+        Proposal {
+            number: self.number,
+            url: self.html_url.unwrap_or_default(),
+            state: match (self.state.as_str(), self.merged_at.is_some()) {
+                ("open", _) => ProposalState::Open,
+                (_, true) => ProposalState::Merged,
+                _ => ProposalState::Closed,
+            },
+            head_sha: self.head.sha,
+        }
+    }
+}
+
+impl Propose for GitHub {
+    async fn proposals(&self, head: &str, base: &str) -> Result<Vec<Proposal>, ForgeError> {
+        check_branch(head)?;
+        check_branch(base)?;
+        let owner = self.repo.split('/').next().unwrap_or_default();
+        let list: Vec<ApiPull> = get_json(
+            "github",
+            &format!("listing the pull requests from {head}"),
+            self.request(
+                reqwest::Method::GET,
+                &with_query(
+                    &format!("repos/{}/pulls", self.repo),
+                    &[
+                        ("head", &format!("{owner}:{head}")),
+                        ("base", base),
+                        ("state", "all"),
+                        ("sort", "created"),
+                        ("direction", "desc"),
+                        ("per_page", "100"),
+                    ],
+                ),
+            ),
+        )
+        .await?;
+        // `head` filters on the host; checked again, because a request from
+        // another branch must never be mistaken for ours.
+        Ok(list
+            .into_iter()
+            .filter(|p| p.head.branch == head)
+            .map(ApiPull::proposal)
+            .collect())
+    }
+
+    async fn propose(&self, p: &NewProposal) -> Result<Proposal, ForgeError> {
+        check_branch(&p.head)?;
+        check_branch(&p.base)?;
+        let body = serde_json::json!({
+            "title": p.title,
+            "head": p.head,
+            "base": p.base,
+            "body": p.body,
+        });
+        let what = format!("opening a pull request from {} into {}", p.head, p.base);
+        let r = get_json::<ApiPull>(
+            "github",
+            &what,
+            self.request(reqwest::Method::POST, &format!("repos/{}/pulls", self.repo))
+                .json(&body),
+        )
+        .await;
+        match r {
+            Ok(pull) => Ok(pull.proposal()),
+            // "A pull request already exists for owner:branch."
+            Err(ForgeError::Http {
+                status: 422, body, ..
+            }) if body.contains("already exists") => self
+                .proposals(&p.head, &p.base)
+                .await?
+                .into_iter()
+                .find(|x| x.state == ProposalState::Open)
+                .ok_or(ForgeError::Http {
+                    host: "github",
+                    what,
+                    status: 422,
+                    body,
+                    retry_after: None,
+                    retryable: true,
+                }),
+            Err(e) => Err(e),
+        }
     }
 }

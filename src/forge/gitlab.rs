@@ -1,9 +1,11 @@
-//! GitLab: `POST /api/v4/projects/:id/statuses/:sha`.
+//! GitLab: `POST /api/v4/projects/:id/statuses/:sha`; for plans in propose
+//! mode, `GET`/`POST /api/v4/projects/:id/merge_requests`.
 
 use serde::Deserialize;
 
 use super::github::check_sha;
-use super::http::{client, get_json, join, send};
+use super::http::{client, get_json, join, send, with_query};
+use super::propose::{NewProposal, Proposal, ProposalState, Propose, check_branch};
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
 use crate::secret::Secret;
 
@@ -156,6 +158,110 @@ impl Forge for GitLab {
                 retry_after,
                 retryable: true,
             }),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ApiMergeRequest {
+    iid: u64,
+    #[serde(default)]
+    web_url: Option<String>,
+    /// `opened`, `closed`, `locked`, `merged`.
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    sha: Option<String>,
+    #[serde(default)]
+    source_branch: String,
+}
+
+impl ApiMergeRequest {
+    fn proposal(self) -> Proposal {
+        Proposal {
+            number: self.iid,
+            url: self.web_url.unwrap_or_default(),
+            state: match self.state.as_str() {
+                // A locked request is still open: being merged, or locked
+                // for discussion; either way not declined.
+                "opened" | "locked" => ProposalState::Open,
+                "merged" => ProposalState::Merged,
+                _ => ProposalState::Closed,
+            },
+            head_sha: self.sha,
+        }
+    }
+}
+
+impl Propose for GitLab {
+    async fn proposals(&self, head: &str, base: &str) -> Result<Vec<Proposal>, ForgeError> {
+        check_branch(head)?;
+        check_branch(base)?;
+        // No `state`: every state (GitLab's default).
+        let list: Vec<ApiMergeRequest> = get_json(
+            "gitlab",
+            &format!("listing the merge requests from {head}"),
+            self.request(
+                reqwest::Method::GET,
+                &with_query(
+                    &format!("projects/{}/merge_requests", self.project),
+                    &[
+                        ("source_branch", head),
+                        ("target_branch", base),
+                        ("order_by", "created_at"),
+                        ("sort", "desc"),
+                        ("per_page", "100"),
+                    ],
+                ),
+            ),
+        )
+        .await?;
+        Ok(list
+            .into_iter()
+            .filter(|m| m.source_branch == head)
+            .map(ApiMergeRequest::proposal)
+            .collect())
+    }
+
+    async fn propose(&self, p: &NewProposal) -> Result<Proposal, ForgeError> {
+        check_branch(&p.head)?;
+        check_branch(&p.base)?;
+        let body = serde_json::json!({
+            "source_branch": p.head,
+            "target_branch": p.base,
+            "title": p.title,
+            "description": p.body,
+        });
+        let what = format!("opening a merge request from {} into {}", p.head, p.base);
+        let r = get_json::<ApiMergeRequest>(
+            "gitlab",
+            &what,
+            self.request(
+                reqwest::Method::POST,
+                &format!("projects/{}/merge_requests", self.project),
+            )
+            .json(&body),
+        )
+        .await;
+        match r {
+            Ok(m) => Ok(m.proposal()),
+            // "Another open merge request already exists for this source branch: !5"
+            Err(ForgeError::Http {
+                status: 409, body, ..
+            }) => self
+                .proposals(&p.head, &p.base)
+                .await?
+                .into_iter()
+                .find(|x| x.state == ProposalState::Open)
+                .ok_or(ForgeError::Http {
+                    host: "gitlab",
+                    what,
+                    status: 409,
+                    body,
+                    retry_after: None,
+                    retryable: true,
+                }),
             Err(e) => Err(e),
         }
     }

@@ -30,6 +30,31 @@ pub fn join(base: &str, path: &str) -> String {
     )
 }
 
+/// `path?k=v&...` with every value percent-encoded (a branch name has
+/// slashes, an owner:branch filter a colon).
+pub fn with_query(path: &str, pairs: &[(&str, &str)]) -> String {
+    let mut out = String::from(path);
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        out.push(if i == 0 { '?' } else { '&' });
+        out.push_str(&encode(k));
+        out.push('=');
+        out.push_str(&encode(v));
+    }
+    out
+}
+
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// Sends a request; a non-2xx answer becomes an error classified by `quirk`
 /// first (host-specific), then by the common rules.
 pub async fn send(
@@ -133,6 +158,18 @@ mod tests {
             "https://h/api/v3/repos/a"
         );
         assert_eq!(join("https://h", "repos/a"), "https://h/repos/a");
+    }
+
+    #[test]
+    fn queries_are_encoded() {
+        assert_eq!(
+            with_query(
+                "repos/o/r/pulls",
+                &[("head", "o:lockstep/plan/a b"), ("n", "1")]
+            ),
+            "repos/o/r/pulls?head=o%3Alockstep%2Fplan%2Fa%20b&n=1"
+        );
+        assert_eq!(with_query("x", &[]), "x");
     }
 
     #[test]

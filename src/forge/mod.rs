@@ -6,7 +6,8 @@
 //! implementation per host over plain HTTP (GitHub, GitLab, Gitea/Forgejo)
 //! and one over Git itself (notes, the default when there is no host). What
 //! to post is decided by [`describe`]; how to get it there despite outages,
-//! rate limits and duplicate posts by [`delivery`].
+//! rate limits and duplicate posts by [`delivery`]. Plans in propose mode
+//! open pull/merge requests through [`propose`] on the same hosts.
 
 pub mod delivery;
 pub mod describe;
@@ -15,6 +16,7 @@ pub mod github;
 pub mod gitlab;
 mod http;
 pub mod notes;
+pub mod propose;
 
 use std::fmt;
 use std::future::Future;
@@ -194,6 +196,41 @@ impl Forge for AnyForge {
             AnyForge::GitLab(f) => f.post(sha, status).await,
             AnyForge::Gitea(f) => f.post(sha, status).await,
             AnyForge::Notes(f) => f.post(sha, status).await,
+        }
+    }
+}
+
+/// Why a plan in propose mode cannot run on git notes.
+pub const PROPOSE_NEEDS_HOST: &str = "propose mode needs a Git host (github, gitlab or gitea)";
+
+impl AnyForge {
+    /// Whether this host can open pull/merge requests (git notes cannot:
+    /// there is no one to ask).
+    pub fn can_propose(&self) -> bool {
+        !matches!(self, AnyForge::Notes(_))
+    }
+}
+
+impl propose::Propose for AnyForge {
+    async fn proposals(
+        &self,
+        head: &str,
+        base: &str,
+    ) -> Result<Vec<propose::Proposal>, ForgeError> {
+        match self {
+            AnyForge::GitHub(f) => f.proposals(head, base).await,
+            AnyForge::GitLab(f) => f.proposals(head, base).await,
+            AnyForge::Gitea(f) => f.proposals(head, base).await,
+            AnyForge::Notes(_) => Err(ForgeError::Config(PROPOSE_NEEDS_HOST.into())),
+        }
+    }
+
+    async fn propose(&self, p: &propose::NewProposal) -> Result<propose::Proposal, ForgeError> {
+        match self {
+            AnyForge::GitHub(f) => f.propose(p).await,
+            AnyForge::GitLab(f) => f.propose(p).await,
+            AnyForge::Gitea(f) => f.propose(p).await,
+            AnyForge::Notes(_) => Err(ForgeError::Config(PROPOSE_NEEDS_HOST.into())),
         }
     }
 }
