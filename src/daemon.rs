@@ -55,8 +55,15 @@ pub struct Options {
     /// How upgrade plans write their hop commits.
     pub plan_author: crate::plan::writeback::Author,
     pub plan_signing_key: Option<PathBuf>,
-    /// Push plan commits to this remote (a remote source's cache).
-    pub plan_push: Option<String>,
+    /// Push plan commits to this remote (a remote source's origin, with its
+    /// credentials); `None` for a local source, whose branch is the truth.
+    pub plan_push: Option<crate::source::PushTarget>,
+    /// Where `mode: propose` pushes a wave's branch: the remote source's
+    /// origin, or a local repository's `origin` remote.
+    pub plan_propose_to: Option<crate::source::PushTarget>,
+    /// Rehearsals: write propose-mode waves as commits, as if each request
+    /// were merged at once (a rehearsal has no host to ask).
+    pub plan_merge_proposals: bool,
 }
 
 impl Default for Options {
@@ -80,6 +87,8 @@ impl Default for Options {
             },
             plan_signing_key: None,
             plan_push: None,
+            plan_propose_to: None,
+            plan_merge_proposals: false,
         }
     }
 }
@@ -168,6 +177,19 @@ pub struct Daemon<C: Cluster, R: Repo> {
     clock_base: jiff::Timestamp,
     /// Each plan's last decision, described (for rehearsals and logs).
     plan_last: BTreeMap<String, String>,
+    /// Where statuses go; plans in propose mode open their requests there.
+    forge: Option<Arc<AnyForge>>,
+    /// Each proposal branch's last outcome: spares the host between polls
+    /// and bridges a request list that lags behind a create. Lost on
+    /// restart, when the host and the remote say the same again.
+    proposals: HashMap<String, SeenProposal>,
+}
+
+struct SeenProposal {
+    keys: Vec<Key>,
+    head: Oid,
+    outcome: crate::plan::propose::Outcome,
+    at: Instant,
 }
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
@@ -198,7 +220,16 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             plan_completed: BTreeMap::new(),
             clock_base: jiff::Timestamp::now(),
             plan_last: BTreeMap::new(),
+            forge: None,
+            proposals: HashMap::new(),
         }
+    }
+
+    /// The Git host plans in `mode: propose` open their pull/merge requests
+    /// on (the one statuses go to). Without one, or with git notes, such a
+    /// plan's status says it needs a host and nothing is proposed.
+    pub fn set_forge(&mut self, forge: Arc<AnyForge>) {
+        self.forge = Some(forge);
     }
 
     /// Where the simulator's virtual time starts (a rehearsal's `--start`).
@@ -485,6 +516,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             author: self.opts.plan_author.clone(),
             signing_key: self.opts.plan_signing_key.clone(),
             push: self.opts.plan_push.clone(),
+            merge_proposals: self.opts.plan_merge_proposals,
         };
         let units = &self.units;
         let view = |k: &Key, u: &crate::plan::validate::Unit| {
@@ -518,24 +550,35 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             &writer,
         );
         let mut statuses = Vec::new();
-        for p in passes {
+        let mut proposing = std::collections::HashSet::new();
+        for mut p in passes {
             if p.wrote.is_some() {
                 out.busy = true;
             }
+            // A proposed wave waits on a person, not on time: not busy.
+            let proposed = match p.propose.take() {
+                Some(req) => {
+                    let o = self.propose_wave(path, &req).await;
+                    p.description = req.describe(&o.what);
+                    proposing.insert(req.branch);
+                    Some(o.state)
+                }
+                None => None,
+            };
             if !matches!(p.decision, Decision::Complete | Decision::Held { .. }) {
                 out.busy |= matches!(
                     p.decision,
-                    Decision::Start { .. }
-                        | Decision::Running { .. }
+                    Decision::Running { .. }
                         | Decision::Soaking { .. }
                         | Decision::OutsideWindow { .. }
-                );
+                ) || (matches!(p.decision, Decision::Start { .. })
+                    && proposed.is_none());
             }
             self.plan_last.insert(p.name.clone(), p.description.clone());
             let state = match p.decision {
                 Decision::Complete => crate::forge::State::Success,
                 Decision::Held { .. } => crate::forge::State::Failure,
-                _ => crate::forge::State::Pending,
+                _ => proposed.unwrap_or(crate::forge::State::Pending),
             };
             statuses.push((
                 p.sha.clone(),
@@ -547,10 +590,59 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 },
             ));
         }
+        self.proposals.retain(|b, _| proposing.contains(b));
         for (sha, s) in statuses {
             self.queue_status(sha, s).await;
         }
         false
+    }
+
+    /// One pass over a wave in `mode: propose` (see
+    /// [`crate::plan::propose`]): the host is asked at most once per poll
+    /// interval while nothing about the wave changed.
+    async fn propose_wave(
+        &mut self,
+        path: &Path,
+        req: &crate::plan::propose::Request,
+    ) -> crate::plan::propose::Outcome {
+        use crate::plan::propose::{self, Outcome};
+        let Some(forge) = self.forge.clone().filter(|f| f.can_propose()) else {
+            return Outcome::no_host();
+        };
+        let Some(target) = self.opts.plan_propose_to.clone() else {
+            return Outcome::no_remote();
+        };
+        let keys = req.keys();
+        let seen = self.proposals.get(&req.branch).filter(|s| s.keys == keys);
+        if let Some(s) = seen
+            && s.head == req.head
+            && s.at.elapsed() < self.opts.poll
+        {
+            return s.outcome.clone();
+        }
+        let before = seen.and_then(|s| s.outcome.proposal.clone());
+        let (repo, r) = (path.to_owned(), req.clone());
+        let (author, key) = (
+            self.opts.plan_author.clone(),
+            self.opts.plan_signing_key.clone(),
+        );
+        let outcome = propose::step(&*forge, req, before.as_ref(), move || {
+            propose::prepare(&repo, &r, &author, key.as_deref(), &target)
+        })
+        .await;
+        if outcome.proposal.is_none() {
+            tracing::info!(plan = %req.plan, wave = %req.wave_name, branch = %req.branch, outcome = %outcome.what, "plan: the wave waits without an open request");
+        }
+        self.proposals.insert(
+            req.branch.clone(),
+            SeenProposal {
+                keys,
+                head: req.head,
+                outcome: outcome.clone(),
+                at: Instant::now(),
+            },
+        );
+        outcome
     }
 
     async fn queue_status(&mut self, sha: String, s: Status) {

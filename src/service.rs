@@ -23,7 +23,7 @@ use crate::metrics::Metrics;
 use crate::repair::RepairPolicy;
 use crate::secret::Secret;
 use crate::sim::{Params, World};
-use crate::source::{Auth, Origin, Source};
+use crate::source::{Auth, Origin, PushTarget, Source};
 
 #[derive(Debug, Error)]
 pub enum ServiceError {
@@ -65,6 +65,19 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
     let metrics = Arc::new(Metrics::new());
 
     // The source.
+    let auth = || -> Result<Auth, ServiceError> {
+        Ok(Auth {
+            token: config
+                .source
+                .token_file
+                .as_deref()
+                .map(Secret::from_file)
+                .transpose()?,
+            token_user: config.source.token_user.clone(),
+            ssh_key: config.source.ssh_key_file.clone(),
+            known_hosts: config.source.known_hosts_file.clone(),
+        })
+    };
     let origin = match (&config.source.repo, &config.source.url) {
         (Some(path), _) => Origin::Local(path.clone()),
         (None, Some(url)) => Origin::Remote {
@@ -74,17 +87,7 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
                 .cache_dir
                 .clone()
                 .unwrap_or_else(default_cache_dir),
-            auth: Auth {
-                token: config
-                    .source
-                    .token_file
-                    .as_deref()
-                    .map(Secret::from_file)
-                    .transpose()?,
-                token_user: config.source.token_user.clone(),
-                ssh_key: config.source.ssh_key_file.clone(),
-                known_hosts: config.source.known_hosts_file.clone(),
-            },
+            auth: auth()?,
         },
         (None, None) => return Err(ServiceError::Other("no source".into())),
     };
@@ -95,6 +98,21 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
         .map_err(|e| ServiceError::Other(e.to_string()))??;
     let repo_path = Repo::path(&source);
     tracing::info!(source = %source.location(), branch = %config.source.branch, "source opened");
+    // Plan commits are pushed where the source came from; proposal
+    // branches too, or, for a local repository, to its origin remote.
+    let plan_push = source.push_target();
+    let plan_propose_to = match &plan_push {
+        Some(t) => Some(t.clone()),
+        None => local_origin(&repo_path).and_then(|url| {
+            match auth().and_then(|a| Ok(PushTarget::new(&url, a)?)) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the local repository's origin cannot take proposal branches");
+                    None
+                }
+            }
+        }),
+    };
 
     // The forge.
     let kind = match config.report.kind {
@@ -169,7 +187,9 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
             email: config.plans.author_email.clone(),
         },
         plan_signing_key: config.plans.signing_key_file.clone(),
-        plan_push: (!local).then(|| "origin".to_owned()),
+        plan_push,
+        plan_propose_to,
+        plan_merge_proposals: false,
     };
     let queue = StatusQueue::new(10_000);
 
@@ -177,7 +197,7 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
         ClusterMode::Sim => {
             let mem = MemoryCluster::new(World::new(Params::default()));
             let (_keep, leader) = watch::channel(true);
-            let daemon = Daemon::new(
+            let mut daemon = Daemon::new(
                 opts,
                 source,
                 mem.clone(),
@@ -185,6 +205,7 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
                 queue.clone(),
                 metrics.clone(),
             );
+            daemon.set_forge(forge.clone());
             drive(
                 &config, daemon, forge, queue, metrics, trigger_tx, trigger_rx, leader, None,
             )
@@ -222,7 +243,9 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
                 crate::lease::Leadership::always()
             };
             let leader = leadership.subscribe();
-            let daemon = Daemon::new(opts, source, cluster, None, queue.clone(), metrics.clone());
+            let mut daemon =
+                Daemon::new(opts, source, cluster, None, queue.clone(), metrics.clone());
+            daemon.set_forge(forge.clone());
             let leadership = Arc::new(leadership);
             let r = drive(
                 &config,
@@ -271,6 +294,13 @@ fn stall_deadlines(d: Duration) -> Deadlines {
         contracting: d,
         other: d,
     }
+}
+
+/// The URL of a local repository's `origin` remote, if it has one.
+fn local_origin(repo: &std::path::Path) -> Option<String> {
+    let repo = git2::Repository::open(repo).ok()?;
+    let remote = repo.find_remote("origin").ok()?;
+    remote.url().ok().map(str::to_owned)
 }
 
 fn default_cache_dir() -> PathBuf {

@@ -179,6 +179,7 @@ enum Scheme {
     File,
 }
 
+#[derive(Clone)]
 struct RemoteSpec {
     /// As given, userinfo included: only libgit2 sees it.
     url: String,
@@ -298,6 +299,18 @@ impl Source {
     /// metrics: polling should mostly end at the ls-remote.
     pub fn fetches(&self) -> u64 {
         self.fetches
+    }
+
+    /// Where plan commits and proposal branches are pushed: the remote
+    /// this source mirrors, with its credentials. `None` for a local
+    /// repository (it is the truth; nothing to push to).
+    pub fn push_target(&self) -> Option<PushTarget> {
+        match &self.kind {
+            Kind::Local { .. } => None,
+            Kind::Remote { spec, .. } => Some(PushTarget {
+                spec: (**spec).clone(),
+            }),
+        }
     }
 
     /// The origin as errors and logs name it (no credentials).
@@ -795,6 +808,108 @@ impl RemoteSpec {
             }
         });
         cb
+    }
+}
+
+/// A remote that lockstep writes to (plan commits, proposal branches),
+/// reached exactly as the source reaches it: the same URL parsing, the same
+/// preflight (no token over plain http to another machine, no ssh without
+/// known_hosts and a key) and the same credential and host-key callbacks.
+/// So whatever lets the daemon fetch lets it push, and nothing weaker.
+/// `Debug` shows the URL without userinfo and the token as a placeholder.
+#[derive(Clone)]
+pub struct PushTarget {
+    spec: RemoteSpec,
+}
+
+impl fmt::Debug for PushTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PushTarget")
+            .field("url", &self.spec.parsed.display)
+            .field("auth", &self.spec.auth)
+            .finish()
+    }
+}
+
+impl PushTarget {
+    /// A remote by URL (as a source's `url`, userinfo allowed) with the
+    /// source's credentials. Refused before any connection as a source
+    /// would be.
+    pub fn new(url: &str, auth: Auth) -> Result<PushTarget, SourceError> {
+        let parsed = parse_url(url)?;
+        preflight(&parsed, &auth)?;
+        Ok(PushTarget {
+            spec: RemoteSpec {
+                url: url.to_owned(),
+                parsed,
+                auth,
+            },
+        })
+    }
+
+    /// The URL to hand to libgit2 (userinfo included: never log it).
+    pub fn url(&self) -> &str {
+        &self.spec.url
+    }
+
+    /// The URL as logs and errors show it (no userinfo).
+    pub fn location(&self) -> &str {
+        &self.spec.parsed.display
+    }
+
+    /// Credential and host-key callbacks for one network operation; what
+    /// they refuse is recorded in `errs` (see [`PushTarget::explain`]).
+    pub fn callbacks<'a>(&'a self, errs: &'a RefCell<Option<SourceError>>) -> RemoteCallbacks<'a> {
+        self.spec.callbacks(errs)
+    }
+
+    /// The error to report for a failed operation `op`: what a callback
+    /// recorded (a refused token, a host key mismatch) if anything, else
+    /// libgit2's message without credentials.
+    pub fn explain(
+        &self,
+        op: &'static str,
+        e: git2::Error,
+        errs: &RefCell<Option<SourceError>>,
+    ) -> SourceError {
+        self.spec.error(op, e, errs)
+    }
+
+    /// Where `refs/heads/<branch>` points on the remote (an ls-remote: one
+    /// round trip, no objects).
+    pub fn branch_tip(&self, repo: &Repository, branch: &str) -> Result<Option<Oid>, SourceError> {
+        let errs = RefCell::new(None);
+        let mut remote = repo
+            .remote_anonymous(&self.spec.url)
+            .map_err(|e| self.explain("cannot use", e, &errs))?;
+        let conn = remote
+            .connect_auth(Direction::Fetch, Some(self.callbacks(&errs)), None)
+            .map_err(|e| self.explain("cannot list the refs of", e, &errs))?;
+        let want = format!("refs/heads/{branch}");
+        let tip = conn
+            .list()
+            .map_err(|e| self.explain("cannot list the refs of", e, &errs))?
+            .iter()
+            .find(|h| h.name() == want)
+            .map(|h| h.oid());
+        Ok(tip)
+    }
+
+    /// Fetches the remote's `refs/heads/<branch>` into the same local ref
+    /// (forced: the remote's word is what counts).
+    pub fn fetch_branch(&self, repo: &Repository, branch: &str) -> Result<(), SourceError> {
+        let errs = RefCell::new(None);
+        let mut remote = repo
+            .remote_anonymous(&self.spec.url)
+            .map_err(|e| self.explain("cannot use", e, &errs))?;
+        let mut opts = FetchOptions::new();
+        opts.remote_callbacks(self.callbacks(&errs))
+            .download_tags(AutotagOption::None)
+            .update_fetchhead(false);
+        let spec = format!("+refs/heads/{branch}:refs/heads/{branch}");
+        remote
+            .fetch(&[spec.as_str()], Some(&mut opts), None)
+            .map_err(|e| self.explain("cannot fetch from", e, &errs))
     }
 }
 

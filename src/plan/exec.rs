@@ -1,7 +1,10 @@
 //! The daemon's side of plans, Git first: read the plans and the units of
 //! the head tree, decide per plan ([`super::schedule::decide`]), and when a
-//! wave may start, write its hop commit on the watched branch. The normal
-//! loop then judges and applies that commit like any other.
+//! wave may start, write its hop commit on the watched branch (`mode:
+//! commit`) or hand the daemon a [`super::propose::Request`] (`mode:
+//! propose`: the branch push and the host's API are the daemon's, off this
+//! synchronous path). The normal loop then judges and applies the commit
+//! like any other once it is on the watched branch.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +16,9 @@ use crate::git::{EntryKind, GitRepo};
 use crate::kind::Key;
 use crate::manifest;
 
+use crate::source::PushTarget;
+
+use super::propose::{Object, Request};
 use super::schedule::{self, Decision, ObjectView};
 use super::validate::{self, Unit};
 use super::writeback::{self, Author, Bump};
@@ -121,8 +127,12 @@ pub struct Writer {
     pub branch: String,
     pub author: Author,
     pub signing_key: Option<PathBuf>,
-    /// Push the branch here after committing (a remote source's cache).
-    pub push: Option<String>,
+    /// Push the branch here after committing (a remote source's cache),
+    /// with the source's credentials.
+    pub push: Option<PushTarget>,
+    /// Write propose-mode waves as commits, as if each request were merged
+    /// the moment it was opened: for rehearsals, which have no host.
+    pub merge_proposals: bool,
 }
 
 /// One plan's state for a pass.
@@ -134,6 +144,9 @@ pub struct PlanPass {
     pub description: String,
     /// The commit written this pass, if any.
     pub wrote: Option<Oid>,
+    /// A wave to propose (`mode: propose`): the daemon writes its branch
+    /// and opens the request.
+    pub propose: Option<Request>,
 }
 
 /// Decides every valid plan of the tree and acts on it. `view(key)` says
@@ -165,6 +178,7 @@ pub fn run(
                 },
                 description: format!("refused: {} ({})", r.message, r.reason.as_str()),
                 wrote: None,
+                propose: None,
             });
             continue;
         }
@@ -201,37 +215,59 @@ pub fn run(
         });
         let mut description = decision.describe(&p.plan);
         let mut wrote = None;
+        let mut propose = None;
         if let Decision::Start { wave, keys } = &decision {
-            if p.plan.spec.mode == PlanMode::Propose {
-                description = format!(
-                    "{description}; propose mode is not available yet: commit the hops by hand"
-                );
-            } else {
-                let bumps: Vec<Bump> = keys
-                    .iter()
-                    .filter_map(|k| {
-                        by_key.get(k).map(|u| Bump {
-                            key: k.clone(),
-                            file: u.file.to_string(),
-                            to: p.plan.spec.to.clone(),
-                        })
+            let bumps: Vec<Bump> = keys
+                .iter()
+                .filter_map(|k| {
+                    by_key.get(k).map(|u| Bump {
+                        key: k.clone(),
+                        file: u.file.to_string(),
+                        to: p.plan.spec.to.clone(),
                     })
-                    .collect();
-                let wave_name = p
-                    .plan
-                    .spec
-                    .waves
-                    .get(*wave)
-                    .map(|w| w.name.clone())
-                    .unwrap_or_default();
-                let message = writeback::message(
-                    &name,
-                    &wave_name,
-                    *wave,
-                    p.plan.spec.waves.len(),
-                    &p.plan.spec.to,
-                    keys,
-                );
+                })
+                .collect();
+            let wave_name = p
+                .plan
+                .spec
+                .waves
+                .get(*wave)
+                .map(|w| w.name.clone())
+                .unwrap_or_default();
+            let message = writeback::message(
+                &name,
+                &wave_name,
+                *wave,
+                p.plan.spec.waves.len(),
+                &p.plan.spec.to,
+                keys,
+            );
+            if p.plan.spec.mode == PlanMode::Propose && !writer.merge_proposals {
+                // Proposals start from the head the plan was read at, not
+                // from another plan's commit written this pass: each is a
+                // branch of its own.
+                propose = Some(Request {
+                    plan: name.clone(),
+                    wave: *wave,
+                    waves: p.plan.spec.waves.len(),
+                    wave_name,
+                    to: p.plan.spec.to.clone(),
+                    objects: keys
+                        .iter()
+                        .filter_map(|k| {
+                            by_key.get(k).map(|u| Object {
+                                key: k.clone(),
+                                file: u.file.to_string(),
+                                from: u.release.clone(),
+                            })
+                        })
+                        .collect(),
+                    head,
+                    base: writer.branch.clone(),
+                    branch: super::propose::branch(&name, *wave),
+                    message,
+                });
+            } else {
                 match writeback::commit_bumps(
                     &writer.repo,
                     &writer.branch,
@@ -243,15 +279,20 @@ pub fn run(
                 ) {
                     Ok(oid) => {
                         tracing::info!(plan = %name, wave = %wave_name, commit = %oid, objects = keys.len(), "plan: wrote the wave's hop commit");
-                        if let Some(remote) = &writer.push
-                            && let Err(e) = writeback::push_branch(
+                        if let Some(target) = &writer.push {
+                            let errs = std::cell::RefCell::new(None);
+                            if let Err(e) = writeback::push_branch(
                                 &writer.repo,
-                                remote,
+                                target.url(),
                                 &writer.branch,
-                                git2::RemoteCallbacks::new(),
-                            )
-                        {
-                            tracing::warn!(plan = %name, error = %e, "plan: pushing the hop commit failed; next pass");
+                                target.callbacks(&errs),
+                            ) {
+                                // What a callback refused says more.
+                                let e = errs
+                                    .into_inner()
+                                    .map_or_else(|| e.to_string(), |f| f.to_string());
+                                tracing::warn!(plan = %name, error = %e, "plan: pushing the hop commit failed; next pass");
+                            }
                         }
                         tip = oid;
                         wrote = Some(oid);
@@ -269,6 +310,7 @@ pub fn run(
             decision,
             description,
             wrote,
+            propose,
         });
     }
     out

@@ -9,6 +9,7 @@
 //! A plan writes that down.
 
 pub mod exec;
+pub mod propose;
 pub mod rehearse;
 pub mod schedule;
 pub mod status;
@@ -78,7 +79,8 @@ pub struct PlanSpec {
     #[serde(default)]
     pub paused: bool,
     /// `commit` writes the hop commits to the watched branch; `propose`
-    /// opens a pull/merge request for each instead.
+    /// pushes each wave's commit to `lockstep/plan/<name>/wave-<n>` and
+    /// opens a pull/merge request for it instead (needs a Git host).
     #[serde(default)]
     pub mode: PlanMode,
 }

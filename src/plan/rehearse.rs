@@ -64,6 +64,8 @@ pub async fn rehearse(
         Options {
             cluster_name: "rehearsal".into(),
             branch: branch.to_owned(),
+            // No host to ask: a proposed wave is rehearsed as merged at once.
+            plan_merge_proposals: true,
             ..Options::default()
         },
         source,

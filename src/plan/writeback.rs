@@ -627,10 +627,38 @@ pub fn commit_bumps(
     let parent = repo
         .find_commit(expect_parent)
         .map_err(git(format!("reading commit {expect_parent}")))?;
+    let tree = wave_tree(&repo, &parent, bumps)?;
+    let commit = write_commit(&repo, &parent, tree, message, author, signing_key)?;
+    let log = format!(
+        "lockstep: {}",
+        message.lines().next().unwrap_or("plan write-back")
+    );
+    match repo.reference_matching(&refname, commit, true, expect_parent, &log) {
+        Ok(_) => Ok(commit),
+        // Moved between the check above and now: the swap refused.
+        Err(e) if e.code() == ErrorCode::Modified => Err(WritebackError::BranchMoved {
+            branch: branch.to_owned(),
+            expected: expect_parent,
+            actual: branch_tip(&repo, &refname).ok().flatten(),
+        }),
+        Err(e) => Err(git(format!("moving {refname}"))(e)),
+    }
+}
+
+/// The tree of `parent` with the files of `bumps` edited
+/// ([`edit_file`]); [`WritebackError::NothingToChange`] when every object
+/// already names its target. The same bumps on the same parent give the
+/// same tree, which is how a proposal branch that already carries a wave's
+/// edits is recognised and reused.
+pub fn wave_tree(
+    repo: &Repository,
+    parent: &git2::Commit<'_>,
+    bumps: &[Bump],
+) -> Result<Oid, WritebackError> {
+    let expect_parent = parent.id();
     let base_tree = parent
         .tree()
         .map_err(git(format!("reading the tree of {expect_parent}")))?;
-
     let mut by_file: BTreeMap<&str, Vec<&Bump>> = BTreeMap::new();
     for b in bumps {
         by_file.entry(b.file.as_str()).or_default().push(b);
@@ -685,16 +713,29 @@ pub fn commit_bumps(
     if changed == 0 {
         return Err(WritebackError::NothingToChange);
     }
-    let tree_id = update
-        .create_updated(&repo, &base_tree)
-        .map_err(git("writing the new tree"))?;
+    update
+        .create_updated(repo, &base_tree)
+        .map_err(git("writing the new tree"))
+}
+
+/// Writes (but does not point any ref at) the commit of `tree` on
+/// `parent`, authored and committed by `author`, signed with
+/// `signing_key` when given.
+pub fn write_commit(
+    repo: &Repository,
+    parent: &git2::Commit<'_>,
+    tree_id: Oid,
+    message: &str,
+    author: &Author,
+    signing_key: Option<&Path>,
+) -> Result<Oid, WritebackError> {
     let tree = repo
         .find_tree(tree_id)
         .map_err(git("reading the new tree"))?;
     let sig =
         Signature::now(&author.name, &author.email).map_err(git("making the author signature"))?;
     let buffer = repo
-        .commit_create_buffer(&sig, &sig, message, &tree, &[&parent])
+        .commit_create_buffer(&sig, &sig, message, &tree, &[parent])
         .map_err(git("formatting the commit"))?;
     let content = buffer
         .as_str()
@@ -710,20 +751,7 @@ pub fn commit_bumps(
             .and_then(|odb| odb.write(git2::ObjectType::Commit, content.as_bytes()))
             .map_err(git("writing the commit"))?,
     };
-    let log = format!(
-        "lockstep: {}",
-        message.lines().next().unwrap_or("plan write-back")
-    );
-    match repo.reference_matching(&refname, commit, true, expect_parent, &log) {
-        Ok(_) => Ok(commit),
-        // Moved between the check above and now: the swap refused.
-        Err(e) if e.code() == ErrorCode::Modified => Err(WritebackError::BranchMoved {
-            branch: branch.to_owned(),
-            expected: expect_parent,
-            actual: branch_tip(&repo, &refname).ok().flatten(),
-        }),
-        Err(e) => Err(git(format!("moving {refname}"))(e)),
-    }
+    Ok(commit)
 }
 
 fn branch_tip(repo: &Repository, refname: &str) -> Result<Option<Oid>, WritebackError> {
@@ -786,6 +814,29 @@ pub fn push_branch(
     repo_path: &Path,
     remote: &str,
     branch: &str,
+    callbacks: RemoteCallbacks<'_>,
+) -> Result<(), WritebackError> {
+    push(repo_path, remote, branch, false, callbacks)
+}
+
+/// Pushes `refs/heads/<branch>` over whatever the remote has there. Only
+/// for branches lockstep owns (a wave's proposal branch while no open
+/// request uses it): the watched branch is only ever pushed by
+/// [`push_branch`].
+pub fn force_push_branch(
+    repo_path: &Path,
+    remote: &str,
+    branch: &str,
+    callbacks: RemoteCallbacks<'_>,
+) -> Result<(), WritebackError> {
+    push(repo_path, remote, branch, true, callbacks)
+}
+
+fn push(
+    repo_path: &Path,
+    remote: &str,
+    branch: &str,
+    force: bool,
     mut callbacks: RemoteCallbacks<'_>,
 ) -> Result<(), WritebackError> {
     let refname = format!("refs/heads/{branch}");
@@ -815,7 +866,7 @@ pub fn push_branch(
     });
     let mut opts = PushOptions::new();
     opts.remote_callbacks(callbacks);
-    let spec = format!("{refname}:{refname}");
+    let spec = format!("{}{refname}:{refname}", if force { "+" } else { "" });
     let rejected = |message: String| WritebackError::PushRejected {
         remote: shown.clone(),
         branch: branch.to_owned(),

@@ -1,0 +1,508 @@
+//! `mode: propose`: a wave's hop commit goes onto a branch of its own and a
+//! pull/merge request asks a person to merge it, instead of the daemon
+//! committing it to the watched branch.
+//!
+//! The commit is the one commit mode writes (same edits, message, author
+//! and signature), on top of the watched branch's head, on
+//! `lockstep/plan/<plan>/wave-<n>`. Merging it is the person's decision;
+//! the merged commit reaches the watched branch and the normal loop judges
+//! and applies it like any other (the request's head is judged before the
+//! merge, as every pull request is).
+//!
+//! lockstep keeps no state of its own, so every pass works out from the
+//! host and the remote where a wave stands:
+//!
+//! - an **open** request from the wave's branch: wait for it (the branch
+//!   is never rewritten under an open request: a reviewer's approval and
+//!   anyone's pushes to it stay);
+//! - otherwise the branch is made to carry the wave's commit on the current
+//!   head: a remote branch that already does (same parent, same tree) is
+//!   reused as it is, anything else is replaced;
+//! - a request for exactly that commit that was **closed without merging**
+//!   was declined: nothing is opened again until the watched branch moves
+//!   (the wave is then proposed afresh on the new head) or someone deletes
+//!   the branch;
+//! - else a request is opened.
+//!
+//! A wave whose objects the watched branch already has at the target is
+//! not proposed at all (the scheduler counts them as started), so a merged
+//! request is never proposed twice.
+
+use std::cell::RefCell;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use git2::{Oid, Repository};
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use crate::forge::propose::{NewProposal, Proposal, ProposalState, Propose, open_one};
+use crate::forge::{Forge, State};
+use crate::kind::Key;
+use crate::source::{PushTarget, SourceError};
+
+use super::writeback::{self, Author, Bump, WritebackError};
+
+/// The branch a wave is proposed from: `lockstep/plan/<plan>/wave-<n>`
+/// (`n` counted from 1, as the status counts waves). Deterministic, so a
+/// restarted daemon finds its branch and request again; one per wave, so
+/// successive batches of a wave (`maxParallel` smaller than the wave) reuse
+/// it once the previous batch is merged. A plan name with characters a
+/// branch cannot carry is spelled with `-` and a short hash of the real
+/// name, so two such names never share a branch.
+pub fn branch(plan: &str, wave: usize) -> String {
+    let mut name: String = plan
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    while name.contains("..") {
+        name = name.replace("..", ".");
+    }
+    let mut name = name.trim_matches(['.', '-']).to_owned();
+    if let Some(stem) = name.strip_suffix(".lock") {
+        name = stem.to_owned();
+    }
+    if name != plan || name.is_empty() {
+        let digest = Sha256::digest(plan.as_bytes());
+        name = format!("{name}-{}", &hex::encode(digest)[..8])
+            .trim_start_matches('-')
+            .to_owned();
+    }
+    format!("lockstep/plan/{name}/wave-{}", wave.saturating_add(1))
+}
+
+/// One object a wave moves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Object {
+    pub key: Key,
+    /// The file holding it, as a path in the tree.
+    pub file: String,
+    /// Its release in the head tree (what the request moves it from).
+    pub from: Option<String>,
+}
+
+/// "Propose this wave": everything the daemon needs to write the branch and
+/// open the request, decided by [`super::exec::run`] without any I/O.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub plan: String,
+    /// Index in `spec.waves`, from 0.
+    pub wave: usize,
+    pub waves: usize,
+    pub wave_name: String,
+    pub to: String,
+    pub objects: Vec<Object>,
+    /// The watched branch's head the commit goes on.
+    pub head: Oid,
+    /// The watched branch: the request's target.
+    pub base: String,
+    /// The proposal branch ([`branch`]).
+    pub branch: String,
+    /// The commit message, as commit mode writes it.
+    pub message: String,
+}
+
+impl Request {
+    pub fn keys(&self) -> Vec<Key> {
+        self.objects.iter().map(|o| o.key.clone()).collect()
+    }
+
+    pub fn bumps(&self) -> Vec<Bump> {
+        self.objects
+            .iter()
+            .map(|o| Bump {
+                key: o.key.clone(),
+                file: o.file.clone(),
+                to: self.to.clone(),
+            })
+            .collect()
+    }
+
+    /// The plan status for this wave: `wave 2/3 (eu): <what>`.
+    pub fn describe(&self, what: &str) -> String {
+        format!(
+            "wave {}/{} ({}): {what}",
+            self.wave.saturating_add(1),
+            self.waves,
+            self.wave_name
+        )
+    }
+
+    /// The request's title: the commit's subject.
+    pub fn title(&self) -> String {
+        self.message.lines().next().unwrap_or_default().to_owned()
+    }
+
+    /// The request's description, in Markdown (all three hosts render it):
+    /// what moves from which release, and what merging does.
+    pub fn body(&self) -> String {
+        // Names come from the fleet's files: keep them out of the Markdown.
+        let code = |s: &str| format!("`{}`", s.replace('`', "'"));
+        let mut b = String::new();
+        let _ = writeln!(
+            b,
+            "lockstep plan {}: wave {}/{} ({}) to {}.",
+            code(&self.plan),
+            self.wave.saturating_add(1),
+            self.waves,
+            code(&self.wave_name),
+            code(&self.to)
+        );
+        b.push('\n');
+        let _ = writeln!(
+            b,
+            "Moves {} one release forward, release and image together:",
+            if self.objects.len() == 1 {
+                "this object".to_owned()
+            } else {
+                format!("these {} objects", self.objects.len())
+            }
+        );
+        b.push('\n');
+        b.push_str("| object | file | release |\n| --- | --- | --- |\n");
+        for o in &self.objects {
+            let _ = writeln!(
+                b,
+                "| {} | {} | {} → {} |",
+                code(&o.key.to_string()),
+                code(&o.file),
+                o.from.as_deref().map_or_else(|| "?".to_owned(), &code),
+                code(&self.to)
+            );
+        }
+        b.push('\n');
+        let _ = writeln!(
+            b,
+            "Merging applies the wave: lockstep judges the merged commit on {} like any other \
+             and rolls it out; the next wave is proposed once this one is complete (and has \
+             soaked). Closing this without merging declines this commit: lockstep proposes \
+             the wave again only when {} moves. `spec.paused: true` in the plan stops new \
+             proposals.",
+            code(&self.base),
+            code(&self.base)
+        );
+        b
+    }
+
+    pub fn new_proposal(&self) -> NewProposal {
+        NewProposal {
+            head: self.branch.clone(),
+            base: self.base.clone(),
+            title: self.title(),
+            body: self.body(),
+        }
+    }
+}
+
+/// Why a wave's branch could not be written or pushed.
+#[derive(Debug, Error)]
+pub enum ProposeError {
+    #[error(transparent)]
+    Write(#[from] WritebackError),
+    #[error(transparent)]
+    Remote(#[from] SourceError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The commit on the remote's proposal branch after [`prepare`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    pub commit: Oid,
+    /// A new commit was written and pushed (false: the remote branch
+    /// already carried the wave's commit and was left alone).
+    pub wrote: bool,
+}
+
+/// Makes the remote's proposal branch carry the wave's commit on
+/// `req.head`. Blocking (libgit2): call it from `spawn_blocking`.
+///
+/// A remote branch whose tip already is a wave commit for this head (its
+/// only parent is `req.head` and its tree is the edited tree) is reused:
+/// nothing is written, nothing pushed. Otherwise the commit is written in
+/// the local repository (`refs/heads/<branch>`) and pushed over whatever
+/// the remote branch held; the caller makes sure no open request uses it.
+pub fn prepare(
+    repo_path: &Path,
+    req: &Request,
+    author: &Author,
+    signing_key: Option<&Path>,
+    target: &PushTarget,
+) -> Result<Prepared, ProposeError> {
+    let refname = format!("refs/heads/{}", req.branch);
+    if !git2::Reference::is_valid_name(&refname) {
+        return Err(WritebackError::InvalidBranch {
+            branch: req.branch.clone(),
+        }
+        .into());
+    }
+    let repo = Repository::open(repo_path).map_err(|e| {
+        ProposeError::Other(format!(
+            "opening the repository {}: {}",
+            repo_path.display(),
+            e.message()
+        ))
+    })?;
+    let parent = repo.find_commit(req.head).map_err(|e| {
+        ProposeError::Other(format!("reading commit {}: {}", req.head, e.message()))
+    })?;
+    let tree = writeback::wave_tree(&repo, &parent, &req.bumps())?;
+    if let Some(tip) = target.branch_tip(&repo, &req.branch)? {
+        if repo.find_commit(tip).is_err() {
+            target.fetch_branch(&repo, &req.branch)?;
+        }
+        let reusable = repo.find_commit(tip).is_ok_and(|c| {
+            c.parent_count() == 1 && c.parent_id(0).ok() == Some(req.head) && c.tree_id() == tree
+        });
+        if reusable {
+            repo.reference(
+                &refname,
+                tip,
+                true,
+                "lockstep: the proposal branch as pushed",
+            )
+            .map_err(|e| ProposeError::Other(format!("moving {refname}: {}", e.message())))?;
+            return Ok(Prepared {
+                commit: tip,
+                wrote: false,
+            });
+        }
+    }
+    let commit = writeback::write_commit(&repo, &parent, tree, &req.message, author, signing_key)?;
+    let log = format!("lockstep: {}", req.title());
+    repo.reference(&refname, commit, true, &log)
+        .map_err(|e| ProposeError::Other(format!("moving {refname}: {}", e.message())))?;
+    let errs = RefCell::new(None);
+    let pushed = writeback::force_push_branch(
+        repo_path,
+        target.url(),
+        &req.branch,
+        target.callbacks(&errs),
+    );
+    if let Err(e) = pushed {
+        // What a callback refused (a token, a host key) says more.
+        return Err(match errs.into_inner() {
+            Some(found) => found.into(),
+            None => e.into(),
+        });
+    }
+    Ok(Prepared {
+        commit,
+        wrote: true,
+    })
+}
+
+/// What one pass did about a proposed wave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The plan status (without the `wave i/n (name): ` prefix).
+    pub what: String,
+    pub state: State,
+    /// The open request the wave waits on, if any.
+    pub proposal: Option<Proposal>,
+    /// This pass opened a request.
+    pub opened: bool,
+    /// This pass wrote and pushed the branch.
+    pub pushed: bool,
+}
+
+impl Outcome {
+    fn waiting(p: Proposal, opened: bool, pushed: bool) -> Outcome {
+        Outcome {
+            what: format!("proposed as {p}, waiting for merge"),
+            state: State::Pending,
+            proposal: Some(p),
+            opened,
+            pushed,
+        }
+    }
+
+    fn trouble(what: String) -> Outcome {
+        Outcome {
+            what,
+            state: State::Pending,
+            proposal: None,
+            opened: false,
+            pushed: false,
+        }
+    }
+
+    /// Propose mode on a forge that cannot open requests (git notes).
+    pub fn no_host() -> Outcome {
+        Outcome {
+            what: format!("{}; nothing proposed", crate::forge::PROPOSE_NEEDS_HOST),
+            state: State::Error,
+            proposal: None,
+            opened: false,
+            pushed: false,
+        }
+    }
+
+    /// Propose mode with nowhere to push the branch.
+    pub fn no_remote() -> Outcome {
+        Outcome {
+            what: "propose mode needs a remote to push the wave's branch to (a source url, or a \
+                   local repository with an origin remote); nothing proposed"
+                .into(),
+            state: State::Error,
+            proposal: None,
+            opened: false,
+            pushed: false,
+        }
+    }
+}
+
+/// One pass over a wave to propose: ask the host, make the branch carry the
+/// wave's commit (`prepare`, run on the blocking pool), open a request when
+/// none is open or declined. `opened_before` is a request this process
+/// opened for the same objects earlier: a host's list may lag behind a
+/// create, and must not make a second one.
+pub async fn step<F, P>(
+    forge: &F,
+    req: &Request,
+    opened_before: Option<&Proposal>,
+    prepare: P,
+) -> Outcome
+where
+    F: Forge + Propose,
+    P: FnOnce() -> Result<Prepared, ProposeError> + Send + 'static,
+{
+    let host = forge.host();
+    let found = match forge.proposals(&req.branch, &req.base).await {
+        Ok(f) => f,
+        Err(e) => {
+            return Outcome::trouble(format!("asking {host} for proposals failed: {e}"));
+        }
+    };
+    if let Some(open) = open_one(&found) {
+        return Outcome::waiting(open.clone(), false, false);
+    }
+    if let Some(p) = opened_before
+        && p.state == ProposalState::Open
+        && !found.iter().any(|f| f.number == p.number)
+    {
+        return Outcome::waiting(p.clone(), false, false);
+    }
+    let prepared = match tokio::task::spawn_blocking(prepare).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            return Outcome::trouble(format!("writing the branch {} failed: {e}", req.branch));
+        }
+        Err(e) => return Outcome::trouble(format!("writing the branch {}: {e}", req.branch)),
+    };
+    let sha = prepared.commit.to_string();
+    if let Some(p) = found
+        .iter()
+        .find(|p| p.head_sha.as_deref() == Some(sha.as_str()))
+    {
+        let what = match p.state {
+            ProposalState::Closed => format!(
+                "declined: {p} was closed without merging; proposed again when {} moves",
+                req.base
+            ),
+            ProposalState::Merged => {
+                format!("{p} was merged; waiting for {} to show it", req.base)
+            }
+            ProposalState::Open => return Outcome::waiting(p.clone(), false, prepared.wrote),
+        };
+        return Outcome {
+            what,
+            state: State::Pending,
+            proposal: None,
+            opened: false,
+            pushed: prepared.wrote,
+        };
+    }
+    match forge.propose(&req.new_proposal()).await {
+        Ok(p) => {
+            tracing::info!(plan = %req.plan, wave = %req.wave_name, branch = %req.branch, commit = %sha, proposal = %p, "plan: proposed the wave");
+            Outcome::waiting(p, true, prepared.wrote)
+        }
+        Err(e) => Outcome {
+            what: format!("opening the {host} request from {} failed: {e}", req.branch),
+            state: State::Pending,
+            proposal: None,
+            opened: false,
+            pushed: prepared.wrote,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kind::Kind;
+
+    #[test]
+    fn branches_are_deterministic_valid_and_distinct() {
+        assert_eq!(
+            branch("fleet-to-2026.2", 0),
+            "lockstep/plan/fleet-to-2026.2/wave-1"
+        );
+        assert_eq!(branch("rings", 2), "lockstep/plan/rings/wave-3");
+        for name in ["a b", "a/b", "..x", "x.lock", "", "ü", "a..b", "-x-"] {
+            let b = branch(name, 0);
+            assert!(
+                git2::Reference::is_valid_name(&format!("refs/heads/{b}")),
+                "{name:?} → {b}"
+            );
+            assert!(
+                b.starts_with("lockstep/plan/") && b.ends_with("/wave-1"),
+                "{b}"
+            );
+        }
+        assert_ne!(branch("a b", 0), branch("a/b", 0));
+        assert_ne!(branch("a b", 0), branch("a-b", 0));
+    }
+
+    #[test]
+    fn the_body_names_every_object_and_its_hop() {
+        let req = Request {
+            plan: "fleet".into(),
+            wave: 1,
+            waves: 3,
+            wave_name: "eu`x".into(),
+            to: "2026.2".into(),
+            objects: vec![
+                Object {
+                    key: Key::new(Kind::ControlPlane, "openstack", "prod"),
+                    file: "clusters/prod/controlplane.yaml".into(),
+                    from: Some("2026.1".into()),
+                },
+                Object {
+                    key: Key::new(Kind::Nova, "compute", "nova"),
+                    file: "standalone/compute/nova.yaml".into(),
+                    from: None,
+                },
+            ],
+            head: Oid::ZERO_SHA1,
+            base: "main".into(),
+            branch: branch("fleet", 1),
+            message: "lockstep plan fleet: wave eu (2/3) to 2026.2\n\nbody\n".into(),
+        };
+        assert_eq!(req.title(), "lockstep plan fleet: wave eu (2/3) to 2026.2");
+        let body = req.body();
+        assert!(
+            body.contains("| `ControlPlane openstack/prod` | `clusters/prod/controlplane.yaml` | `2026.1` → `2026.2` |"),
+            "{body}"
+        );
+        assert!(body.contains("| `Nova compute/nova` |"), "{body}");
+        assert!(body.contains("wave 2/3 (`eu'x`)"), "{body}");
+        assert!(body.contains("these 2 objects"), "{body}");
+        assert_eq!(
+            req.describe("proposed as #7, waiting for merge"),
+            "wave 2/3 (eu`x): proposed as #7, waiting for merge"
+        );
+        let p = req.new_proposal();
+        assert_eq!(
+            (p.head.as_str(), p.base.as_str()),
+            ("lockstep/plan/fleet/wave-2", "main")
+        );
+    }
+}
