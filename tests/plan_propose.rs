@@ -1,0 +1,878 @@
+//! UpgradePlans in `mode: propose`, end to end with the daemon in process
+//! (`sim` mode: the simulated C5C3 operator, virtual time) and real Git: the
+//! fleet is a bare repository served by `git daemon`, which lockstep mirrors
+//! and pushes the wave branches to; "a person" merges with the git CLI.
+//!
+//! GitHub is played by its peer (Prism serving GitHub's published OpenAPI
+//! description, `tests/peers/github`), which validates every request
+//! lockstep sends; Prism stores nothing, so the restart, decline and
+//! moved-branch behaviour is checked against a small stateful stub of
+//! GitHub's two pull-request endpoints (wiremock), and says so. GitLab and
+//! Gitea cannot run here: wiremock plays them too (a mock, said so), with
+//! matchers on the paths, queries, headers and bodies their API documents.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{GitDaemon, free_port};
+use lockstep::cluster::memory::MemoryCluster;
+use lockstep::daemon::{Daemon, Options, PassOutcome, deliver_now};
+use lockstep::forge::AnyForge;
+use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
+use lockstep::forge::gitea::Gitea;
+use lockstep::forge::github::GitHub;
+use lockstep::forge::gitlab::GitLab;
+use lockstep::forge::notes::Notes;
+use lockstep::metrics::Metrics;
+use lockstep::secret::Secret;
+use lockstep::sim::{Params, World};
+use lockstep::source::{Auth, Origin, Source};
+use serde_json::{Value, json};
+use wiremock::matchers::{body_partial_json, header, method, path, query_param};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+const WAVE1: &str = "lockstep/plan/fleet/wave-1";
+const WAVE2: &str = "lockstep/plan/fleet/wave-2";
+const TITLE1: &str = "lockstep plan fleet: wave canary (1/2) to 2026.2";
+
+const PLAN: &str = r#"apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePlan
+metadata:
+  name: fleet
+spec:
+  to: "2026.2"
+  mode: propose
+  waves:
+    - name: canary
+      select:
+        - {kind: ControlPlane, namespace: openstack-staging, name: staging}
+    - name: production
+      select:
+        - {kind: ControlPlane, namespace: openstack, name: prod}
+        - {kind: Nova, namespace: compute, name: nova}
+      maxParallel: 2
+"#;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "A Person")
+        .env("GIT_AUTHOR_EMAIL", "person@example.invalid")
+        .env("GIT_COMMITTER_NAME", "A Person")
+        .env("GIT_COMMITTER_EMAIL", "person@example.invalid")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+// ---------------------------------------------------------------------------
+// The fleet: staging, prod and the standalone Nova at 2026.1 with the plan,
+// in a bare repository served by `git daemon`; a work clone for the person.
+
+struct Fleet {
+    root: tempfile::TempDir,
+    daemon: GitDaemon,
+}
+
+impl Fleet {
+    fn new(plan: &str) -> Fleet {
+        let root = tempfile::tempdir().expect("tempdir");
+        let work = root.path().join("work");
+        std::fs::create_dir_all(&work).expect("mkdir");
+        git(&work, &["init", "-q", "-b", "main"]);
+        for (file, text) in [
+            (
+                "clusters/staging/controlplane.yaml",
+                common::staging("2026.1"),
+            ),
+            (
+                "clusters/prod/controlplane.yaml",
+                common::prod("2026.1", "2026.1"),
+            ),
+            (
+                "standalone/compute/nova.yaml",
+                common::nova("nova", "2026.1", "2026.1"),
+            ),
+            ("plans/fleet.yaml", plan.to_owned()),
+        ] {
+            let p = work.join(file);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, text).expect("write");
+        }
+        git(&work, &["add", "-A"]);
+        git(
+            &work,
+            &[
+                "commit",
+                "-q",
+                "-m",
+                "fleet at 2026.1, plan: fleet to 2026.2",
+            ],
+        );
+        let bare = root.path().join("srv/fleet.git");
+        std::fs::create_dir_all(&bare).expect("mkdir");
+        git(&bare, &["init", "-q", "--bare", "-b", "main"]);
+        git(&work, &["remote", "add", "origin", &bare.to_string_lossy()]);
+        git(&work, &["push", "-q", "origin", "main"]);
+        let daemon = GitDaemon::start(&root.path().join("srv"));
+        Fleet { root, daemon }
+    }
+
+    fn url(&self) -> String {
+        self.daemon.url("fleet.git")
+    }
+
+    fn bare(&self) -> PathBuf {
+        self.root.path().join("srv/fleet.git")
+    }
+
+    fn work(&self) -> PathBuf {
+        self.root.path().join("work")
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.root.path().join("cache")
+    }
+
+    /// A branch's tip on the served repository.
+    fn tip(&self, branch: &str) -> Option<String> {
+        let out = Command::new("git")
+            .args([
+                "rev-parse",
+                "--verify",
+                "-q",
+                &format!("refs/heads/{branch}"),
+            ])
+            .current_dir(self.bare())
+            .output()
+            .expect("git runs");
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// What a wave branch's commit changes against its parent, and its
+    /// parent, subject and trailers.
+    fn wave_commit(&self, branch: &str) -> (Vec<String>, String, String) {
+        let bare = self.bare();
+        let files = git(
+            &bare,
+            &["diff", "--name-only", &format!("{branch}^"), branch],
+        )
+        .lines()
+        .map(str::to_owned)
+        .collect();
+        let parent = git(&bare, &["rev-parse", &format!("{branch}^")]);
+        let message = git(&bare, &["log", "-1", "--format=%B", branch]);
+        (files, parent, message)
+    }
+
+    /// The person merges the proposal (a merge commit, as a host's merge
+    /// button makes) and pushes main.
+    fn merge(&self, branch: &str) {
+        let work = self.work();
+        git(&work, &["fetch", "-q", "origin"]);
+        git(&work, &["checkout", "-q", "main"]);
+        git(&work, &["reset", "-q", "--hard", "origin/main"]);
+        git(
+            &work,
+            &[
+                "merge",
+                "-q",
+                "--no-ff",
+                "-m",
+                "Merge pull request #1347 from the wave branch",
+                &format!("origin/{branch}"),
+            ],
+        );
+        git(&work, &["push", "-q", "origin", "main"]);
+    }
+
+    /// Someone commits something unrelated to main.
+    fn unrelated_commit(&self) {
+        let work = self.work();
+        git(&work, &["fetch", "-q", "origin"]);
+        git(&work, &["checkout", "-q", "main"]);
+        git(&work, &["reset", "-q", "--hard", "origin/main"]);
+        let before = std::fs::read_to_string(work.join("README.md")).unwrap_or_default();
+        std::fs::write(work.join("README.md"), format!("{before}the fleet\n")).expect("write");
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-q", "-m", "docs: a README"]);
+        git(&work, &["push", "-q", "origin", "main"]);
+    }
+}
+
+/// The daemon on the fleet's remote, in `sim` mode, with `forge` for
+/// proposals. `poll` zero: every pass asks the host again.
+fn daemon(
+    fleet: &Fleet,
+    forge: Arc<AnyForge>,
+    mem: &MemoryCluster,
+    queue: &StatusQueue,
+) -> Daemon<MemoryCluster, Source> {
+    let source = Source::open(
+        Origin::Remote {
+            url: fleet.url(),
+            cache_dir: fleet.cache(),
+            auth: Auth::default(),
+        },
+        "main",
+    )
+    .expect("source opens");
+    let target = source.push_target();
+    assert!(target.is_some(), "a remote source has a push target");
+    let mut d = Daemon::new(
+        Options {
+            cluster_name: "sim".into(),
+            poll: Duration::ZERO,
+            plan_push: target.clone(),
+            plan_propose_to: target,
+            ..Options::default()
+        },
+        source,
+        mem.clone(),
+        Some(mem.clone()),
+        queue.clone(),
+        Arc::new(Metrics::new()),
+    );
+    d.set_forge(forge);
+    d
+}
+
+/// Passes (statuses delivered to `statuses` when given) and simulator
+/// steps until nothing is left to do; returns the passes' outcomes.
+async fn drive(
+    d: &mut Daemon<MemoryCluster, Source>,
+    mem: &MemoryCluster,
+    queue: &StatusQueue,
+    statuses: Option<&AnyForge>,
+) -> Vec<PassOutcome> {
+    let metrics = Metrics::new();
+    let mut outs = Vec::new();
+    for _ in 0..20_000 {
+        let out = d.pass().await;
+        if let Some(f) = statuses {
+            deliver_now(queue, f, &metrics, &RetryPolicy::default()).await;
+        }
+        let busy = mem.step(Duration::from_secs(60)).expect("sim steps");
+        if out.busy && !busy {
+            mem.advance(Duration::from_secs(60));
+        }
+        let idle = !out.busy && !busy;
+        outs.push(out);
+        if idle {
+            return outs;
+        }
+    }
+    panic!("the daemon never went idle");
+}
+
+fn plan_status(d: &Daemon<MemoryCluster, Source>) -> String {
+    d.plan_descriptions()
+        .into_iter()
+        .find(|(name, _)| name == "fleet")
+        .map(|(_, d)| d)
+        .unwrap_or_default()
+}
+
+/// Planes' and the Nova's release as applied to the simulated cluster.
+fn applied(mem: &MemoryCluster) -> (String, String, String) {
+    let w = mem.world().expect("world");
+    let plane = |name: &str| {
+        w.planes
+            .values()
+            .find(|p| p.key.name == name)
+            .map(|p| p.release.clone())
+            .unwrap_or_default()
+    };
+    let nova = w
+        .objects
+        .values()
+        .find(|o| o.key.name == "nova" && o.key.namespace == "compute")
+        .and_then(|o| o.release.clone())
+        .unwrap_or_default();
+    (plane("staging"), plane("prod"), nova)
+}
+
+fn cluster() -> MemoryCluster {
+    MemoryCluster::new(World::new(Params::default()))
+}
+
+// ---------------------------------------------------------------------------
+// GitHub: the validating peer.
+
+/// A running Prism (GitHub's published OpenAPI description), stopped when
+/// dropped; its log says how it judged every request.
+struct Prism {
+    pid: String,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Prism {
+    fn start() -> Prism {
+        let peer = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/github");
+        assert!(
+            peer.join("node_modules/@stoplight/prism-cli").is_dir(),
+            "the GitHub peer is not installed: run `npm ci --prefix tests/peers/github` (see README)"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let out = Command::new("bash")
+            .arg(peer.join("start-prism.sh"))
+            .arg(port.to_string())
+            .env("TMPDIR", dir.path())
+            .output()
+            .expect("start-prism.sh runs");
+        assert!(
+            out.status.success(),
+            "Prism did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let pid = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        Prism { pid, port, dir }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Every request Prism received: (method, path and query, its log lines).
+    fn requests(&self) -> Vec<(String, String, String)> {
+        let log = std::fs::read_to_string(
+            self.dir
+                .path()
+                .join(format!("lockstep-github-prism-{}.log", self.port)),
+        )
+        .unwrap_or_default();
+        let mut out: Vec<(String, String, String)> = Vec::new();
+        for line in log.lines() {
+            if let Some(rest) = line.split("[HTTP SERVER] ").nth(1)
+                && line.contains("Request received")
+            {
+                let mut words = rest.split_whitespace();
+                let method = words.next().unwrap_or_default().to_owned();
+                let path = words.next().unwrap_or_default().to_owned();
+                out.push((method, path, String::new()));
+            } else if let Some(last) = out.last_mut() {
+                last.2.push_str(line);
+                last.2.push('\n');
+            }
+        }
+        out
+    }
+
+    /// The pull-request requests: (method, log) for `/repos/o/r/pulls`.
+    fn pulls(&self) -> Vec<(String, String)> {
+        self.requests()
+            .into_iter()
+            .filter(|(_, p, _)| p == "/repos/o/r/pulls" || p.starts_with("/repos/o/r/pulls?"))
+            .map(|(m, _, log)| (m, log))
+            .collect()
+    }
+}
+
+impl Drop for Prism {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(&self.pid).status();
+    }
+}
+
+fn accepted(log: &str, code: &str) -> bool {
+    log.contains("The request passed the validation rules")
+        && log.contains(&format!("Responding with \"{code}\""))
+        && !log.contains('✖')
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_a_wave_is_proposed_merged_applied_and_the_next_proposed() {
+    let t = Instant::now();
+    let prism = Prism::start();
+    eprintln!("Prism up: {:?}", t.elapsed());
+    let fleet = Fleet::new(PLAN);
+    let main0 = fleet.tip("main").expect("main");
+    let forge = Arc::new(AnyForge::GitHub(
+        GitHub::new(&prism.url(), "o/r", Some(Secret::new("ghp-propose-test"))).expect("forge"),
+    ));
+    let (mem, queue) = (cluster(), StatusQueue::new(10_000));
+    let mut d = daemon(&fleet, forge.clone(), &mem, &queue);
+
+    // 1. The canary wave is proposed: its branch on the remote, one pull
+    //    request, main untouched, nothing applied.
+    drive(&mut d, &mem, &queue, Some(&forge)).await;
+    let wave1 = fleet.tip(WAVE1).expect("the wave branch was pushed");
+    assert_eq!(fleet.tip("main").as_deref(), Some(main0.as_str()));
+    let (files, parent, message) = fleet.wave_commit(WAVE1);
+    assert_eq!(files, ["clusters/staging/controlplane.yaml"]);
+    assert_eq!(parent, main0, "the wave commit sits on main's head");
+    assert!(message.starts_with(TITLE1), "{message}");
+    assert!(
+        message.contains("Lockstep-Plan: fleet") && message.contains("Lockstep-Wave: canary"),
+        "{message}"
+    );
+    let staged = git(
+        &fleet.bare(),
+        &[
+            "show",
+            &format!("{WAVE1}:clusters/staging/controlplane.yaml"),
+        ],
+    );
+    assert_eq!(staged, common::staging("2026.2").trim_end());
+    let pulls = prism.pulls();
+    let posts: Vec<&(String, String)> = pulls.iter().filter(|(m, _)| m == "post").collect();
+    assert_eq!(posts.len(), 1, "one pull request opened: {pulls:#?}");
+    assert!(
+        accepted(&posts[0].1, "201"),
+        "Prism refused it:\n{}",
+        posts[0].1
+    );
+    assert!(
+        pulls
+            .iter()
+            .any(|(m, log)| m == "get" && accepted(log, "200")),
+        "the open requests were looked for first: {pulls:#?}"
+    );
+    assert_eq!(
+        plan_status(&d),
+        "wave 1/2 (canary): proposed as https://github.com/octocat/Hello-World/pull/1347, waiting for merge"
+    );
+    assert_eq!(
+        applied(&mem),
+        ("2026.1".into(), "2026.1".into(), "2026.1".into())
+    );
+
+    // 2. Later passes (the host asked every time: poll is zero) open no
+    //    second request and leave the branch alone. GitHub publishes the
+    //    request's head as refs/pull/N/head; the daemon judges it before
+    //    anyone merges (a status on the wave commit), still applying nothing.
+    git(
+        &fleet.bare(),
+        &["update-ref", "refs/pull/1347/head", &wave1],
+    );
+    for _ in 0..3 {
+        let out = d.pass().await;
+        assert!(!out.busy, "waiting on a person is not busy");
+    }
+    deliver_now(&queue, &*forge, &Metrics::new(), &RetryPolicy::default()).await;
+    let pulls = prism.pulls();
+    assert_eq!(
+        pulls.iter().filter(|(m, _)| m == "post").count(),
+        1,
+        "{pulls:#?}"
+    );
+    assert!(
+        pulls.iter().filter(|(m, _)| m == "get").count() >= 4,
+        "{pulls:#?}"
+    );
+    assert_eq!(
+        fleet.tip(WAVE1).as_deref(),
+        Some(wave1.as_str()),
+        "not rewritten"
+    );
+    let status_posts: Vec<(String, String, String)> = prism
+        .requests()
+        .into_iter()
+        .filter(|(m, p, _)| m == "post" && p == &format!("/repos/o/r/statuses/{wave1}"))
+        .collect();
+    assert!(!status_posts.is_empty(), "the proposal's head was judged");
+    assert!(status_posts.iter().all(|(_, _, log)| accepted(log, "201")));
+    assert_eq!(
+        applied(&mem),
+        ("2026.1".into(), "2026.1".into(), "2026.1".into())
+    );
+
+    // 3. A person merges: the merge lands on main, the daemon judges and
+    //    applies the canary, and proposes the production wave on top.
+    fleet.merge(WAVE1);
+    let merged = fleet.tip("main").expect("main");
+    drive(&mut d, &mem, &queue, Some(&forge)).await;
+    let (staging, prod, nova) = applied(&mem);
+    assert_eq!(staging, "2026.2", "the merged wave was applied");
+    assert_eq!((prod.as_str(), nova.as_str()), ("2026.1", "2026.1"));
+    let (files, parent, message) = fleet.wave_commit(WAVE2);
+    assert_eq!(
+        files,
+        [
+            "clusters/prod/controlplane.yaml",
+            "standalone/compute/nova.yaml"
+        ]
+    );
+    assert_eq!(parent, merged, "the next wave sits on the merge");
+    assert!(
+        message.starts_with("lockstep plan fleet: wave production (2/2) to 2026.2"),
+        "{message}"
+    );
+    assert_eq!(fleet.tip("main").as_deref(), Some(merged.as_str()));
+    let pulls = prism.pulls();
+    let posts: Vec<&(String, String)> = pulls.iter().filter(|(m, _)| m == "post").collect();
+    assert_eq!(posts.len(), 2, "one more pull request: {pulls:#?}");
+    assert!(accepted(&posts[1].1, "201"), "{}", posts[1].1);
+    assert!(
+        plan_status(&d).starts_with("wave 2/2 (production): proposed as "),
+        "{}",
+        plan_status(&d)
+    );
+    eprintln!("whole test: {:?}", t.elapsed());
+}
+
+// ---------------------------------------------------------------------------
+// GitHub's pull-request endpoints, remembered: a stub (wiremock), because
+// Prism stores nothing and these checks need the host to remember.
+
+#[derive(Clone)]
+struct StoredPull {
+    number: u64,
+    head: String,
+    sha: String,
+    state: &'static str,
+}
+
+/// `GET /repos/o/r/pulls` answers the stored requests for the `head`
+/// filter; `POST` stores one with the branch's tip on the served repository
+/// as its head commit (as GitHub records it).
+#[derive(Clone)]
+struct PullsStub {
+    bare: PathBuf,
+    pulls: Arc<Mutex<Vec<StoredPull>>>,
+}
+
+impl PullsStub {
+    fn json(p: &StoredPull) -> Value {
+        json!({
+            "number": p.number,
+            "html_url": format!("https://github.example/o/r/pull/{}", p.number),
+            "state": p.state,
+            "merged_at": null,
+            "head": {"ref": p.head, "sha": p.sha, "label": format!("o:{}", p.head)},
+            "base": {"ref": "main"}
+        })
+    }
+
+    fn posts(&self) -> usize {
+        self.pulls.lock().expect("lock").len()
+    }
+
+    fn close_all(&self) {
+        for p in self.pulls.lock().expect("lock").iter_mut() {
+            p.state = "closed";
+        }
+    }
+}
+
+impl Respond for PullsStub {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        let mut pulls = self.pulls.lock().expect("lock");
+        if req.method == wiremock::http::Method::POST {
+            let body: Value = serde_json::from_slice(&req.body).expect("JSON body");
+            let head = body["head"].as_str().unwrap_or_default().to_owned();
+            let sha = git(&self.bare, &["rev-parse", &format!("refs/heads/{head}")]);
+            let p = StoredPull {
+                number: 100 + pulls.len() as u64,
+                head,
+                sha,
+                state: "open",
+            };
+            pulls.push(p.clone());
+            return ResponseTemplate::new(201).set_body_json(Self::json(&p));
+        }
+        let filter = req
+            .url
+            .query_pairs()
+            .find(|(k, _)| k == "head")
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default();
+        let list: Vec<Value> = pulls
+            .iter()
+            .rev()
+            .filter(|p| format!("o:{}", p.head) == filter)
+            .map(Self::json)
+            .collect();
+        ResponseTemplate::new(200).set_body_json(list)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_stub_restart_decline_and_a_moved_branch() {
+    let fleet = Fleet::new(PLAN);
+    let server = MockServer::start().await;
+    let stub = PullsStub {
+        bare: fleet.bare(),
+        pulls: Arc::default(),
+    };
+    Mock::given(method("GET"))
+        .and(path("/repos/o/r/pulls"))
+        .and(query_param("head", format!("o:{WAVE1}")))
+        .and(query_param("base", "main"))
+        .and(query_param("state", "all"))
+        .and(header("authorization", "Bearer ghp-stub"))
+        .respond_with(stub.clone())
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/repos/o/r/pulls"))
+        .and(header("authorization", "Bearer ghp-stub"))
+        .and(body_partial_json(
+            json!({"head": WAVE1, "base": "main", "title": TITLE1}),
+        ))
+        .respond_with(stub.clone())
+        .mount(&server)
+        .await;
+    let forge = Arc::new(AnyForge::GitHub(
+        GitHub::new(&server.uri(), "o/r", Some(Secret::new("ghp-stub"))).expect("forge"),
+    ));
+    let (mem, queue) = (cluster(), StatusQueue::new(10_000));
+
+    let mut first = daemon(&fleet, forge.clone(), &mem, &queue);
+    drive(&mut first, &mem, &queue, None).await;
+    assert_eq!(stub.posts(), 1);
+    let c1 = fleet.tip(WAVE1).expect("pushed");
+    assert!(
+        plan_status(&first)
+            .ends_with("proposed as https://github.example/o/r/pull/100, waiting for merge"),
+        "{}",
+        plan_status(&first)
+    );
+    drop(first);
+
+    // A restart: nothing in memory; the host's list and the remote say it all.
+    let mut d = daemon(&fleet, forge.clone(), &mem, &queue);
+    drive(&mut d, &mem, &queue, None).await;
+    assert_eq!(stub.posts(), 1, "no second request after a restart");
+    assert_eq!(
+        fleet.tip(WAVE1).as_deref(),
+        Some(c1.as_str()),
+        "not rewritten"
+    );
+    assert!(plan_status(&d).contains("pull/100, waiting for merge"));
+
+    // The person closes it without merging: declined, nothing reopened, the
+    // branch left as it is.
+    stub.close_all();
+    for _ in 0..3 {
+        d.pass().await;
+    }
+    assert_eq!(stub.posts(), 1, "a declined wave is not proposed again");
+    assert_eq!(fleet.tip(WAVE1).as_deref(), Some(c1.as_str()));
+    assert_eq!(
+        plan_status(&d),
+        "wave 1/2 (canary): declined: https://github.example/o/r/pull/100 was closed without merging; proposed again when main moves"
+    );
+    assert_eq!(applied(&mem).0, "2026.1");
+
+    // main moves: the wave is written afresh on the new head (the branch
+    // replaced) and proposed again.
+    fleet.unrelated_commit();
+    let main1 = fleet.tip("main").expect("main");
+    drive(&mut d, &mem, &queue, None).await;
+    assert_eq!(stub.posts(), 2);
+    let c2 = fleet.tip(WAVE1).expect("pushed");
+    assert_ne!(c2, c1);
+    let (files, parent, _) = fleet.wave_commit(WAVE1);
+    assert_eq!(
+        (files.as_slice(), parent.as_str()),
+        (
+            ["clusters/staging/controlplane.yaml".to_owned()].as_slice(),
+            main1.as_str()
+        )
+    );
+    assert!(
+        plan_status(&d).contains("pull/101, waiting for merge"),
+        "{}",
+        plan_status(&d)
+    );
+    assert_eq!(applied(&mem).0, "2026.1", "still nothing applied");
+
+    // main moves again while the request is open: the branch stays as the
+    // reviewers saw it (no rebase under an open request), nothing reopened.
+    fleet.unrelated_commit();
+    drive(&mut d, &mem, &queue, None).await;
+    assert_eq!(stub.posts(), 2);
+    assert_eq!(fleet.tip(WAVE1).as_deref(), Some(c2.as_str()));
+    assert!(
+        plan_status(&d).contains("pull/101, waiting for merge"),
+        "{}",
+        plan_status(&d)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// GitLab and Gitea: no server can run here, so wiremock plays them (a
+// mock): the matchers are the paths, queries, headers and bodies their API
+// documents.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitlab_a_merge_request_from_the_wave_branch() {
+    let fleet = Fleet::new(PLAN);
+    let server = MockServer::start().await;
+    let list = "/api/v4/projects/group%2Ffleet/merge_requests";
+    // The first look finds nothing; after the create, the list shows it.
+    let opened = Arc::new(Mutex::new(None::<Value>));
+    let seen = opened.clone();
+    Mock::given(method("GET"))
+        .and(path(list))
+        .and(query_param("source_branch", WAVE1))
+        .and(query_param("target_branch", "main"))
+        .and(header("PRIVATE-TOKEN", "glpat-propose"))
+        .respond_with(move |_: &Request| {
+            let v: Vec<Value> = seen.lock().expect("lock").iter().cloned().collect();
+            ResponseTemplate::new(200).set_body_json(v)
+        })
+        .mount(&server)
+        .await;
+    let created = opened.clone();
+    let bare = fleet.bare();
+    Mock::given(method("POST"))
+        .and(path(list))
+        .and(header("PRIVATE-TOKEN", "glpat-propose"))
+        .and(body_partial_json(json!({
+            "source_branch": WAVE1, "target_branch": "main", "title": TITLE1
+        })))
+        .respond_with(move |req: &Request| {
+            let body: Value = serde_json::from_slice(&req.body).expect("JSON");
+            assert!(
+                body["description"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("`ControlPlane openstack-staging/staging`")
+                        && d.contains("`2026.1` → `2026.2`")),
+                "{body}"
+            );
+            let mr = json!({
+                "iid": 5, "web_url": "https://gitlab.example/group/fleet/-/merge_requests/5",
+                "state": "opened", "source_branch": WAVE1,
+                "sha": git(&bare, &["rev-parse", WAVE1]),
+            });
+            *created.lock().expect("lock") = Some(mr.clone());
+            ResponseTemplate::new(201).set_body_json(mr)
+        })
+        .expect(1)
+        .mount(&server)
+        .await;
+    let forge = Arc::new(AnyForge::GitLab(
+        GitLab::new(
+            &server.uri(),
+            "group/fleet",
+            Some(Secret::new("glpat-propose")),
+        )
+        .expect("forge"),
+    ));
+    let (mem, queue) = (cluster(), StatusQueue::new(10_000));
+    let mut d = daemon(&fleet, forge.clone(), &mem, &queue);
+    drive(&mut d, &mem, &queue, None).await;
+    for _ in 0..2 {
+        d.pass().await;
+    }
+    assert!(fleet.tip(WAVE1).is_some());
+    assert_eq!(
+        plan_status(&d),
+        "wave 1/2 (canary): proposed as https://gitlab.example/group/fleet/-/merge_requests/5, waiting for merge"
+    );
+    // A restart finds it too (the POST mock expects exactly one call).
+    drop(d);
+    let mut d = daemon(&fleet, forge, &mem, &queue);
+    drive(&mut d, &mem, &queue, None).await;
+    assert!(plan_status(&d).contains("merge_requests/5, waiting for merge"));
+    assert_eq!(applied(&mem).0, "2026.1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitea_a_pull_request_and_one_that_already_exists() {
+    let fleet = Fleet::new(PLAN);
+    let server = MockServer::start().await;
+    let pulls = "/api/v1/repos/o/r/pulls";
+    // Gitea's list has no head filter: it answers every pull request into
+    // main (here one from another branch, then lockstep's own once the
+    // create has "raced" with another replica's).
+    let existing = Arc::new(Mutex::new(false));
+    let shown = existing.clone();
+    let bare = fleet.bare();
+    Mock::given(method("GET"))
+        .and(path(pulls))
+        .and(query_param("state", "all"))
+        .and(query_param("base_branch", "main"))
+        .and(header("authorization", "token gitea-propose"))
+        .respond_with(move |_: &Request| {
+            let mut v = vec![json!({
+                "number": 3, "html_url": "https://gitea.example/o/r/pulls/3", "state": "open",
+                "merged": false, "head": {"ref": "feature", "label": "feature", "sha": "0".repeat(40)},
+                "base": {"ref": "main"}
+            })];
+            if *shown.lock().expect("lock") {
+                v.push(json!({
+                    "number": 9, "html_url": "https://gitea.example/o/r/pulls/9", "state": "open",
+                    "merged": false,
+                    "head": {"ref": WAVE1, "label": WAVE1, "sha": git(&bare, &["rev-parse", WAVE1])},
+                    "base": {"ref": "main"}
+                }));
+            }
+            ResponseTemplate::new(200).set_body_json(v)
+        })
+        .mount(&server)
+        .await;
+    let made = existing.clone();
+    Mock::given(method("POST"))
+        .and(path(pulls))
+        .and(header("authorization", "token gitea-propose"))
+        .and(body_partial_json(
+            json!({"head": WAVE1, "base": "main", "title": TITLE1}),
+        ))
+        .respond_with(move |_: &Request| {
+            // Another replica opened it a moment ago: Gitea answers 409.
+            *made.lock().expect("lock") = true;
+            ResponseTemplate::new(409).set_body_json(json!({
+                "message": "pull request already exists for these targets"
+            }))
+        })
+        .expect(1)
+        .mount(&server)
+        .await;
+    let forge = Arc::new(AnyForge::Gitea(
+        Gitea::new(&server.uri(), "o/r", Some(Secret::new("gitea-propose"))).expect("forge"),
+    ));
+    let (mem, queue) = (cluster(), StatusQueue::new(10_000));
+    let mut d = daemon(&fleet, forge, &mem, &queue);
+    drive(&mut d, &mem, &queue, None).await;
+    for _ in 0..2 {
+        d.pass().await;
+    }
+    assert_eq!(
+        plan_status(&d),
+        "wave 1/2 (canary): proposed as https://gitea.example/o/r/pulls/9, waiting for merge",
+        "the request another replica opened, not pull 3 from another branch"
+    );
+    assert!(fleet.tip(WAVE1).is_some());
+}
+
+// ---------------------------------------------------------------------------
+// No host: git notes cannot propose.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_notes_cannot_propose_and_say_so() {
+    let fleet = Fleet::new(PLAN);
+    let (mem, queue) = (cluster(), StatusQueue::new(10_000));
+    let mut d = daemon(
+        &fleet,
+        Arc::new(AnyForge::Notes(Notes::open(&fleet.bare()).expect("notes"))),
+        &mem,
+        &queue,
+    );
+    let outs = drive(&mut d, &mem, &queue, None).await;
+    assert!(outs.len() < 20, "went idle promptly: {} passes", outs.len());
+    assert_eq!(
+        plan_status(&d),
+        "wave 1/2 (canary): propose mode needs a Git host (github, gitlab or gitea); nothing proposed"
+    );
+    assert!(fleet.tip(WAVE1).is_none(), "no branch pushed");
+    assert_eq!(applied(&mem).0, "2026.1");
+}
