@@ -12,7 +12,7 @@
 //!
 //! [`sim`]: crate::sim
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -20,17 +20,25 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
 use serde_json::{Value, json};
 
 use crate::cluster::kube::{dynamic_api, spec_image};
 use crate::cluster::{ClusterError, image_json};
-use crate::kind::{Key, Kind, ReleaseSource};
+use crate::kind::{Key, Kind, ReleaseSource, VERSION};
 use crate::release::ImageRef;
 use crate::sim::{JobState, World};
 
 /// The manager the real operators project children as.
 pub const OPERATOR_MANAGER: &str = "cobaltcore-operator";
+
+/// The label on the Jobs the simulated operator creates.
+const JOB_LABEL_KEY: &str = "app.kubernetes.io/managed-by";
+const JOB_LABEL_VALUE: &str = "lockstep-operator-sim";
+const JOB_LABEL: &str = "app.kubernetes.io/managed-by=lockstep-operator-sim";
 
 pub struct KubeOperator {
     client: Client,
@@ -40,6 +48,9 @@ pub struct KubeOperator {
     /// Jobs written to the cluster, and the state last written.
     written_jobs: HashMap<(String, String), JobState>,
     events_posted: usize,
+    /// Each object's status as last written (without its transition
+    /// times): an operator writes status when it changes, not every round.
+    written_status: HashMap<Key, Value>,
     /// The virtual instant the world started at, for Event times.
     epoch: k8s_openapi::jiff::Timestamp,
 }
@@ -56,6 +67,7 @@ impl KubeOperator {
             planes: BTreeMap::new(),
             written_jobs: HashMap::new(),
             events_posted: 0,
+            written_status: HashMap::new(),
             epoch: k8s_openapi::jiff::Timestamp::now(),
         }
     }
@@ -175,6 +187,29 @@ impl KubeOperator {
         Ok(busy)
     }
 
+    /// Every object of `kind` in the cluster, by key: one list, not a GET
+    /// per object (a round reads a whole fleet).
+    async fn list(&self, kind: Kind) -> Result<HashMap<Key, DynamicObject>, ClusterError> {
+        let gvk = GroupVersionKind::gvk(kind.group(), VERSION, kind.as_str());
+        let ar = ApiResource::from_gvk_with_plural(&gvk, kind.plural());
+        let list = Api::<DynamicObject>::all_with(self.client.clone(), &ar)
+            .list(&ListParams::default())
+            .await
+            .map_err(err)?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|o| {
+                let key = Key::new(
+                    kind,
+                    o.metadata.namespace.clone()?,
+                    o.metadata.name.clone()?,
+                );
+                Some((key, o))
+            })
+            .collect())
+    }
+
     async fn read(&mut self) -> Result<(), ClusterError> {
         // Planes: a new release or override is re-asserted on every child.
         let planes: Vec<(Key, Vec<(Key, Value)>)> = self
@@ -182,11 +217,15 @@ impl KubeOperator {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        let mut live = if planes.is_empty() {
+            HashMap::new()
+        } else {
+            self.list(Kind::ControlPlane).await?
+        };
         for (plane, children) in planes {
-            let obj = dynamic_api(&self.client, &plane)
-                .get(&plane.name)
-                .await
-                .map_err(err)?;
+            let Some(obj) = live.remove(&plane) else {
+                return Err(ClusterError::NotFound(plane));
+            };
             let spec = obj.data.get("spec").cloned().unwrap_or_default();
             let release = spec
                 .get("openStackRelease")
@@ -216,14 +255,16 @@ impl KubeOperator {
             }
         }
         // Specs lockstep (or anyone) applied to standalone objects; generations.
+        let kinds: BTreeSet<Kind> = self.world.objects.keys().map(|k| k.kind).collect();
+        let mut live = HashMap::new();
+        for kind in kinds {
+            live.extend(self.list(kind).await?);
+        }
         let keys: Vec<Key> = self.world.objects.keys().cloned().collect();
         for key in keys {
-            let Some(obj) = dynamic_api(&self.client, &key)
-                .get_opt(&key.name)
-                .await
-                .map_err(err)?
-            else {
+            let Some(obj) = live.get(&key) else {
                 self.world.objects.remove(&key);
+                self.written_status.remove(&key);
                 continue;
             };
             let spec = obj.data.get("spec").cloned().unwrap_or_default();
@@ -245,15 +286,24 @@ impl KubeOperator {
             }
         }
         // Jobs deleted by someone else (lockstep's repair): the operator notices.
-        let jobs: Vec<(String, String)> = self.written_jobs.keys().cloned().collect();
-        for (ns, name) in jobs {
-            let japi: Api<Job> = Api::namespaced(self.client.clone(), &ns);
-            let gone = japi
-                .get_opt(&name)
+        if !self.written_jobs.is_empty() {
+            let jobs: Api<Job> = Api::all(self.client.clone());
+            let live: HashSet<(String, String)> = jobs
+                .list(&ListParams::default().labels(JOB_LABEL))
                 .await
                 .map_err(err)?
-                .is_none_or(|j| j.metadata.deletion_timestamp.is_some());
-            if gone {
+                .items
+                .into_iter()
+                .filter(|j| j.metadata.deletion_timestamp.is_none())
+                .filter_map(|j| Some((j.metadata.namespace?, j.metadata.name?)))
+                .collect();
+            let gone: Vec<(String, String)> = self
+                .written_jobs
+                .keys()
+                .filter(|id| !live.contains(*id))
+                .cloned()
+                .collect();
+            for (ns, name) in gone {
                 self.written_jobs.remove(&(ns.clone(), name.clone()));
                 self.world.delete_job(&ns, &name);
             }
@@ -278,7 +328,7 @@ impl KubeOperator {
             let japi: Api<Job> = Api::namespaced(self.client.clone(), &id.0);
             if !self.written_jobs.contains_key(id) {
                 let job: Job = serde_json::from_value(json!({
-                    "metadata": {"name": id.1, "labels": {"app.kubernetes.io/managed-by": "lockstep-operator-sim"}},
+                    "metadata": {"name": id.1, "labels": {JOB_LABEL_KEY: JOB_LABEL_VALUE}},
                     "spec": {"backoffLimit": self.world.params.backoff_limit, "template": {"spec": {
                         "restartPolicy": "Never", "containers": [{"name": "db", "image": image}]}}}
                 }))
@@ -369,18 +419,18 @@ impl KubeOperator {
     }
 
     /// The status subresource, as the operator writes it (`Status().Update()`
-    /// in the real ones; a merge patch here).
-    async fn write_status(&self, key: &Key) -> Result<(), ClusterError> {
+    /// in the real ones; a merge patch here), when it changed since the last
+    /// write.
+    async fn write_status(&mut self, key: &Key) -> Result<(), ClusterError> {
         let Some(o) = self.world.objects.get(key) else {
             return Ok(());
         };
-        let now = self.stamp();
         let conditions: Vec<Value> = o
             .status
             .conditions
             .iter()
             .map(|c| json!({"type": c.type_, "status": c.status, "reason": c.reason, "message": c.message,
-                            "observedGeneration": o.generation, "lastTransitionTime": now}))
+                            "observedGeneration": o.generation}))
             .collect();
         let opt = |v: &Option<String>| v.clone().map_or(Value::Null, Value::from);
         let mut status = json!({
@@ -397,14 +447,25 @@ impl KubeOperator {
         if matches!(key.kind, Kind::Placement | Kind::Barbican | Kind::Neutron) {
             status["installedImage"] = opt(&o.status.installed_image);
         }
+        if self.written_status.get(key) == Some(&status) {
+            return Ok(());
+        }
+        let mut body = status.clone();
+        let now = self.stamp();
+        if let Some(cs) = body["conditions"].as_array_mut() {
+            for c in cs {
+                c["lastTransitionTime"] = now.clone().into();
+            }
+        }
         dynamic_api(&self.client, key)
             .patch_status(
                 &key.name,
                 &PatchParams::default(),
-                &Patch::Merge(&json!({"status": status})),
+                &Patch::Merge(&json!({"status": body})),
             )
             .await
             .map_err(err)?;
+        self.written_status.insert(key.clone(), status);
         Ok(())
     }
 }
