@@ -5,7 +5,10 @@
 //! other commit. Checked: wave order, maxParallel, the soak between waves
 //! (virtual clock), every commit accepted, every plane at the target, the
 //! plan's own status, a restart in the middle of a wave (no object bumped
-//! twice), pause, and hold on failure.
+//! twice), pause, and hold on failure. `plan_kube.rs` runs the same fleet
+//! and plan against the real kube-apiserver.
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,6 +16,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{ring, ringed_plane};
 use lockstep::cluster::memory::MemoryCluster;
 use lockstep::daemon::{Daemon, Options, deliver_now};
 use lockstep::forge::AnyForge;
@@ -40,31 +44,14 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-const STAGING: &str = include_str!("../examples/fleet/clusters/staging/controlplane.yaml");
-
-fn ring(i: usize) -> &'static str {
-    match i {
-        0..2 => "canary",
-        2..10 => "eu",
-        _ => "general",
-    }
-}
-
 /// 20 ControlPlanes (staging's four services each) labelled by ring, at
 /// 2026.1, then a commit adding the plan.
 fn fleet(dir: &Path, plan: &str) {
     git(dir, &["init", "-q", "-b", "main"]);
     for i in 0..20 {
-        let text = STAGING
-            .replacen("name: staging ", &format!("name: c{i:02} "), 1)
-            .replacen(
-                "namespace: openstack-staging",
-                &format!("namespace: cloud-{i:02}\n  labels:\n    ring: {}", ring(i)),
-                1,
-            );
         let p = dir.join(format!("clouds/c{i:02}.yaml"));
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
+        std::fs::write(p, ringed_plane(i)).unwrap();
     }
     git(dir, &["add", "-A"]);
     git(dir, &["commit", "-q", "-m", "20 clouds at 2026.1"]);

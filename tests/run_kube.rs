@@ -31,6 +31,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::ApiServer;
+use common::kube::{CLUSTER, Daemon, template, world};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
@@ -39,12 +40,9 @@ use lockstep::cluster::kube::KubeCluster;
 use lockstep::cluster::{Cluster, ClusterObject};
 use lockstep::kind::{Key, Kind};
 use lockstep::secret::Secret;
-use lockstep::sim::{Fault, JobKind, Params, World};
+use lockstep::sim::{Fault, JobKind, World};
 use lockstep::sim_kube::KubeOperator;
-use serde_json::{Value, json};
-
-/// The cluster's name in status contexts: `lockstep/kube`.
-const CLUSTER: &str = "kube";
+use serde_json::json;
 
 // The story's commits (`lockstep::demo::SCRIPT` after the first).
 const FLEET: usize = 0;
@@ -98,72 +96,6 @@ fn children(plane: &Key) -> Vec<Key> {
             )
         })
         .collect()
-}
-
-/// A projected child's spec template from a standalone example: its spec
-/// without release and image (the plane sets those).
-fn example_template(rel: &str) -> Value {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&common::example(rel)).unwrap();
-    let mut spec = docs[0]["spec"].clone();
-    let m = spec.as_object_mut().unwrap();
-    m.remove("image");
-    m.remove("openStackRelease");
-    spec
-}
-
-/// What the ControlPlane operator would project for each service: enough for
-/// the CRDs' required fields and CEL rules.
-fn template(kind: Kind) -> Value {
-    let db = |name: &str| {
-        json!({"clusterRef": {"name": "openstack-db"}, "database": name,
-               "secretRef": {"name": format!("{name}-db"), "key": "password"}})
-    };
-    let cache = json!({"clusterRef": {"name": "openstack-memcached"}, "backend": "dogpile.cache.pymemcache"});
-    let keystone = "http://keystone.openstack.svc:5000/v3";
-    let user = |svc: &str| json!({"secretRef": {"name": format!("{svc}-service-user"), "key": "password"}});
-    let messaging = json!({"secretRef": {"name": "transport-url", "key": "transport_url"}});
-    match kind {
-        Kind::Keystone => json!({
-            "database": db("keystone"), "cache": cache,
-            "bootstrap": {"adminPasswordSecretRef": {"name": "keystone-admin", "key": "password"}}
-        }),
-        Kind::Glance => example_template("standalone/image/glance.yaml"),
-        Kind::Nova => example_template("standalone/compute/nova.yaml"),
-        Kind::Placement | Kind::Barbican => json!({
-            "database": db(kind.service()), "cache": cache,
-            "keystoneEndpoint": keystone, "serviceUser": user(kind.service())
-        }),
-        Kind::Horizon => json!({
-            "cache": cache, "keystoneEndpoint": keystone,
-            "secretKeyRef": {"name": "horizon-secret-key", "key": "secret-key"}
-        }),
-        Kind::Cinder => json!({
-            "database": db("cinder"), "cache": cache, "messaging": messaging,
-            "keystoneEndpoint": keystone, "serviceUser": user("cinder")
-        }),
-        Kind::Neutron => json!({
-            "database": db("neutron"), "cache": cache, "messaging": messaging,
-            "keystoneEndpoint": keystone, "serviceUser": user("neutron"),
-            "ovn": {"centralRef": {"name": "ovn-central"}}
-        }),
-        Kind::ControlPlane => unreachable!(),
-    }
-}
-
-/// The simulated operator's world. Every phase takes one virtual minute, so
-/// the children's phases end together and a hop takes few operator rounds
-/// (each round reads and writes every object over the API server).
-fn world() -> World {
-    let minute = Duration::from_secs(60);
-    World::new(Params {
-        sync: minute,
-        expand: minute,
-        migrate: minute,
-        contract: minute,
-        roll: minute,
-        failed_try: minute,
-        ..Params::default()
-    })
 }
 
 fn git(dir: &Path, args: &[&str]) -> Option<String> {
@@ -248,124 +180,6 @@ impl Story {
 
     fn state(&self, i: usize) -> String {
         self.status(i).map(|s| s.0).unwrap_or_default()
-    }
-}
-
-/// `lockstep run` as a child process, its stderr (JSON logs) in a file.
-/// Killed when dropped; its log is printed when the test fails.
-struct Daemon {
-    name: String,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn start(
-        name: &str,
-        server: &ApiServer,
-        repo: &Path,
-        logs: &Path,
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Self {
-        let log = logs.join(format!("{name}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_lockstep"))
-            .arg("run")
-            .arg("--repo")
-            .arg(repo)
-            .args(["--cluster-mode", "kube", "--kubeconfig"])
-            .arg(server.kubeconfig())
-            .args([
-                "--cluster-name",
-                CLUSTER,
-                "--poll",
-                "1s",
-                "--report",
-                "notes",
-            ])
-            .args(["--log-format", "json", "--log-level", "info"])
-            .args(extra)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .expect("lockstep runs");
-        Self {
-            name: name.to_owned(),
-            child,
-            log,
-        }
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    fn text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Log records from byte `from` on.
-    fn records_from(&self, from: usize) -> Vec<Value> {
-        self.text()
-            .get(from..)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
-    }
-
-    fn records(&self) -> Vec<Value> {
-        self.records_from(0)
-    }
-
-    /// Every `applied` record: `(object, to)`.
-    fn applied(&self) -> Vec<(String, String)> {
-        self.records()
-            .iter()
-            .filter(|r| r["fields"]["message"] == "applied")
-            .map(|r| {
-                (
-                    r["fields"]["object"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    r["fields"]["to"].as_str().unwrap_or_default().to_owned(),
-                )
-            })
-            .collect()
-    }
-
-    /// Every `applied` record, sorted: a hop applied twice shows twice.
-    fn applied_sorted(&self) -> Vec<(String, String)> {
-        let mut a = self.applied();
-        a.sort();
-        a
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            let text = self.text();
-            let lines: Vec<&str> = text.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(80)..];
-            eprintln!(
-                "---- {} stderr (last {} of {} lines) ----\n{}\n---- end of {} ----",
-                self.name,
-                tail.len(),
-                lines.len(),
-                tail.join("\n"),
-                self.name
-            );
-        }
     }
 }
 

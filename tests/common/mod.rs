@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod kube;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -56,6 +58,30 @@ pub fn prod(release: &str, override_tag: &str) -> String {
             1,
         )
         .replacen("tag: \"2026.1\"", &format!("tag: \"{override_tag}\""), 1)
+}
+
+/// The ring of cloud `i` in the 20-cloud fleet of the plan tests
+/// (`plan_run.rs`, `plan_kube.rs`): two canaries, eight in the EU, ten
+/// general.
+pub fn ring(i: usize) -> &'static str {
+    match i {
+        0..2 => "canary",
+        2..10 => "eu",
+        _ => "general",
+    }
+}
+
+/// Cloud `i` of that fleet: staging's ControlPlane (keystone, glance,
+/// placement, horizon) named `cNN` in namespace `cloud-NN`, labelled
+/// `ring: <ring(i)>`, at 2026.1.
+pub fn ringed_plane(i: usize) -> String {
+    example("clusters/staging/controlplane.yaml")
+        .replacen("name: staging ", &format!("name: c{i:02} "), 1)
+        .replacen(
+            "namespace: openstack-staging",
+            &format!("namespace: cloud-{i:02}\n  labels:\n    ring: {}", ring(i)),
+            1,
+        )
 }
 
 pub struct FleetRepo {

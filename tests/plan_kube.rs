@@ -1,0 +1,797 @@
+//! An UpgradePlan executed end to end against the real kube-apiserver (etcd
+//! and the upstream CRDs, tests/peers/kube): `lockstep run --cluster-mode
+//! kube` as users run it (the real binary, a child process), the simulated
+//! C5C3 operator (`sim_kube::KubeOperator`) standing in for the real ones,
+//! stepped by the test as in `run_kube.rs`, statuses as git notes.
+//!
+//! The fleet is `plan_run.rs`'s: 20 ControlPlanes (staging's four services
+//! each) labelled `ring: canary|eu|general`, and a 3-wave plan over the
+//! rings (maxParallel 1, 3, 5; soaks of seconds, since time is real here; no
+//! window). The cluster starts empty, so the branch first points at the
+//! fleet commit only, which the daemon installs; the branch is then
+//! fast-forwarded to the plan's commit, and the daemon writes every wave's
+//! hop commit itself (authored as `plans.authorName`/`authorEmail` from its
+//! configuration file).
+//!
+//! Checked from the API server (a sampler lists the ControlPlanes, then their
+//! children, every ~150 ms, independently of lockstep) and from Git:
+//!
+//! - the install of all 20 planes and their 80 children at 2026.1 comes
+//!   before any plane's `spec.openStackRelease` moves;
+//! - wave order: no plane of a wave is bumped in the cluster while a plane
+//!   of an earlier wave is not complete (children settled at the target);
+//! - maxParallel: at no sampled moment are more planes of a wave bumped but
+//!   not complete than the wave allows (and the parallelism was used), and
+//!   no hop commit bumps more; each wave's first commit starts as many as
+//!   it may;
+//! - the soaks: a wave's first bump comes at least its predecessor's soak
+//!   after that predecessor was seen complete;
+//! - Git: every commit after the plan's carries `Lockstep-Plan: rings` and
+//!   its `Lockstep-Wave:`, the configured author, changes exactly the files
+//!   of the planes it lists (the release line, nothing else), and each of
+//!   the 20 planes is bumped in exactly one commit; every commit's note is
+//!   `lockstep/kube: success` and the plan's commit says
+//!   `lockstep/kube/plan/rings: success — complete: every wave at 2026.2`;
+//! - at the end every plane is at 2026.2 with `metadata.generation` 2 (one
+//!   apply of the hop) and every child settled at 2026.2, projected once more
+//!   (generation 2).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::kube::{CLUSTER, Daemon, template, world};
+use common::{ApiServer, FleetRepo, ring, ringed_plane};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use lockstep::cluster::kube::KubeCluster;
+use lockstep::kind::{Key, Kind, ReleaseSource, VERSION};
+use lockstep::sim_kube::KubeOperator;
+use serde_json::json;
+
+const N: usize = 20;
+const FROM: &str = "2026.1";
+const TO: &str = "2026.2";
+/// Staging's services: what each plane projects.
+const SERVICES: [Kind; 4] = [Kind::Keystone, Kind::Glance, Kind::Placement, Kind::Horizon];
+
+/// `plan_run.rs`'s plan with soaks of seconds.
+const PLAN: &str = r#"apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePlan
+metadata:
+  name: rings
+spec:
+  to: "2026.2"
+  waves:
+    - name: canary
+      select: [{kind: ControlPlane, labels: {ring: canary}}]
+      maxParallel: 1
+      soak: 3s
+    - name: eu
+      select: [{kind: ControlPlane, labels: {ring: eu}}]
+      maxParallel: 3
+      soak: 2s
+    - name: rest
+      select: [{kind: ControlPlane, labels: {ring: general}}]
+      maxParallel: 5
+"#;
+
+struct Wave {
+    name: &'static str,
+    ring: &'static str,
+    max_parallel: usize,
+    soak: Duration,
+}
+
+/// The plan's waves, as the assertions read them.
+const WAVES: [Wave; 3] = [
+    Wave {
+        name: "canary",
+        ring: "canary",
+        max_parallel: 1,
+        soak: Duration::from_secs(3),
+    },
+    Wave {
+        name: "eu",
+        ring: "eu",
+        max_parallel: 3,
+        soak: Duration::from_secs(2),
+    },
+    Wave {
+        name: "rest",
+        ring: "general",
+        max_parallel: 5,
+        soak: Duration::ZERO,
+    },
+];
+
+fn wave_of(i: usize) -> usize {
+    WAVES.iter().position(|w| w.ring == ring(i)).unwrap()
+}
+
+fn members(w: usize) -> Vec<usize> {
+    (0..N).filter(|i| wave_of(*i) == w).collect()
+}
+
+fn plane(i: usize) -> Key {
+    Key::new(
+        Kind::ControlPlane,
+        format!("cloud-{i:02}"),
+        format!("c{i:02}"),
+    )
+}
+
+/// Every object of a kind, in every namespace.
+fn api_all(client: &Client, kind: Kind) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(kind.group(), VERSION, kind.as_str());
+    Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, kind.plural()),
+    )
+}
+
+/// `cNN` or `cNN-<svc>` in `cloud-NN`: N.
+fn index(o: &DynamicObject) -> Option<usize> {
+    let name = o.metadata.name.as_deref()?;
+    let plane = name.split_once('-').map_or(name, |(p, _)| p);
+    let i: usize = plane.strip_prefix('c')?.parse().ok()?;
+    (i < N && o.metadata.namespace.as_deref() == Some(&format!("cloud-{i:02}"))).then_some(i)
+}
+
+/// The release a child has finished its hop to and is Ready at, from its
+/// spec and the status the operator wrote: image tag (and release field)
+/// at it, installed there (Horizon tracks none), no phase, no target, Ready
+/// at the current generation.
+fn settled_release(kind: Kind, o: &DynamicObject) -> Option<String> {
+    let spec = &o.data["spec"];
+    let status = &o.data["status"];
+    let tag = spec["image"]["tag"].as_str()?;
+    if kind.release_source() == ReleaseSource::Field
+        && spec["openStackRelease"].as_str() != Some(tag)
+    {
+        return None;
+    }
+    if kind != Kind::Horizon && status["installedRelease"].as_str() != Some(tag) {
+        return None;
+    }
+    if !status["upgradePhase"].is_null() || !status["targetRelease"].is_null() {
+        return None;
+    }
+    let generation = o.metadata.generation?;
+    let ready = status["conditions"].as_array()?.iter().any(|c| {
+        c["type"] == "Ready"
+            && c["status"] == "True"
+            && c["observedGeneration"].as_i64() == Some(generation)
+    });
+    ready.then(|| tag.to_owned())
+}
+
+/// One plane as the API server had it.
+#[derive(Clone, Debug, Default)]
+struct PlaneState {
+    /// `spec.openStackRelease`; `None` before it exists.
+    spec: Option<String>,
+    generation: i64,
+    /// Each child: its generation and the release it is settled at.
+    children: BTreeMap<Kind, (i64, Option<String>)>,
+}
+
+impl PlaneState {
+    /// The plane at `release` and all four children settled there.
+    fn complete_at(&self, release: &str) -> bool {
+        self.spec.as_deref() == Some(release)
+            && self.children.len() == SERVICES.len()
+            && self
+                .children
+                .values()
+                .all(|(_, r)| r.as_deref() == Some(release))
+    }
+
+    fn bumped(&self) -> bool {
+        self.spec.as_deref() == Some(TO)
+    }
+}
+
+/// The fleet as the API server had it: the ControlPlanes listed first, then
+/// the children. Specs and completions only ever move forward, so a plane
+/// seen bumped while another is seen incomplete (read later) was bumped
+/// while the other was incomplete: a violation seen here is real.
+struct Snapshot {
+    /// When the ControlPlanes were asked for, and when they had answered.
+    at: Instant,
+    planes_read: Instant,
+    planes: Vec<PlaneState>,
+}
+
+async fn snapshot(client: &Client) -> Result<Snapshot, kube::Error> {
+    let at = Instant::now();
+    let mut planes = vec![PlaneState::default(); N];
+    let lp = ListParams::default();
+    for o in api_all(client, Kind::ControlPlane).list(&lp).await? {
+        if let Some(i) = index(&o) {
+            planes[i].spec = o.data["spec"]["openStackRelease"]
+                .as_str()
+                .map(str::to_owned);
+            planes[i].generation = o.metadata.generation.unwrap_or_default();
+        }
+    }
+    let planes_read = Instant::now();
+    for kind in SERVICES {
+        for o in api_all(client, kind).list(&lp).await? {
+            if let Some(i) = index(&o) {
+                let generation = o.metadata.generation.unwrap_or_default();
+                planes[i]
+                    .children
+                    .insert(kind, (generation, settled_release(kind, &o)));
+            }
+        }
+    }
+    Ok(Snapshot {
+        at,
+        planes_read,
+        planes,
+    })
+}
+
+/// Takes snapshots until stopped.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(Vec<Snapshot>, usize)>,
+}
+
+impl Sampler {
+    fn start(client: Client) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let (mut samples, mut errors) = (Vec::new(), 0);
+            while !flag.load(Ordering::Relaxed) {
+                match snapshot(&client).await {
+                    Ok(s) => samples.push(s),
+                    Err(e) => {
+                        errors += 1;
+                        eprintln!("sampling failed: {e}");
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            (samples, errors)
+        });
+        Self { stop, task }
+    }
+
+    async fn finish(self) -> (Vec<Snapshot>, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
+/// The simulated operator, stepped by the test.
+struct Operator {
+    client: Client,
+    op: KubeOperator,
+    adopted: Vec<bool>,
+    /// Operator rounds run, and the time they took.
+    rounds: (usize, Duration),
+}
+
+impl Operator {
+    /// The operator takes over the planes lockstep created, projecting
+    /// their children.
+    async fn adopt_new(&mut self) -> Result<(), String> {
+        if self.adopted.iter().all(|a| *a) {
+            return Ok(());
+        }
+        let planes = api_all(&self.client, Kind::ControlPlane)
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        for o in planes {
+            let Some(i) = index(&o) else { continue };
+            if self.adopted[i] {
+                continue;
+            }
+            let templates = SERVICES.iter().map(|k| (*k, template(*k))).collect();
+            self.op
+                .adopt_plane(&plane(i), templates)
+                .await
+                .map_err(|e| format!("adopting c{i:02}: {e}"))?;
+            self.adopted[i] = true;
+        }
+        Ok(())
+    }
+
+    /// One round of the operator; errors are retried by the next round.
+    async fn tick(&mut self) {
+        let t = Instant::now();
+        let r = match self.adopt_new().await {
+            Ok(()) => self
+                .op
+                .step(Duration::from_secs(60))
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        self.rounds.0 += 1;
+        self.rounds.1 += t.elapsed();
+        let pause = match r {
+            Ok(true) => 20,
+            Ok(false) => 100,
+            Err(e) => {
+                eprintln!("operator round failed (retrying): {e}");
+                500
+            }
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+
+    /// Steps the operator until `done` holds.
+    async fn drive(&mut self, what: &str, limit: Duration, mut done: impl AsyncFnMut() -> bool) {
+        let (start, before) = (Instant::now(), self.rounds);
+        loop {
+            if done().await {
+                eprintln!(
+                    "{what}: {:.1}s ({} operator rounds, {:.1}s in them)",
+                    start.elapsed().as_secs_f64(),
+                    self.rounds.0 - before.0,
+                    (self.rounds.1 - before.1).as_secs_f64()
+                );
+                return;
+            }
+            assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+            self.tick().await;
+        }
+    }
+}
+
+fn git_opt(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("git runs");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// A hop commit the daemon wrote, as Git has it.
+#[derive(Debug)]
+struct WaveCommit {
+    sha: String,
+    author: String,
+    plan: String,
+    wave: String,
+    /// The planes its message lists.
+    listed: Vec<usize>,
+    /// The files it changes.
+    files: Vec<String>,
+}
+
+/// The fleet repository: 20 clouds at 2026.1, then the plan; the branch
+/// starts at the first.
+struct Fleet {
+    repo: FleetRepo,
+    fleet: String,
+    plan: String,
+}
+
+impl Fleet {
+    fn new() -> Self {
+        let repo = FleetRepo::new();
+        for i in 0..N {
+            repo.write(&format!("clouds/c{i:02}.yaml"), ringed_plane(i));
+        }
+        let fleet = repo.commit("20 clouds at 2026.1");
+        repo.write("plans/rings.yaml", PLAN);
+        let plan = repo.commit("plan: rings to 2026.2");
+        repo.git(&["update-ref", "refs/heads/main", &fleet, &plan]);
+        Self { repo, fleet, plan }
+    }
+
+    fn path(&self) -> &Path {
+        self.repo.path()
+    }
+
+    fn head(&self) -> String {
+        self.repo.git(&["rev-parse", "refs/heads/main"])
+    }
+
+    /// The fast-forward to the plan's commit (as a merge would).
+    fn add_plan(&self) {
+        self.repo
+            .git(&["update-ref", "refs/heads/main", &self.plan, &self.fleet]);
+    }
+
+    /// `(state, description)` of a commit's note line for `context`.
+    fn status(&self, sha: &str, context: &str) -> Option<(String, String)> {
+        let note = git_opt(self.path(), &["notes", "--ref=lockstep", "show", sha])?;
+        let prefix = format!("{context}: ");
+        note.lines().find_map(|l| {
+            let rest = l.strip_prefix(&prefix)?;
+            let (state, desc) = rest.split_once(" — ").unwrap_or((rest, ""));
+            Some((state.to_owned(), desc.to_owned()))
+        })
+    }
+
+    fn verdict(&self, sha: &str) -> Option<(String, String)> {
+        self.status(sha, &format!("lockstep/{CLUSTER}"))
+    }
+
+    fn plan_status(&self) -> Option<(String, String)> {
+        self.status(&self.plan, &format!("lockstep/{CLUSTER}/plan/rings"))
+    }
+
+    /// Every commit of the branch, oldest first.
+    fn all_commits(&self) -> Vec<String> {
+        self.repo
+            .git(&["rev-list", "--reverse", "refs/heads/main"])
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The commits after the plan's, oldest first.
+    fn wave_commits(&self) -> Vec<WaveCommit> {
+        let range = format!("{}..refs/heads/main", self.plan);
+        let shas = self.repo.git(&["rev-list", "--reverse", &range]);
+        shas.lines()
+            .map(|sha| {
+                let field = |f: &str| self.repo.git(&["log", "-1", &format!("--format={f}"), sha]);
+                let listed = field("%b")
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("- ControlPlane cloud-"))
+                    .map(|l| l[..2].parse().unwrap())
+                    .collect();
+                let files = self
+                    .repo
+                    .git(&["diff-tree", "--no-commit-id", "--name-only", "-r", sha])
+                    .lines()
+                    .map(str::to_owned)
+                    .collect();
+                WaveCommit {
+                    sha: sha.to_owned(),
+                    author: field("%an <%ae>"),
+                    plan: field("%(trailers:key=Lockstep-Plan,valueonly,separator=%x2C)"),
+                    wave: field("%(trailers:key=Lockstep-Wave,valueonly,separator=%x2C)"),
+                    listed,
+                    files,
+                }
+            })
+            .collect()
+    }
+
+    fn show(&self, rev: &str, file: &str) -> String {
+        self.repo.git(&["show", &format!("{rev}:{file}")])
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_wave_plan_over_twenty_planes_against_the_api_server() {
+    let t0 = Instant::now();
+    let server = ApiServer::start();
+    eprintln!("API server ready: {:.1}s", t0.elapsed().as_secs_f64());
+    let fleet = Fleet::new();
+    let logs = tempfile::tempdir().unwrap();
+    let config = logs.path().join("lockstep.yaml");
+    std::fs::write(
+        &config,
+        "plans:\n  authorName: Plan Robot\n  authorEmail: plans@example.invalid\n",
+    )
+    .unwrap();
+    let client = KubeCluster::from_kubeconfig(&server.kubeconfig())
+        .await
+        .unwrap()
+        .client()
+        .clone();
+    let ns: Api<Namespace> = Api::all(client.clone());
+    for i in 0..N {
+        ns.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": format!("cloud-{i:02}")}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let sampler = Sampler::start(client.clone());
+    let mut op = Operator {
+        client: client.clone(),
+        op: KubeOperator::new(client.clone(), world()),
+        adopted: vec![false; N],
+        rounds: (0, Duration::ZERO),
+    };
+    let mut daemon = Daemon::start(
+        "lockstep",
+        &server,
+        fleet.path(),
+        logs.path(),
+        &["--config", config.to_str().unwrap()],
+        &[],
+    );
+
+    // The fleet commit: 20 planes installed at 2026.1, children projected.
+    op.drive(
+        "20 planes installed at 2026.1",
+        Duration::from_secs(60),
+        async || {
+            fleet
+                .verdict(&fleet.fleet)
+                .is_some_and(|(s, _)| s == "success")
+                && snapshot(&client)
+                    .await
+                    .is_ok_and(|s| s.planes.iter().all(|p| p.complete_at(FROM)))
+        },
+    )
+    .await;
+    let s = snapshot(&client).await.unwrap();
+    for (i, p) in s.planes.iter().enumerate() {
+        assert_eq!(p.generation, 1, "c{i:02} created once");
+        for (k, (g, _)) in &p.children {
+            assert_eq!(*g, 1, "c{i:02}'s {k:?} projected once");
+        }
+    }
+    assert_eq!(fleet.head(), fleet.fleet, "no plan, no commit written");
+
+    // The plan arrives; the daemon runs it to the end.
+    let t_plan = Instant::now();
+    fleet.add_plan();
+    op.drive(
+        "the plan rolled out and reported",
+        Duration::from_secs(150),
+        async || {
+            snapshot(&client)
+                .await
+                .is_ok_and(|s| s.planes.iter().all(|p| p.complete_at(TO)))
+                && fleet.plan_status().is_some_and(|(s, _)| s == "success")
+                && fleet
+                    .all_commits()
+                    .iter()
+                    .all(|c| fleet.verdict(c).is_some_and(|(s, _)| s == "success"))
+        },
+    )
+    .await;
+    let rollout = t_plan.elapsed();
+    let (samples, errors) = sampler.finish().await;
+    assert!(daemon.alive(), "the daemon keeps running");
+    assert_eq!(errors, 0, "every sample of the API server succeeded");
+
+    // ---- From the API server, over the whole run.
+    let max_gap = samples.windows(2).map(|w| w[1].at - w[0].at).max().unwrap();
+    eprintln!(
+        "{} samples, at most {:.0} ms apart",
+        samples.len(),
+        max_gap.as_secs_f64() * 1e3
+    );
+    // Each plane's spec only moves forward, one apply at a time.
+    for i in 0..N {
+        let mut seen: Vec<Option<&str>> = Vec::new();
+        for s in &samples {
+            let p = &s.planes[i];
+            if seen.last() != Some(&p.spec.as_deref()) {
+                seen.push(p.spec.as_deref());
+            }
+            assert!(p.generation <= 2, "c{i:02}: generation {}", p.generation);
+        }
+        assert!(
+            [
+                &[None, Some(FROM), Some(TO)][..],
+                &[Some(FROM), Some(TO)][..],
+            ]
+            .contains(&seen.as_slice()),
+            "c{i:02}: {seen:?}"
+        );
+    }
+    // The install first.
+    let installed = samples
+        .iter()
+        .position(|s| s.planes.iter().all(|p| p.complete_at(FROM)))
+        .expect("the install was seen complete");
+    let first_bump = samples
+        .iter()
+        .position(|s| s.planes.iter().any(PlaneState::bumped))
+        .expect("a bump was seen");
+    assert!(installed < first_bump, "{installed} < {first_bump}");
+    // Wave order and maxParallel, at every sampled moment.
+    let mut peak = [0usize; 3];
+    for s in &samples {
+        let t = (s.at - t0).as_secs_f64();
+        for i in (0..N).filter(|i| s.planes[*i].bumped()) {
+            for j in (0..N).filter(|j| wave_of(*j) < wave_of(i)) {
+                assert!(
+                    s.planes[j].complete_at(TO),
+                    "+{t:.1}s: c{i:02} ({}) bumped while c{j:02} ({}) is not complete: {:?}",
+                    WAVES[wave_of(i)].name,
+                    WAVES[wave_of(j)].name,
+                    s.planes[j]
+                );
+            }
+        }
+        for (w, wave) in WAVES.iter().enumerate() {
+            let upgrading = members(w)
+                .into_iter()
+                .filter(|i| s.planes[*i].bumped() && !s.planes[*i].complete_at(TO))
+                .count();
+            assert!(
+                upgrading <= wave.max_parallel,
+                "+{t:.1}s: {upgrading} of {} upgrading",
+                wave.name
+            );
+            peak[w] = peak[w].max(upgrading);
+        }
+    }
+    for (w, wave) in WAVES.iter().enumerate() {
+        let first = |f: &dyn Fn(&PlaneState) -> bool, i: usize| {
+            samples
+                .iter()
+                .find(|s| f(&s.planes[i]))
+                .map_or(f64::NAN, |s| {
+                    s.at.saturating_duration_since(t_plan).as_secs_f64()
+                })
+        };
+        let spans: Vec<String> = members(w)
+            .into_iter()
+            .map(|i| {
+                format!(
+                    "c{i:02} {:.1}→{:.1}",
+                    first(&PlaneState::bumped, i),
+                    first(&|p| p.complete_at(TO), i)
+                )
+            })
+            .collect();
+        eprintln!(
+            "{} (bumped→complete, s after the plan): {}",
+            wave.name,
+            spans.join(", ")
+        );
+    }
+    eprintln!("most planes upgrading at once per wave: {peak:?}");
+    assert_eq!(peak[0], 1, "the canaries upgraded");
+    assert!(peak[1] >= 2 && peak[2] >= 2, "in parallel: {peak:?}");
+    // The soaks. A wave first seen complete in sample k completed after
+    // sample k-1 began; the next wave first seen bumped in sample m was
+    // bumped before m's ControlPlanes answered. So m's answer comes at
+    // least the soak after k-1 began.
+    for (w, wave) in WAVES.iter().enumerate().take(2) {
+        let k = samples
+            .iter()
+            .position(|s| members(w).iter().all(|i| s.planes[*i].complete_at(TO)))
+            .unwrap();
+        let m = samples
+            .iter()
+            .position(|s| members(w + 1).iter().any(|i| s.planes[*i].bumped()))
+            .unwrap();
+        assert!(k >= 1 && m >= k, "{w}: {k} {m}");
+        let bound = samples[m]
+            .planes_read
+            .saturating_duration_since(samples[k - 1].at);
+        eprintln!(
+            "{} complete → {} started: {:.1}s after it was seen complete, at most {:.1}s (soak {:?})",
+            wave.name,
+            WAVES[w + 1].name,
+            samples[m]
+                .at
+                .saturating_duration_since(samples[k].at)
+                .as_secs_f64(),
+            bound.as_secs_f64(),
+            wave.soak
+        );
+        assert!(
+            bound >= wave.soak,
+            "{}: the next wave started within {bound:?} of its completion (soak {:?})",
+            wave.name,
+            wave.soak
+        );
+    }
+    // The end: every plane applied once more (the hop), every child
+    // projected once more and settled at the target.
+    let end = snapshot(&client).await.unwrap();
+    for (i, p) in end.planes.iter().enumerate() {
+        assert_eq!(p.spec.as_deref(), Some(TO), "c{i:02}");
+        assert_eq!(p.generation, 2, "c{i:02}: one apply of the hop");
+        assert!(p.complete_at(TO), "c{i:02}: {p:?}");
+        for (k, (g, _)) in &p.children {
+            assert_eq!(*g, 2, "c{i:02}'s {k:?}: projected once for the hop");
+        }
+    }
+
+    // ---- From Git.
+    let commits = fleet.wave_commits();
+    let mut bumped: Vec<usize> = Vec::new();
+    let mut last_wave = 0;
+    for (n, c) in commits.iter().enumerate() {
+        assert_eq!(c.plan, "rings", "{c:?}");
+        let w = WAVES
+            .iter()
+            .position(|w| w.name == c.wave)
+            .unwrap_or_else(|| panic!("no wave trailer: {c:?}"));
+        assert!(w >= last_wave, "waves in order: {commits:#?}");
+        assert_eq!(c.author, "Plan Robot <plans@example.invalid>");
+        assert!(
+            !c.listed.is_empty() && c.listed.len() <= WAVES[w].max_parallel,
+            "{c:?}"
+        );
+        if n == 0 || w != last_wave {
+            // A wave starts as many as it may at once.
+            assert_eq!(
+                c.listed.len(),
+                WAVES[w].max_parallel.min(members(w).len()),
+                "{c:?}"
+            );
+        }
+        last_wave = w;
+        let mut files: Vec<String> = c
+            .listed
+            .iter()
+            .map(|i| format!("clouds/c{i:02}.yaml"))
+            .collect();
+        files.sort();
+        assert_eq!(c.files, files, "{c:?}");
+        for i in &c.listed {
+            assert_eq!(wave_of(*i), w, "{c:?}");
+            let file = format!("clouds/c{i:02}.yaml");
+            // Release and image together: a plane's images follow its
+            // release, so the release line is the whole change.
+            assert_eq!(
+                fleet.show(&c.sha, &file),
+                fleet.show(&format!("{}^", c.sha), &file).replacen(
+                    &format!("openStackRelease: \"{FROM}\""),
+                    &format!("openStackRelease: \"{TO}\""),
+                    1
+                ),
+                "{c:?}"
+            );
+        }
+        bumped.extend(&c.listed);
+    }
+    assert_eq!(last_wave, 2, "every wave ran: {commits:#?}");
+    bumped.sort();
+    assert_eq!(bumped, (0..N).collect::<Vec<_>>(), "each plane once");
+    // Every commit accepted and applied; the plan complete.
+    let all = fleet.all_commits();
+    assert_eq!(all.len(), 2 + commits.len());
+    for sha in &all {
+        let (state, desc) = fleet.verdict(sha).unwrap();
+        assert_eq!(state, "success", "{sha}: {desc}");
+    }
+    assert_eq!(
+        fleet.plan_status(),
+        Some((
+            "success".to_owned(),
+            format!("complete: every wave at {TO}")
+        ))
+    );
+    let troubles: BTreeMap<String, usize> = daemon
+        .records()
+        .iter()
+        .filter(|r| r["level"] == "WARN" || r["level"] == "ERROR")
+        .fold(BTreeMap::new(), |mut m, r| {
+            let what = format!("{} {}", r["level"], r["fields"]["message"]);
+            *m.entry(what).or_default() += 1;
+            m
+        });
+    eprintln!("lockstep's warnings and errors: {troubles:?}");
+    assert!(
+        !troubles.keys().any(|k| k.starts_with("ERROR")),
+        "{troubles:?}"
+    );
+    // lockstep's own log agrees: 20 installs, 20 hops, once each.
+    let mut expected: Vec<(String, String)> = (0..N)
+        .flat_map(|i| [FROM, TO].map(|r| (plane(i).to_string(), r.to_owned())))
+        .collect();
+    expected.sort();
+    assert_eq!(daemon.applied_sorted(), expected);
+    eprintln!(
+        "{} hop commits; rollout {:.1}s; total {:.1}s",
+        commits.len(),
+        rollout.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+}
