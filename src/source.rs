@@ -1305,6 +1305,76 @@ fn is_read(kind: &EventKind) -> bool {
 mod tests {
     use super::*;
 
+    /// Push targets are built like sources: the same refusals before any
+    /// connection, nothing secret in Debug. (No ssh server runs here; the
+    /// https token path is exercised against git's http-backend in
+    /// tests/plan_propose.rs.)
+    #[test]
+    fn push_targets_refuse_what_sources_refuse_and_hide_secrets() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = dir.path().join("id_ed25519");
+        std::fs::write(&key, "not read").expect("key");
+        let known = dir.path().join("known_hosts");
+        std::fs::write(&known, "").expect("known_hosts");
+        let ssh = "ssh://git@git.example.com:2222/fleet.git";
+        let e = PushTarget::new(
+            ssh,
+            Auth {
+                ssh_key: Some(key.clone()),
+                ..Auth::default()
+            },
+        )
+        .expect_err("no known_hosts");
+        assert!(matches!(e, SourceError::NoKnownHosts { .. }), "{e:?}");
+        let e = PushTarget::new(
+            ssh,
+            Auth {
+                known_hosts: Some(known.clone()),
+                ..Auth::default()
+            },
+        )
+        .expect_err("no key");
+        assert!(matches!(e, SourceError::NoSshKey { .. }), "{e:?}");
+        let t = PushTarget::new(
+            "git@git.example.com:fleet.git",
+            Auth {
+                ssh_key: Some(key),
+                known_hosts: Some(known),
+                ..Auth::default()
+            },
+        )
+        .expect("ssh with key and known_hosts");
+        assert_eq!(t.location(), "git.example.com:fleet.git");
+        assert_eq!(t.url(), "git@git.example.com:fleet.git");
+
+        let token = "tok-push-5e1";
+        let e = PushTarget::new(
+            "http://git.example.com/fleet.git",
+            Auth {
+                token: Some(Secret::new(token)),
+                ..Auth::default()
+            },
+        )
+        .expect_err("a token over plain http");
+        assert!(matches!(e, SourceError::InsecureToken { .. }), "{e:?}");
+        let t = PushTarget::new(
+            "https://me:url-pw@git.example.com/fleet.git",
+            Auth {
+                token: Some(Secret::new(token)),
+                ..Auth::default()
+            },
+        )
+        .expect("https with a token");
+        let shown = format!("{t:?}");
+        assert!(
+            !shown.contains(token) && !shown.contains("url-pw"),
+            "{shown}"
+        );
+        assert_eq!(t.location(), "https://git.example.com/fleet.git");
+        let errs = RefCell::new(None);
+        let _callbacks = t.callbacks(&errs);
+    }
+
     fn blob(key_type: &str, body: &[u8]) -> Vec<u8> {
         let mut b = (key_type.len() as u32).to_be_bytes().to_vec();
         b.extend_from_slice(key_type.as_bytes());

@@ -876,3 +876,289 @@ async fn git_notes_cannot_propose_and_say_so() {
     assert!(fleet.tip(WAVE1).is_none(), "no branch pushed");
     assert_eq!(applied(&mem).0, "2026.1");
 }
+
+// ---------------------------------------------------------------------------
+// Pushing with the source's token: git's own smart-HTTP server
+// (`git http-backend`, as CGI behind a minimal HTTP/1.1 loop in this test)
+// that lets anyone read but wants a token to push, as a host does for a
+// public repository. Plain http on loopback (the source allows a token
+// there; anywhere else it insists on https).
+
+const PUSH_TOKEN: &str = "ghs-push-token-9d1e";
+
+fn basic(user: &str, password: &str) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = format!("{user}:{password}").into_bytes();
+    let mut out = String::from("Basic ");
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `git http-backend` serving `root` on 127.0.0.1; pushes need
+/// `x-access-token:PUSH_TOKEN`. Records (method, target, authorized).
+struct HttpGit {
+    port: u16,
+    seen: Arc<Mutex<Vec<(String, String, bool)>>>,
+}
+
+impl HttpGit {
+    fn start(root: &Path) -> HttpGit {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let seen: Arc<Mutex<Vec<(String, String, bool)>>> = Arc::default();
+        let record = seen.clone();
+        let root = root.to_owned();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let (root, record) = (root.clone(), record.clone());
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).is_err() {
+                        return;
+                    }
+                    let mut parts = line.split_whitespace();
+                    let method = parts.next().unwrap_or_default().to_owned();
+                    let target = parts.next().unwrap_or_default().to_owned();
+                    let mut headers = Vec::new();
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).is_err() || h.trim().is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = h.split_once(':') {
+                            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+                        }
+                    }
+                    let get =
+                        |k: &str| headers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+                    let mut body = Vec::new();
+                    if get("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
+                        loop {
+                            let mut size = String::new();
+                            if reader.read_line(&mut size).is_err() {
+                                return;
+                            }
+                            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+                            let mut chunk = vec![0u8; n + 2];
+                            if reader.read_exact(&mut chunk).is_err() {
+                                return;
+                            }
+                            if n == 0 {
+                                break;
+                            }
+                            body.extend_from_slice(&chunk[..n]);
+                        }
+                    } else if let Some(n) = get("content-length").and_then(|n| n.parse().ok()) {
+                        body = vec![0u8; n];
+                        if reader.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                    }
+                    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+                    let push =
+                        query.contains("git-receive-pack") || path.ends_with("git-receive-pack");
+                    let authorized = get("authorization").as_deref()
+                        == Some(&basic("x-access-token", PUSH_TOKEN));
+                    record
+                        .lock()
+                        .expect("lock")
+                        .push((method.clone(), target.clone(), authorized));
+                    let mut out = stream;
+                    if push && !authorized {
+                        let _ = out.write_all(
+                            b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"fleet\"\r\n\
+                              Content-Length: 0\r\nConnection: close\r\n\r\n",
+                        );
+                        return;
+                    }
+                    let mut cgi = Command::new("git");
+                    cgi.arg("http-backend")
+                        .env("GIT_PROJECT_ROOT", &root)
+                        .env("GIT_HTTP_EXPORT_ALL", "1")
+                        .env("GIT_CONFIG_NOSYSTEM", "1")
+                        .env("REQUEST_METHOD", &method)
+                        .env("PATH_INFO", path)
+                        .env("QUERY_STRING", query)
+                        .env("CONTENT_TYPE", get("content-type").unwrap_or_default())
+                        .env("CONTENT_LENGTH", body.len().to_string())
+                        .env("REMOTE_ADDR", "127.0.0.1")
+                        .stdin(std::process::Stdio::piped())
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::null());
+                    if authorized {
+                        cgi.env("REMOTE_USER", "x-access-token");
+                    }
+                    let mut child = cgi.spawn().expect("git http-backend runs");
+                    if let Some(mut stdin) = child.stdin.take() {
+                        let _ = stdin.write_all(&body);
+                    }
+                    let output = child.wait_with_output().expect("http-backend output");
+                    let raw = output.stdout;
+                    let split = raw
+                        .windows(4)
+                        .position(|w| w == b"\r\n\r\n")
+                        .map(|i| (i, 4))
+                        .or_else(|| raw.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2)));
+                    let Some((at, sep)) = split else { return };
+                    let head = String::from_utf8_lossy(&raw[..at]).into_owned();
+                    let content = &raw[at + sep..];
+                    let mut status = "200 OK".to_owned();
+                    let mut response = String::new();
+                    for h in head.lines() {
+                        match h.split_once(':') {
+                            Some((k, v)) if k.eq_ignore_ascii_case("status") => {
+                                status = v.trim().to_owned();
+                            }
+                            Some(_) => {
+                                response.push_str(h.trim_end());
+                                response.push_str("\r\n");
+                            }
+                            None => {}
+                        }
+                    }
+                    let _ = out.write_all(
+                        format!(
+                            "HTTP/1.1 {status}\r\n{response}Content-Length: {}\r\nConnection: close\r\n\r\n",
+                            content.len()
+                        )
+                        .as_bytes(),
+                    );
+                    let _ = out.write_all(content);
+                });
+            }
+        });
+        HttpGit { port, seen }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/fleet.git", self.port)
+    }
+
+    fn pushes(&self) -> Vec<bool> {
+        self.seen
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(m, t, _)| m == "POST" && t.ends_with("git-receive-pack"))
+            .map(|(_, _, ok)| *ok)
+            .collect()
+    }
+}
+
+fn http_daemon(
+    fleet: &Fleet,
+    server: &HttpGit,
+    token: Option<&str>,
+    forge: Arc<AnyForge>,
+    mem: &MemoryCluster,
+) -> Daemon<MemoryCluster, Source> {
+    let source = Source::open(
+        Origin::Remote {
+            url: server.url(),
+            cache_dir: fleet.cache(),
+            auth: Auth {
+                token: token.map(Secret::new),
+                ..Auth::default()
+            },
+        },
+        "main",
+    )
+    .expect("source opens over http");
+    let target = source.push_target();
+    let mut d = Daemon::new(
+        Options {
+            cluster_name: "sim".into(),
+            poll: Duration::ZERO,
+            plan_push: target.clone(),
+            plan_propose_to: target,
+            ..Options::default()
+        },
+        source,
+        mem.clone(),
+        Some(mem.clone()),
+        StatusQueue::new(10_000),
+        Arc::new(Metrics::new()),
+    );
+    d.set_forge(forge);
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_pushes_carry_the_source_token_over_http() {
+    // Propose mode: without a token the push is refused and the plan says
+    // so; with the source's token the wave branch arrives.
+    let fleet = Fleet::new(PLAN);
+    let server = HttpGit::start(&fleet.root.path().join("srv"));
+    let host = MockServer::start().await;
+    let stub = PullsStub {
+        bare: fleet.bare(),
+        pulls: Arc::default(),
+    };
+    Mock::given(path("/repos/o/r/pulls"))
+        .respond_with(stub.clone())
+        .mount(&host)
+        .await;
+    let forge = Arc::new(AnyForge::GitHub(
+        GitHub::new(&host.uri(), "o/r", None).expect("forge"),
+    ));
+    let mem = cluster();
+    let mut d = http_daemon(&fleet, &server, None, forge.clone(), &mem);
+    d.pass().await;
+    assert!(fleet.tip(WAVE1).is_none());
+    assert_eq!(stub.posts(), 0);
+    let status = plan_status(&d);
+    assert!(
+        status.contains(&format!("writing the branch {WAVE1} failed"))
+            && status.contains("asks for credentials but no token is configured"),
+        "{status}"
+    );
+    drop(d);
+    let mut d = http_daemon(&fleet, &server, Some(PUSH_TOKEN), forge, &mem);
+    d.pass().await;
+    let wave1 = fleet.tip(WAVE1).expect("pushed with the token");
+    assert_eq!(stub.posts(), 1);
+    assert!(
+        plan_status(&d).contains("waiting for merge"),
+        "{}",
+        plan_status(&d)
+    );
+    assert_eq!(server.pushes().last(), Some(&true), "{:?}", server.pushes());
+    assert!(!status.contains(PUSH_TOKEN));
+
+    // Commit mode over the same server: the hop commit reaches main.
+    let fleet = Fleet::new(&PLAN.replace("mode: propose", "mode: commit"));
+    let server = HttpGit::start(&fleet.root.path().join("srv"));
+    let main0 = fleet.tip("main").expect("main");
+    let mem = cluster();
+    let host = MockServer::start().await;
+    let forge = Arc::new(AnyForge::GitHub(
+        GitHub::new(&host.uri(), "o/r", None).expect("forge"),
+    ));
+    let mut d = http_daemon(&fleet, &server, Some(PUSH_TOKEN), forge, &mem);
+    d.pass().await;
+    let main1 = fleet.tip("main").expect("main");
+    assert_ne!(main1, main0, "the hop commit was pushed to main");
+    let message = git(&fleet.bare(), &["log", "-1", "--format=%B", "main"]);
+    assert!(message.starts_with(TITLE1), "{message}");
+    assert!(
+        server.pushes().iter().all(|ok| *ok),
+        "{:?}",
+        server.pushes()
+    );
+    assert_ne!(wave1, main1);
+}
