@@ -1162,3 +1162,65 @@ async fn plan_pushes_carry_the_source_token_over_http() {
     );
     assert_ne!(wave1, main1);
 }
+
+// ---------------------------------------------------------------------------
+// The real binary: `lockstep run --until-idle` proposes and stops (a wave
+// waiting for a person leaves nothing to do); run again, it opens nothing
+// new. GitHub is the stateful stub (statuses accepted and forgotten).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockstep_run_proposes_once_across_runs() {
+    let fleet = Fleet::new(PLAN);
+    let host = MockServer::start().await;
+    let stub = PullsStub {
+        bare: fleet.bare(),
+        pulls: Arc::default(),
+    };
+    Mock::given(path("/repos/o/r/pulls"))
+        .and(header("authorization", "Bearer ghp-run"))
+        .respond_with(stub.clone())
+        .mount(&host)
+        .await;
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path_regex(
+            r"^/repos/o/r/commits/[0-9a-f]{40}/statuses$",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(&host)
+        .await;
+    Mock::given(method("POST"))
+        .and(wiremock::matchers::path_regex(
+            r"^/repos/o/r/statuses/[0-9a-f]{40}$",
+        ))
+        .respond_with(ResponseTemplate::new(201).set_body_json(json!({"id": 1})))
+        .mount(&host)
+        .await;
+    let run = || {
+        let mut c = Command::new(common::lockstep_bin());
+        c.args(["run", "--until-idle", "--url"])
+            .arg(fleet.url())
+            .arg("--cache-dir")
+            .arg(fleet.cache())
+            .args(["--report", "github", "--forge-url"])
+            .arg(host.uri())
+            .args(["--forge-repo", "o/r", "--token-env", "PROPOSE_TOKEN"])
+            .env("PROPOSE_TOKEN", "ghp-run")
+            .env("LOCKSTEP_LOG", "info");
+        c
+    };
+    for n in 0..2 {
+        let mut c = run();
+        let out = tokio::task::spawn_blocking(move || c.output().expect("lockstep runs"))
+            .await
+            .expect("join");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "run {n}: {stderr}");
+        assert_eq!(stub.posts(), 1, "run {n}: one request in all: {stderr}");
+        assert!(fleet.tip(WAVE1).is_some(), "run {n}");
+        if n == 0 {
+            assert!(stderr.contains("plan: proposed the wave"), "{stderr}");
+        } else {
+            assert!(!stderr.contains("plan: proposed the wave"), "{stderr}");
+        }
+    }
+}
