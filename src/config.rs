@@ -84,13 +84,14 @@ pub struct SourceConfig {
     /// Where remote repositories are cloned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_dir: Option<PathBuf>,
-    /// HTTPS token for the remote (a file holding it).
+    /// HTTPS token for the remote (a file holding it); plan commits and
+    /// proposal branches are pushed with it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<PathBuf>,
     /// User name sent with the token (GitHub: x-access-token, GitLab: oauth2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_user: Option<String>,
-    /// SSH private key for ssh:// remotes.
+    /// SSH private key for ssh:// remotes (fetches and plan pushes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_key_file: Option<PathBuf>,
     /// OpenSSH known_hosts for ssh:// remotes (required: ssh fails closed).
