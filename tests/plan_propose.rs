@@ -1224,3 +1224,36 @@ async fn lockstep_run_proposes_once_across_runs() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Rehearsals have no host: a proposed wave is rehearsed as merged at once.
+
+#[test]
+fn rehearse_takes_proposals_as_merged() {
+    let fleet = Fleet::new(PLAN);
+    let out = Command::new(common::lockstep_bin())
+        .args([
+            "rehearse",
+            "--plan",
+            "--start",
+            "2026-12-01T12:00:00Z",
+            "--repo",
+        ])
+        .arg(fleet.work())
+        .output()
+        .expect("lockstep runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("plan fleet: complete: every wave at 2026.2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lockstep plan fleet: wave canary (1/2) to 2026.2")
+            && text.contains("lockstep plan fleet: wave production (2/2) to 2026.2"),
+        "{text}"
+    );
+    assert!(!text.contains("needs a Git host"), "{text}");
+    assert!(text.contains("(2 hop commits)"), "{text}");
+    assert!(fleet.tip(WAVE1).is_none(), "a rehearsal pushes nothing");
+}

@@ -78,7 +78,9 @@ pub async fn rehearse(
     let metrics = Metrics::new();
     let mut out = Schedule::default();
     let repo_git = git2::Repository::open(&clone).map_err(|e| e.message().to_owned())?;
-    let mut seen_head = None;
+    // The head before the first pass: a wave that may start at once is
+    // written by that pass and must be reported like any later one.
+    let mut seen_head = repo_git.refname_to_id(&format!("refs/heads/{branch}")).ok();
     let mut phases: BTreeMap<String, Option<String>> = BTreeMap::new();
     let mut first_plan_pass = None;
     let mut plan_status: BTreeMap<String, String> = BTreeMap::new();
