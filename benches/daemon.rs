@@ -333,10 +333,15 @@ fn main() {
     let pass_s = metric(&m1, "lockstep_reconcile_pass_duration_seconds_sum")
         - metric(&m0, "lockstep_reconcile_pass_duration_seconds_sum");
     println!(
-        "idle ({planes} planes watched, {idle}s): CPU {:.2}% of a core, {passes:.0} quiet polls, {:.1} ms per poll, peak RSS {:.0} MiB",
+        "idle ({planes} planes watched, {idle}s): CPU {:.2}% of a core, {passes:.0} quiet polls, {:.1} ms per poll (wall, the remote's answer included), {:.1} ms CPU per poll (all of the process's CPU while idle), peak RSS {:.0} MiB",
         100.0 * ticks as f64 / hz / wall,
         if passes > 0.0 {
             1000.0 * pass_s / passes
+        } else {
+            0.0
+        },
+        if passes > 0.0 {
+            1000.0 * ticks as f64 / hz / passes
         } else {
             0.0
         },

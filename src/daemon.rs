@@ -150,6 +150,34 @@ pub struct PassOutcome {
     pub source_error: Option<String>,
 }
 
+/// How many unit reports are in flight (an apply or a hop being followed)
+/// and how many are blocked.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    in_flight: usize,
+    blocked: usize,
+}
+
+impl Tally {
+    fn of<'a>(reports: impl IntoIterator<Item = &'a UnitReport>) -> Self {
+        let mut t = Tally::default();
+        for r in reports {
+            t.add(r, 1);
+        }
+        t
+    }
+
+    fn add(&mut self, r: &UnitReport, sign: isize) {
+        let (f, b) = match r.next {
+            Next::Apply(_) | Next::Follow(_) => (1, 0),
+            Next::Blocked(_) => (0, 1),
+            Next::Done(_) => (0, 0),
+        };
+        self.in_flight = self.in_flight.saturating_add_signed(f * sign);
+        self.blocked = self.blocked.saturating_add_signed(b * sign);
+    }
+}
+
 pub struct Daemon<C: Cluster, R: Repo> {
     opts: Options,
     repo: Arc<std::sync::Mutex<R>>,
@@ -167,6 +195,13 @@ pub struct Daemon<C: Cluster, R: Repo> {
     seeded: bool,
     /// The last report of every unit: a quiet pass reuses them.
     units: BTreeMap<Key, UnitReport>,
+    /// Counts over `units`, kept as reports change, so that a quiet pass
+    /// over thousands of units reads none of them.
+    tally: Tally,
+    /// The chains `units` were last walked against: while they are the
+    /// same (by pointer), nothing is in flight and the cluster announced
+    /// nothing, a walk would want no unit and is skipped.
+    walked: Option<Arc<BTreeMap<Key, Arc<Chain>>>>,
     /// Objects the cluster announced as changed since the last pass.
     dirty: std::collections::HashSet<Key>,
     last_full: Option<Instant>,
@@ -215,6 +250,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             posted: HashMap::new(),
             seeded: false,
             units: BTreeMap::new(),
+            tally: Tally::default(),
+            walked: None,
             dirty: std::collections::HashSet::new(),
             last_full: None,
             plan_completed: BTreeMap::new(),
@@ -329,6 +366,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
 
     async fn pass_inner(&mut self) -> PassOutcome {
         let mut out = PassOutcome::default();
+        let t0 = Instant::now();
         // 1. The source.
         let t = Instant::now();
         let repo = self.repo.clone();
@@ -359,6 +397,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 (r.path(), r.head(), r.pulls())
             }
         };
+        let t_refresh = t0.elapsed();
         let Some(head) = head else {
             tracing::warn!(branch = %self.opts.branch, "the branch has no commits yet");
             return out;
@@ -367,6 +406,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let full = self
             .last_full
             .is_none_or(|t| t.elapsed() >= self.opts.resync);
+        let mut verdicts_first = false;
         if self.judged.as_ref().is_none_or(|j| j.head != head) {
             // Taken, so that the report and chains are extended in place
             // rather than copied.
@@ -375,6 +415,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 Ok((j, new)) => {
                     self.count_verdicts(&j.report, new);
                     self.judged = Some(j);
+                    verdicts_first = new > 0;
                 }
                 Err((e, prev)) => {
                     tracing::error!(error = %e, head = %head, "judging failed");
@@ -391,6 +432,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         };
         let report = judged.report.clone();
         let chains = judged.chains.clone();
+        let t_judge = t0.elapsed();
+        // The new commits' verdicts go out before anything is applied: a
+        // push is answered in the time it takes to judge it, not to apply
+        // it. (The units are last pass's, so older commits' statuses are
+        // unchanged and not sent again.)
+        if verdicts_first && self.seeded {
+            self.queue_statuses(&report).await;
+        }
         // 3. A simulated cluster starts from the first judged commit's tree,
         //    "taken as given".
         if !self.seeded {
@@ -402,14 +451,22 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         //    (a quiet poll reads nothing).
         if full {
             self.units.retain(|k, _| chains.contains_key(k));
+            self.tally = Tally::of(self.units.values());
             self.last_full = Some(Instant::now());
         }
         let dirty = std::mem::take(&mut self.dirty);
         let mut changed = full;
+        let quiet = !full
+            && dirty.is_empty()
+            && self.tally.in_flight == 0
+            && self
+                .walked
+                .as_ref()
+                .is_some_and(|w| Arc::ptr_eq(w, &chains));
         // Which units to read: a merge of two sorted maps (no lookups: a
         // quiet pass over thousands of units costs a walk, not a search).
         let mut wanted: Vec<(Key, Arc<Chain>)> = Vec::new();
-        {
+        if !quiet {
             let mut cached = self.units.iter().peekable();
             for (key, chain) in chains.iter() {
                 while cached.peek().is_some_and(|(k, _)| *k < key) {
@@ -432,6 +489,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 }
             }
         }
+        let wanted_count = wanted.len();
         for (key, chain) in wanted {
             let span = tracing::info_span!("unit", object = %key);
             let u = self
@@ -440,14 +498,16 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 .await;
             if self.units.get(&key) != Some(&u) {
                 changed = true;
-                self.units.insert(key, u);
+                self.tally.add(&u, 1);
+                if let Some(old) = self.units.insert(key, u) {
+                    self.tally.add(&old, -1);
+                }
             }
         }
-        out.blocked = self
-            .units
-            .values()
-            .filter(|u| matches!(u.next, Next::Blocked(_)))
-            .count();
+        self.walked = Some(chains.clone());
+        let t_walk = t0.elapsed();
+        out.blocked = self.tally.blocked;
+        debug_assert_eq!(self.tally, Tally::of(self.units.values()));
         self.metrics.units_blocked.set(out.blocked as i64);
         // 5. Upgrade plans: decide, and write a wave's hop commit when it
         //    may start (the next pass judges and applies it).
@@ -455,19 +515,36 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         if !plans.plans.is_empty() {
             changed |= self.run_plans(&path, head, &plans, &mut out).await;
         }
+        let t_plans = t0.elapsed();
         // 6. Statuses, when something moved.
         if changed {
-            let statuses = rollout::statuses(
-                &self.opts.cluster_name,
-                &report,
-                &self.units,
-                self.opts.target_url.as_deref(),
-            );
-            for (sha, s) in statuses {
-                self.queue_status(sha, s).await;
-            }
+            self.queue_statuses(&report).await;
         }
+        tracing::debug!(
+            quiet,
+            units = wanted_count,
+            refresh_ms = t_refresh.as_secs_f64() * 1e3,
+            judge_ms = (t_judge - t_refresh).as_secs_f64() * 1e3,
+            units_ms = (t_walk - t_judge).as_secs_f64() * 1e3,
+            plans_ms = (t_plans - t_walk).as_secs_f64() * 1e3,
+            statuses_ms = (t0.elapsed() - t_plans).as_secs_f64() * 1e3,
+            "pass"
+        );
         out
+    }
+
+    /// Every status the judged history and the unit reports imply (only
+    /// changed ones are sent).
+    async fn queue_statuses(&mut self, report: &CheckReport) {
+        let statuses = rollout::statuses(
+            &self.opts.cluster_name,
+            report,
+            &self.units,
+            self.opts.target_url.as_deref(),
+        );
+        for (sha, s) in statuses {
+            self.queue_status(sha, s).await;
+        }
     }
 
     /// Runs the plans of the head tree; true when a status may have moved.

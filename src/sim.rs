@@ -395,6 +395,22 @@ impl World {
             .collect()
     }
 
+    /// Settles only `keys`, for a change that touched only them. Objects
+    /// reconcile independently (each reads itself, its own Jobs and the
+    /// clock), so the others are unaffected; in a 23,000-object world a
+    /// whole settle costs a quarter of a second per apply.
+    pub fn settle_only(&mut self, keys: &[Key]) {
+        for _ in 0..64 {
+            let mut changed = false;
+            for k in keys {
+                changed |= self.reconcile(k);
+            }
+            if !changed {
+                break;
+            }
+        }
+    }
+
     /// Runs reconcile passes until nothing changes at the current time.
     pub fn settle(&mut self) {
         for _ in 0..64 {

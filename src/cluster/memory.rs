@@ -168,14 +168,16 @@ impl Cluster for MemoryCluster {
                 w.apply(&req.key, release, image)
                     .map_err(|_| ClusterError::NotFound(req.key.clone()))?;
             }
-            w.settle();
-            let _ = self.changes.send(req.key.clone());
-            for o in w
-                .objects
-                .values()
-                .filter(|o| o.projected_by.as_ref() == Some(&req.key))
-            {
-                let _ = self.changes.send(o.key.clone());
+            let mut touched = vec![req.key.clone()];
+            touched.extend(
+                w.objects
+                    .values()
+                    .filter(|o| o.projected_by.as_ref() == Some(&req.key))
+                    .map(|o| o.key.clone()),
+            );
+            w.settle_only(&touched);
+            for k in touched {
+                let _ = self.changes.send(k);
             }
         }
         self.get(&req.key)
