@@ -202,7 +202,9 @@ fn main() {
         (2000, 3000, 30)
     };
     // For profiling: LOCKSTEP_BENCH_PUSHES=N, LOCKSTEP_BENCH_IDLE=SECONDS,
-    // LOCKSTEP_BENCH_LOG=FILE (the daemon's debug log).
+    // LOCKSTEP_BENCH_LOG=FILE (the daemon's debug log),
+    // LOCKSTEP_BENCH_REMOTE=file,
+    // LOCKSTEP_BENCH_WRAP=COMMAND (see below).
     if let Some(n) = std::env::var("LOCKSTEP_BENCH_PUSHES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -268,12 +270,29 @@ fn main() {
     let cache = tmp.path().join("cache");
     let (hook, metrics) = (free_port(), free_port());
     let started = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_lockstep"))
-        .args([
-            "run",
-            "--url",
-            &format!("git://127.0.0.1:{git_port}/fleet.git"),
-        ])
+    // LOCKSTEP_BENCH_REMOTE=file: the daemon fetches over file:// instead
+    // of git://. git-daemon's answers stall for a TCP delayed ACK (about
+    // 40 ms on loopback: `git ls-remote git://...` shows it too), which
+    // hides the daemon's own cost of a poll.
+    let url = match std::env::var("LOCKSTEP_BENCH_REMOTE").as_deref() {
+        Ok("file") => format!("file://{}", served.join("fleet.git").display()),
+        _ => format!("git://127.0.0.1:{git_port}/fleet.git"),
+    };
+    // LOCKSTEP_BENCH_WRAP="heaptrack -o /tmp/ht" runs the daemon under a
+    // profiler (its figures are then the profiler's too).
+    let wrap: Vec<String> = std::env::var("LOCKSTEP_BENCH_WRAP")
+        .map(|w| w.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let mut command = match wrap.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(env!("CARGO_BIN_EXE_lockstep"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_lockstep")),
+    };
+    let child = command
+        .args(["run", "--url", &url])
         .args(["--cache-dir", cache.to_str().expect("utf-8")])
         .args(["--poll", "5s", "--cluster-name", "bench"])
         .args(["--listen", &format!("127.0.0.1:{hook}")])

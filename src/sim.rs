@@ -157,6 +157,9 @@ pub struct World {
     pub events: Vec<Event>,
     /// Reconcile passes run, for the benchmark.
     pub passes: u64,
+    /// Objects a reconcile changed since whoever watches last took them:
+    /// a watch without a copy of every status to compare against.
+    pub changed: std::collections::BTreeSet<Key>,
 }
 
 fn roles(kind: Kind, name: &str) -> Vec<(String, bool)> {
@@ -600,7 +603,11 @@ impl World {
                 .map(|d| (d.image.clone(), d.rolling_until))
                 .collect::<Vec<_>>(),
         );
-        before != after || self.jobs.len() != jobs_before
+        let changed = before != after;
+        if changed {
+            self.changed.insert(key.clone());
+        }
+        changed || self.jobs.len() != jobs_before
     }
 
     fn reconcile_horizon(&mut self, key: &Key) {

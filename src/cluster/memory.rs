@@ -37,11 +37,6 @@ impl MemoryCluster {
             return Ok(false);
         }
         let mut w = self.world_ro()?;
-        let before: Vec<(Key, crate::live::LiveStatus)> = w
-            .objects
-            .iter()
-            .map(|(k, o)| (k.clone(), o.status.clone()))
-            .collect();
         w.settle();
         let busy = match w.next_due() {
             Some(t) => {
@@ -51,10 +46,8 @@ impl MemoryCluster {
             }
             None => false,
         };
-        for (k, s) in before {
-            if w.objects.get(&k).is_none_or(|o| o.status != s) {
-                let _ = self.changes.send(k);
-            }
+        for k in std::mem::take(&mut w.changed) {
+            let _ = self.changes.send(k);
         }
         if !busy {
             self.quiet.store(true, Ordering::SeqCst);
