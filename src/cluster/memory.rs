@@ -169,7 +169,10 @@ impl Cluster for MemoryCluster {
                     .map(|o| o.key.clone()),
             );
             w.settle_only(&touched);
+            // Announced here, once: the next step reports only what
+            // changes after this.
             for k in touched {
+                w.changed.remove(&k);
                 let _ = self.changes.send(k);
             }
         }
