@@ -18,7 +18,8 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{GitDaemon, free_port};
+use common::GitDaemon;
+use common::prism::Prism;
 use lockstep::cluster::memory::MemoryCluster;
 use lockstep::daemon::{Daemon, Options, PassOutcome, deliver_now};
 use lockstep::forge::AnyForge;
@@ -313,83 +314,6 @@ fn cluster() -> MemoryCluster {
 // ---------------------------------------------------------------------------
 // GitHub: the validating peer.
 
-/// A running Prism (GitHub's published OpenAPI description), stopped when
-/// dropped; its log says how it judged every request.
-struct Prism {
-    pid: String,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Prism {
-    fn start() -> Prism {
-        let peer = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/github");
-        assert!(
-            peer.join("node_modules/@stoplight/prism-cli").is_dir(),
-            "the GitHub peer is not installed: run `npm ci --prefix tests/peers/github` (see README)"
-        );
-        let dir = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
-        let out = Command::new("bash")
-            .arg(peer.join("start-prism.sh"))
-            .arg(port.to_string())
-            .env("TMPDIR", dir.path())
-            .output()
-            .expect("start-prism.sh runs");
-        assert!(
-            out.status.success(),
-            "Prism did not start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let pid = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        Prism { pid, port, dir }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Every request Prism received: (method, path and query, its log lines).
-    fn requests(&self) -> Vec<(String, String, String)> {
-        let log = std::fs::read_to_string(
-            self.dir
-                .path()
-                .join(format!("lockstep-github-prism-{}.log", self.port)),
-        )
-        .unwrap_or_default();
-        let mut out: Vec<(String, String, String)> = Vec::new();
-        for line in log.lines() {
-            if let Some(rest) = line.split("[HTTP SERVER] ").nth(1)
-                && line.contains("Request received")
-            {
-                let mut words = rest.split_whitespace();
-                let method = words.next().unwrap_or_default().to_owned();
-                let path = words.next().unwrap_or_default().to_owned();
-                out.push((method, path, String::new()));
-            } else if let Some(last) = out.last_mut() {
-                last.2.push_str(line);
-                last.2.push('\n');
-            }
-        }
-        out
-    }
-
-    /// The pull-request requests: (method, log) for `/repos/o/r/pulls`.
-    fn pulls(&self) -> Vec<(String, String)> {
-        self.requests()
-            .into_iter()
-            .filter(|(_, p, _)| p == "/repos/o/r/pulls" || p.starts_with("/repos/o/r/pulls?"))
-            .map(|(m, _, log)| (m, log))
-            .collect()
-    }
-}
-
-impl Drop for Prism {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").arg(&self.pid).status();
-    }
-}
-
 fn accepted(log: &str, code: &str) -> bool {
     log.contains("The request passed the validation rules")
         && log.contains(&format!("Responding with \"{code}\""))
@@ -430,7 +354,7 @@ async fn github_a_wave_is_proposed_merged_applied_and_the_next_proposed() {
         ],
     );
     assert_eq!(staged, common::staging("2026.2").trim_end());
-    let pulls = prism.pulls();
+    let pulls = prism.requests_to("/repos/o/r/pulls");
     let posts: Vec<&(String, String)> = pulls.iter().filter(|(m, _)| m == "post").collect();
     assert_eq!(posts.len(), 1, "one pull request opened: {pulls:#?}");
     assert!(
@@ -466,7 +390,7 @@ async fn github_a_wave_is_proposed_merged_applied_and_the_next_proposed() {
         assert!(!out.busy, "waiting on a person is not busy");
     }
     deliver_now(&queue, &*forge, &Metrics::new(), &RetryPolicy::default()).await;
-    let pulls = prism.pulls();
+    let pulls = prism.requests_to("/repos/o/r/pulls");
     assert_eq!(
         pulls.iter().filter(|(m, _)| m == "post").count(),
         1,
@@ -515,7 +439,7 @@ async fn github_a_wave_is_proposed_merged_applied_and_the_next_proposed() {
         "{message}"
     );
     assert_eq!(fleet.tip("main").as_deref(), Some(merged.as_str()));
-    let pulls = prism.pulls();
+    let pulls = prism.requests_to("/repos/o/r/pulls");
     let posts: Vec<&(String, String)> = pulls.iter().filter(|(m, _)| m == "post").collect();
     assert_eq!(posts.len(), 2, "one more pull request: {pulls:#?}");
     assert!(accepted(&posts[1].1, "201"), "{}", posts[1].1);

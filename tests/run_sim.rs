@@ -22,6 +22,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::prism::Prism;
 use common::{GitDaemon, free_port, lockstep_bin};
 use serde_json::Value;
 
@@ -914,74 +915,6 @@ fn an_unreachable_remote_keeps_the_last_good_state_and_recovers() {
 
 // ---------------------------------------------------------------------------
 // 4. GitHub: the validating peer, and a host that is down, then back.
-
-/// A running Prism (GitHub's published OpenAPI description), stopped when
-/// dropped; its log says how it judged every request.
-struct Prism {
-    pid: String,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Prism {
-    fn start() -> Prism {
-        let peer = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/github");
-        assert!(
-            peer.join("node_modules/@stoplight/prism-cli").is_dir(),
-            "the GitHub peer is not installed: run `npm ci --prefix tests/peers/github` (see README)"
-        );
-        let dir = tempfile::tempdir().expect("tempdir");
-        let port = free_port();
-        let out = Command::new("bash")
-            .arg(peer.join("start-prism.sh"))
-            .arg(port.to_string())
-            .env("TMPDIR", dir.path())
-            .output()
-            .expect("start-prism.sh runs");
-        assert!(
-            out.status.success(),
-            "Prism did not start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let pid = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        Prism { pid, port, dir }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Every request Prism received: (method, path, its log lines).
-    fn requests(&self) -> Vec<(String, String, String)> {
-        let log = std::fs::read_to_string(
-            self.dir
-                .path()
-                .join(format!("lockstep-github-prism-{}.log", self.port)),
-        )
-        .unwrap_or_default();
-        let mut out: Vec<(String, String, String)> = Vec::new();
-        for line in log.lines() {
-            if let Some(rest) = line.split("[HTTP SERVER] ").nth(1)
-                && line.contains("Request received")
-            {
-                let mut words = rest.split_whitespace();
-                let method = words.next().unwrap_or_default().to_owned();
-                let path = words.next().unwrap_or_default().to_owned();
-                out.push((method, path, String::new()));
-            } else if let Some(last) = out.last_mut() {
-                last.2.push_str(line);
-                last.2.push('\n');
-            }
-        }
-        out
-    }
-}
-
-impl Drop for Prism {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").arg(&self.pid).status();
-    }
-}
 
 #[test]
 fn until_idle_posts_every_status_to_the_validating_github_peer() {

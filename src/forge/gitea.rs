@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::github::{check_owner_repo, check_sha};
 use super::http::{client, get_json, join, send, with_query};
-use super::propose::{NewProposal, Proposal, ProposalState, Propose, check_branch};
+use super::propose::{NewProposal, Proposal, ProposalState, Propose, already_open, check_branch};
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
 use crate::secret::Secret;
 
@@ -235,21 +235,7 @@ impl Propose for Gitea {
         match r {
             Ok(pull) => Ok(pull.proposal()),
             // "pull request already exists for these targets"
-            Err(ForgeError::Http {
-                status: 409, body, ..
-            }) => self
-                .proposals(&p.head, &p.base)
-                .await?
-                .into_iter()
-                .find(|x| x.state == ProposalState::Open)
-                .ok_or(ForgeError::Http {
-                    host: "gitea",
-                    what,
-                    status: 409,
-                    body,
-                    retry_after: None,
-                    retryable: true,
-                }),
+            Err(e @ ForgeError::Http { status: 409, .. }) => already_open(self, p, e).await,
             Err(e) => Err(e),
         }
     }

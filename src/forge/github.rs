@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use super::http::{client, get_json, join, send, with_query};
-use super::propose::{NewProposal, Proposal, ProposalState, Propose, check_branch};
+use super::propose::{NewProposal, Proposal, ProposalState, Propose, already_open, check_branch};
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
 use crate::secret::Secret;
 
@@ -244,21 +244,9 @@ impl Propose for GitHub {
         match r {
             Ok(pull) => Ok(pull.proposal()),
             // "A pull request already exists for owner:branch."
-            Err(ForgeError::Http {
-                status: 422, body, ..
-            }) if body.contains("already exists") => self
-                .proposals(&p.head, &p.base)
-                .await?
-                .into_iter()
-                .find(|x| x.state == ProposalState::Open)
-                .ok_or(ForgeError::Http {
-                    host: "github",
-                    what,
-                    status: 422,
-                    body,
-                    retry_after: None,
-                    retryable: true,
-                }),
+            Err(e) if matches!(&e, ForgeError::Http { status: 422, body, .. } if body.contains("already exists")) => {
+                already_open(self, p, e).await
+            }
             Err(e) => Err(e),
         }
     }

@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::github::check_sha;
 use super::http::{client, get_json, join, send, with_query};
-use super::propose::{NewProposal, Proposal, ProposalState, Propose, check_branch};
+use super::propose::{NewProposal, Proposal, ProposalState, Propose, already_open, check_branch};
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
 use crate::secret::Secret;
 
@@ -247,21 +247,7 @@ impl Propose for GitLab {
         match r {
             Ok(m) => Ok(m.proposal()),
             // "Another open merge request already exists for this source branch: !5"
-            Err(ForgeError::Http {
-                status: 409, body, ..
-            }) => self
-                .proposals(&p.head, &p.base)
-                .await?
-                .into_iter()
-                .find(|x| x.state == ProposalState::Open)
-                .ok_or(ForgeError::Http {
-                    host: "gitlab",
-                    what,
-                    status: 409,
-                    body,
-                    retry_after: None,
-                    retryable: true,
-                }),
+            Err(e @ ForgeError::Http { status: 409, .. }) => already_open(self, p, e).await,
             Err(e) => Err(e),
         }
     }

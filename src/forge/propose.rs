@@ -75,6 +75,39 @@ pub trait Propose: Send + Sync {
     -> impl Future<Output = Result<Proposal, ForgeError>> + Send;
 }
 
+/// The host refused to open a request because one is already open for the
+/// branch: that one, or the refusal, worth another try (a host's list can
+/// lag behind its refusal).
+pub(crate) async fn already_open<P: Propose>(
+    host: &P,
+    p: &NewProposal,
+    refusal: ForgeError,
+) -> Result<Proposal, ForgeError> {
+    let open = host
+        .proposals(&p.head, &p.base)
+        .await?
+        .into_iter()
+        .find(|x| x.state == ProposalState::Open);
+    open.ok_or(match refusal {
+        ForgeError::Http {
+            host,
+            what,
+            status,
+            body,
+            retry_after,
+            ..
+        } => ForgeError::Http {
+            host,
+            what,
+            status,
+            body,
+            retry_after,
+            retryable: true,
+        },
+        e => e,
+    })
+}
+
 /// What every host refuses to carry in a branch name we put in a query or
 /// path (the names lockstep makes never contain these; a configured base
 /// branch might).

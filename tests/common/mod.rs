@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod kube;
+pub mod prism;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
