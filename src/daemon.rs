@@ -1324,7 +1324,7 @@ pub async fn deliver_forever(
     forge: Arc<AnyForge>,
     metrics: Arc<Metrics>,
     policy: RetryPolicy,
-    push_notes: Option<String>,
+    push_notes: Option<crate::forge::notes::NotesRemote>,
 ) {
     loop {
         let t = Instant::now();
@@ -1343,20 +1343,24 @@ pub async fn deliver_forever(
     }
 }
 
-/// Pushes git notes to `remote` (empty: the branch's remote), off the runtime.
-pub async fn push_notes_to(forge: &Arc<AnyForge>, remote: &str) {
+/// Pushes git notes to `remote` (a remote named "": the branch's remote),
+/// off the runtime; a push refused because another writer pushed first is
+/// merged and tried again.
+pub async fn push_notes_to(forge: &Arc<AnyForge>, remote: &crate::forge::notes::NotesRemote) {
+    use crate::forge::notes::NotesRemote;
     let forge = forge.clone();
-    let remote = remote.to_owned();
+    let remote = remote.clone();
     let r = tokio::task::spawn_blocking(move || {
         let AnyForge::Notes(notes) = &*forge else {
             return Ok(());
         };
-        let remote = if remote.is_empty() {
-            notes.branch_remote().unwrap_or_else(|| "origin".into())
-        } else {
-            remote
+        let remote = match remote {
+            NotesRemote::Named(n) if n.is_empty() => {
+                NotesRemote::Named(notes.branch_remote().unwrap_or_else(|| "origin".into()))
+            }
+            r => r,
         };
-        notes.push(&remote)
+        notes.push_to(&remote)
     })
     .await;
     match r {

@@ -114,6 +114,16 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
         }),
     };
 
+    // Notes go where the source came from, with its credentials, unless
+    // another remote of the repository is named.
+    let notes_remote = config.report.push_notes.as_ref().map(|r| {
+        use crate::forge::notes::NotesRemote;
+        match (&plan_push, r.as_str()) {
+            (Some(t), "" | "origin") => NotesRemote::Source(t.clone()),
+            _ => NotesRemote::Named(r.clone()),
+        }
+    });
+
     // The forge.
     let kind = match config.report.kind {
         ReportKind::Notes => ForgeKind::Notes,
@@ -207,7 +217,16 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
             );
             daemon.set_forge(forge.clone());
             drive(
-                &config, daemon, forge, queue, metrics, trigger_tx, trigger_rx, leader, None,
+                &config,
+                daemon,
+                forge,
+                notes_remote,
+                queue,
+                metrics,
+                trigger_tx,
+                trigger_rx,
+                leader,
+                None,
             )
             .await
         }
@@ -251,6 +270,7 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
                 &config,
                 daemon,
                 forge,
+                notes_remote,
                 queue,
                 metrics,
                 trigger_tx,
@@ -332,6 +352,7 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
     config: &Config,
     mut daemon: Daemon<C, R>,
     forge: Arc<AnyForge>,
+    notes_remote: Option<crate::forge::notes::NotesRemote>,
     queue: StatusQueue,
     metrics: Arc<Metrics>,
     trigger_tx: mpsc::Sender<()>,
@@ -379,7 +400,7 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
             forge.clone(),
             metrics.clone(),
             policy.clone(),
-            config.report.push_notes.clone(),
+            notes_remote.clone(),
         ))
     });
     drop(trigger_tx);
@@ -399,7 +420,7 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
     })
     .await
     .unwrap_or(0);
-    if let Some(remote) = &config.report.push_notes {
+    if let Some(remote) = &notes_remote {
         daemon::push_notes_to(&forge, remote).await;
     }
     let _ = stop_tx.send(true);

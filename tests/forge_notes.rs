@@ -160,3 +160,126 @@ async fn a_stale_notes_lock_from_a_dead_writer_is_cleared_a_fresh_one_is_not() {
     assert!(!lock.exists());
     assert_eq!(notes(repo.path(), "HEAD"), "lockstep/t: success — accepted");
 }
+
+/// Two clusters, each with its own lockstep and its own contexts, report as
+/// notes into one repository. Whoever pushes second is refused (the
+/// remote's notes moved on): it fetches them, merges them line by context,
+/// and pushes again. Nothing either cluster wrote is lost; a context both
+/// wrote keeps the pusher's own line. One cluster pushes to a named remote,
+/// the other to the source's URL (the daemon's way, with its credentials).
+#[tokio::test]
+async fn notes_from_two_clusters_merge_on_one_remote() {
+    use lockstep::forge::notes::{Notes, NotesRemote};
+    use lockstep::forge::{Forge, State, Status};
+    use lockstep::source::{Auth, PushTarget};
+
+    let tmp = tempfile::tempdir().expect("tmp");
+    let bare = tmp.path().join("fleet.git");
+    let run = |dir: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let repo = FleetRepo::new();
+    repo.write("nova.yaml", nova("nova", "2026.1", "2026.1"));
+    let c1 = repo.commit("fleet");
+    repo.write("nova.yaml", nova("nova", "2026.2", "2026.2"));
+    let c2 = repo.commit("hop");
+    run(
+        tmp.path(),
+        &["init", "-q", "--bare", &bare.to_string_lossy()],
+    );
+    repo.git(&["push", "-q", &bare.to_string_lossy(), "main"]);
+    let a = tmp.path().join("a");
+    let b = tmp.path().join("b");
+    for d in [&a, &b] {
+        run(
+            tmp.path(),
+            &["clone", "-q", &bare.to_string_lossy(), &d.to_string_lossy()],
+        );
+    }
+    let status = |ctx: &str, state: State, d: &str| Status {
+        state,
+        context: ctx.to_owned(),
+        description: d.to_owned(),
+        target_url: None,
+    };
+    let na = Notes::open(&a).expect("notes a");
+    let nb = Notes::open(&b).expect("notes b");
+    let to_a = NotesRemote::Named("origin".into());
+    let to_b = NotesRemote::Source(
+        PushTarget::new(&format!("file://{}", bare.display()), Auth::default()).expect("target"),
+    );
+
+    na.post(&c1, &status("lockstep/a", State::Success, "applied: a"))
+        .await
+        .expect("post");
+    na.post(&c1, &status("lockstep/shared", State::Success, "a's word"))
+        .await
+        .expect("post");
+    na.push_to(&to_a).expect("first push");
+    // b has not seen a's notes: its push is refused, merged, pushed.
+    nb.post(&c1, &status("lockstep/b", State::Failure, "refused: b"))
+        .await
+        .expect("post");
+    nb.post(&c1, &status("lockstep/shared", State::Failure, "b's word"))
+        .await
+        .expect("post");
+    nb.post(&c2, &status("lockstep/b", State::Pending, "waiting: b"))
+        .await
+        .expect("post");
+    nb.push_to(&to_b).expect("second push merges");
+    // a again, behind b's merge now.
+    na.post(&c2, &status("lockstep/a", State::Running, "migrating: a"))
+        .await
+        .expect("post");
+    na.push_to(&to_a).expect("third push merges");
+
+    let shown = |rev: &str| {
+        run(
+            tmp.path(),
+            &[
+                "--git-dir",
+                &bare.to_string_lossy(),
+                "notes",
+                "--ref=lockstep",
+                "show",
+                rev,
+            ],
+        )
+    };
+    let n1 = shown(&c1);
+    assert!(n1.contains("lockstep/a: success — applied: a"), "{n1}");
+    assert!(n1.contains("lockstep/b: failure — refused: b"), "{n1}");
+    // The last pusher merged last: its own line for the shared context.
+    assert!(n1.contains("lockstep/shared: success — a's word"), "{n1}");
+    assert!(!n1.contains("b's word"), "{n1}");
+    let n2 = shown(&c2);
+    assert!(n2.contains("lockstep/a: running — migrating: a"), "{n2}");
+    assert!(n2.contains("lockstep/b: pending — waiting: b"), "{n2}");
+    // Both histories are kept: the remote's notes ref descends from each
+    // cluster's first push.
+    let log = run(
+        tmp.path(),
+        &[
+            "--git-dir",
+            &bare.to_string_lossy(),
+            "log",
+            "--format=%s",
+            "refs/notes/lockstep",
+        ],
+    );
+    assert_eq!(log.matches("Notes merged from").count(), 2, "{log}");
+    // And b, merging again, gets everything without losing its own.
+    nb.push_to(&to_b).expect("nothing new to push");
+    let mine = nb.statuses(&c2).await.expect("statuses");
+    assert!(mine.iter().any(|p| p.context == "lockstep/b"), "{mine:?}");
+}

@@ -8,15 +8,38 @@
 //!     lockstep/prod: failure — refused: nova 2026.1→2027.1 skips 2026.2 (UpgradePathInvalid)
 //! ```
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use git2::{Oid, Repository, Signature};
+use git2::{FetchOptions, Oid, PushOptions, RemoteCallbacks, Repository, Signature};
 
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
+use crate::source::{PushTarget, SourceError};
 
 pub const NOTES_REF: &str = "refs/notes/lockstep";
+
+/// Where the remote's notes are fetched to when a push is refused because
+/// another writer (another cluster's lockstep) pushed first.
+const THEIRS_REF: &str = "refs/notes/lockstep-remote";
+
+/// Where notes are pushed: a remote named in the repository, or the
+/// watched source's own remote with its credentials (a token, an ssh key).
+#[derive(Clone, Debug)]
+pub enum NotesRemote {
+    Named(String),
+    Source(PushTarget),
+}
+
+impl std::fmt::Display for NotesRemote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotesRemote::Named(n) => f.write_str(n),
+            NotesRemote::Source(t) => f.write_str(t.location()),
+        }
+    }
+}
 
 pub struct Notes {
     repo: Mutex<Repository>,
@@ -64,8 +87,15 @@ impl Notes {
     }
 
     fn lines(repo: &Repository, oid: Oid) -> BTreeMap<String, String> {
+        lines_in(repo, NOTES_REF, oid)
+    }
+}
+
+/// A commit's note under `notes_ref`, one line per context.
+fn lines_in(repo: &Repository, notes_ref: &str, oid: Oid) -> BTreeMap<String, String> {
+    {
         let mut out = BTreeMap::new();
-        if let Ok(note) = repo.find_note(Some(NOTES_REF), oid)
+        if let Ok(note) = repo.find_note(Some(notes_ref), oid)
             && let Ok(text) = note.message()
         {
             for line in text.lines() {
@@ -76,19 +106,177 @@ impl Notes {
         }
         out
     }
+}
 
-    /// Pushes the notes to `remote` (the watched branch's remote). Non-forced:
-    /// notes another writer pushed meanwhile are never overwritten.
+/// The remote and the callbacks for one network operation on it.
+fn connect<'r>(
+    repo: &'r Repository,
+    remote: &'r NotesRemote,
+    errs: &'r RefCell<Option<SourceError>>,
+) -> Result<(git2::Remote<'r>, RemoteCallbacks<'r>), ForgeError> {
+    match remote {
+        NotesRemote::Named(name) => {
+            Ok((repo.find_remote(name).map_err(err)?, RemoteCallbacks::new()))
+        }
+        NotesRemote::Source(t) => Ok((
+            repo.remote_anonymous(t.url()).map_err(err)?,
+            t.callbacks(errs),
+        )),
+    }
+}
+
+fn network_error(
+    remote: &NotesRemote,
+    op: &'static str,
+    e: git2::Error,
+    errs: &RefCell<Option<SourceError>>,
+) -> ForgeError {
+    let message = match remote {
+        NotesRemote::Source(t) => t.explain(op, e, errs).to_string(),
+        NotesRemote::Named(name) => format!("{op} {name}: {}", e.message()),
+    };
+    ForgeError::Notes(message)
+}
+
+/// One push; `Some(reason)` when the remote's notes moved on (refused as
+/// not a fast-forward), other failures as errors.
+fn try_push(repo: &Repository, remote: &NotesRemote) -> Result<Option<String>, ForgeError> {
+    if repo.refname_to_id(NOTES_REF).is_err() {
+        return Ok(None);
+    }
+    let errs = RefCell::new(None);
+    let rejected: RefCell<Option<String>> = RefCell::new(None);
+    let pushed = {
+        let (mut r, mut callbacks) = connect(repo, remote, &errs)?;
+        callbacks.push_update_reference(|_, status| {
+            if let Some(s) = status {
+                *rejected.borrow_mut() = Some(s.to_owned());
+            }
+            Ok(())
+        });
+        let mut opts = PushOptions::new();
+        opts.remote_callbacks(callbacks);
+        r.push(&[format!("{NOTES_REF}:{NOTES_REF}")], Some(&mut opts))
+    };
+    match pushed {
+        Ok(()) => Ok(rejected.into_inner()),
+        Err(e) if e.code() == git2::ErrorCode::NotFastForward => Ok(Some(e.message().to_owned())),
+        Err(e) => Err(network_error(remote, "pushing notes to", e, &errs)),
+    }
+}
+
+/// Fetches the remote's notes and merges them into ours: a commit with both
+/// as parents, so that the next push is a fast-forward.
+fn merge_theirs(repo: &Repository, remote: &NotesRemote) -> Result<(), ForgeError> {
+    let errs = RefCell::new(None);
+    {
+        let (mut r, callbacks) = connect(repo, remote, &errs)?;
+        let mut opts = FetchOptions::new();
+        opts.remote_callbacks(callbacks)
+            .download_tags(git2::AutotagOption::None)
+            .update_fetchhead(false);
+        r.fetch(
+            &[format!("+{NOTES_REF}:{THEIRS_REF}")],
+            Some(&mut opts),
+            None,
+        )
+        .map_err(|e| network_error(remote, "fetching notes from", e, &errs))?;
+    }
+    let Ok(theirs) = repo.refname_to_id(THEIRS_REF) else {
+        return Ok(());
+    };
+    let ours = repo.refname_to_id(NOTES_REF).map_err(err)?;
+    if ours == theirs || repo.graph_descendant_of(ours, theirs).map_err(err)? {
+        return Ok(());
+    }
+    let sig = repo
+        .signature()
+        .or_else(|_| Signature::now("lockstep", "lockstep@localhost"))
+        .map_err(err)?;
+    if repo.graph_descendant_of(theirs, ours).map_err(err)? {
+        repo.reference(
+            NOTES_REF,
+            theirs,
+            true,
+            "notes: fast-forward to the remote's",
+        )
+        .map_err(err)?;
+        return Ok(());
+    }
+    clear_stale_lock(repo);
+    let annotated: Vec<Oid> = repo
+        .notes(Some(THEIRS_REF))
+        .map_err(err)?
+        .filter_map(|n| n.ok().map(|(_, commit)| commit))
+        .collect();
+    for commit in annotated {
+        let theirs_lines = lines_in(repo, THEIRS_REF, commit);
+        let mut lines = lines_in(repo, NOTES_REF, commit);
+        let before = lines.len();
+        for (ctx, line) in theirs_lines {
+            lines.entry(ctx).or_insert(line);
+        }
+        if lines.len() != before {
+            let text: Vec<&str> = lines.values().map(String::as_str).collect();
+            repo.note(
+                &sig,
+                &sig,
+                Some(NOTES_REF),
+                commit,
+                &(text.join("\n") + "\n"),
+                true,
+            )
+            .map_err(err)?;
+        }
+    }
+    let tip = repo
+        .find_commit(repo.refname_to_id(NOTES_REF).map_err(err)?)
+        .map_err(err)?;
+    let their_commit = repo.find_commit(theirs).map_err(err)?;
+    let tree = tip.tree().map_err(err)?;
+    repo.commit(
+        Some(NOTES_REF),
+        &sig,
+        &sig,
+        &format!("Notes merged from {remote}"),
+        &tree,
+        &[&tip, &their_commit],
+    )
+    .map_err(err)?;
+    Ok(())
+}
+
+impl Notes {
+    /// Pushes the notes to a named remote; see [`Notes::push_to`].
     pub fn push(&self, remote: &str) -> Result<(), ForgeError> {
+        self.push_to(&NotesRemote::Named(remote.to_owned()))
+    }
+
+    /// Pushes the notes, never forced: notes another writer pushed meanwhile
+    /// are never overwritten. Several clusters (each its own lockstep and
+    /// its own contexts) report to one repository, so a refused push is
+    /// normal: the remote's notes are fetched and merged, line by context
+    /// (a context both wrote keeps ours: only this cluster writes its own),
+    /// and the push is tried again.
+    pub fn push_to(&self, remote: &NotesRemote) -> Result<(), ForgeError> {
         let repo = self
             .repo
             .lock()
             .map_err(|_| ForgeError::Notes("notes lock poisoned".into()))?;
-        let mut r = repo.find_remote(remote).map_err(err)?;
-        r.push(&[format!("{NOTES_REF}:{NOTES_REF}")], None)
-            .map_err(|e| {
-                ForgeError::Notes(format!("pushing {NOTES_REF} to {remote}: {}", e.message()))
-            })
+        let mut refused = String::new();
+        for _ in 0..4 {
+            match try_push(&repo, remote)? {
+                None => return Ok(()),
+                Some(why) => {
+                    tracing::info!(remote = %remote, reason = %why, "notes push refused; merging the remote's notes");
+                    refused = why;
+                    merge_theirs(&repo, remote)?;
+                }
+            }
+        }
+        Err(ForgeError::NotesBusy(format!(
+            "pushing {NOTES_REF} to {remote}: still refused after merging the remote's notes: {refused}"
+        )))
     }
 
     /// The remote of the checked-out branch (`branch.<name>.remote`), or
