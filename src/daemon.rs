@@ -198,10 +198,10 @@ pub struct Daemon<C: Cluster, R: Repo> {
     /// Counts over `units`, kept as reports change, so that a quiet pass
     /// over thousands of units reads none of them.
     tally: Tally,
-    /// The chains `units` were last walked against: while they are the
-    /// same (by pointer), nothing is in flight and the cluster announced
-    /// nothing, a walk would want no unit and is skipped.
-    walked: Option<Arc<BTreeMap<Key, Arc<Chain>>>>,
+    /// The judged head `units` were last walked against: while it is the
+    /// same (so are the chains), nothing is in flight and the cluster
+    /// announced nothing, a walk would want no unit and is skipped.
+    walked: Option<Oid>,
     /// Objects the cluster announced as changed since the last pass.
     dirty: std::collections::HashSet<Key>,
     last_full: Option<Instant>,
@@ -432,6 +432,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         };
         let report = judged.report.clone();
         let chains = judged.chains.clone();
+        let judged_head = judged.head;
         let t_judge = t0.elapsed();
         // The new commits' verdicts go out before anything is applied: a
         // push is answered in the time it takes to judge it, not to apply
@@ -459,10 +460,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let quiet = !full
             && dirty.is_empty()
             && self.tally.in_flight == 0
-            && self
-                .walked
-                .as_ref()
-                .is_some_and(|w| Arc::ptr_eq(w, &chains));
+            && self.walked == Some(judged_head);
         // Which units to read: a merge of two sorted maps (no lookups: a
         // quiet pass over thousands of units costs a walk, not a search).
         let mut wanted: Vec<(Key, Arc<Chain>)> = Vec::new();
@@ -504,7 +502,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 }
             }
         }
-        self.walked = Some(chains.clone());
+        self.walked = Some(judged_head);
         let t_walk = t0.elapsed();
         out.blocked = self.tally.blocked;
         debug_assert_eq!(self.tally, Tally::of(self.units.values()));

@@ -93,19 +93,44 @@ impl Notes {
 
 /// A commit's note under `notes_ref`, one line per context.
 fn lines_in(repo: &Repository, notes_ref: &str, oid: Oid) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if let Ok(note) = repo.find_note(Some(notes_ref), oid)
+        && let Ok(text) = note.message()
     {
-        let mut out = BTreeMap::new();
-        if let Ok(note) = repo.find_note(Some(notes_ref), oid)
-            && let Ok(text) = note.message()
-        {
-            for line in text.lines() {
-                if let Some((ctx, _)) = line.split_once(": ") {
-                    out.insert(ctx.to_owned(), line.to_owned());
-                }
+        for line in text.lines() {
+            if let Some((ctx, _)) = line.split_once(": ") {
+                out.insert(ctx.to_owned(), line.to_owned());
             }
         }
-        out
     }
+    out
+}
+
+/// Replaces a commit's note under lockstep's ref with `lines`.
+fn write_note(
+    repo: &Repository,
+    oid: Oid,
+    lines: &BTreeMap<String, String>,
+) -> Result<(), ForgeError> {
+    let text: Vec<&str> = lines.values().map(String::as_str).collect();
+    let sig = signature(repo)?;
+    repo.note(
+        &sig,
+        &sig,
+        Some(NOTES_REF),
+        oid,
+        &(text.join("\n") + "\n"),
+        true,
+    )
+    .map_err(err)?;
+    Ok(())
+}
+
+/// The repository's identity, or lockstep's where it has none.
+fn signature(repo: &Repository) -> Result<Signature<'static>, ForgeError> {
+    repo.signature()
+        .or_else(|_| Signature::now("lockstep", "lockstep@localhost"))
+        .map_err(err)
 }
 
 /// The remote and the callbacks for one network operation on it.
@@ -189,10 +214,6 @@ fn merge_theirs(repo: &Repository, remote: &NotesRemote) -> Result<(), ForgeErro
     if ours == theirs || repo.graph_descendant_of(ours, theirs).map_err(err)? {
         return Ok(());
     }
-    let sig = repo
-        .signature()
-        .or_else(|_| Signature::now("lockstep", "lockstep@localhost"))
-        .map_err(err)?;
     if repo.graph_descendant_of(theirs, ours).map_err(err)? {
         repo.reference(
             NOTES_REF,
@@ -217,16 +238,7 @@ fn merge_theirs(repo: &Repository, remote: &NotesRemote) -> Result<(), ForgeErro
             lines.entry(ctx).or_insert(line);
         }
         if lines.len() != before {
-            let text: Vec<&str> = lines.values().map(String::as_str).collect();
-            repo.note(
-                &sig,
-                &sig,
-                Some(NOTES_REF),
-                commit,
-                &(text.join("\n") + "\n"),
-                true,
-            )
-            .map_err(err)?;
+            write_note(repo, commit, &lines)?;
         }
     }
     let tip = repo
@@ -234,6 +246,7 @@ fn merge_theirs(repo: &Repository, remote: &NotesRemote) -> Result<(), ForgeErro
         .map_err(err)?;
     let their_commit = repo.find_commit(theirs).map_err(err)?;
     let tree = tip.tree().map_err(err)?;
+    let sig = signature(repo)?;
     repo.commit(
         Some(NOTES_REF),
         &sig,
@@ -356,21 +369,7 @@ impl Forge for Notes {
                 status.state.as_str()
             ),
         );
-        let text: Vec<&str> = lines.values().map(String::as_str).collect();
         clear_stale_lock(&repo);
-        let sig = repo
-            .signature()
-            .or_else(|_| Signature::now("lockstep", "lockstep@localhost"))
-            .map_err(err)?;
-        repo.note(
-            &sig,
-            &sig,
-            Some(NOTES_REF),
-            oid,
-            &(text.join("\n") + "\n"),
-            true,
-        )
-        .map_err(err)?;
-        Ok(())
+        write_note(&repo, oid, &lines)
     }
 }
