@@ -45,8 +45,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::kube::{CLUSTER, Daemon, template, world};
-use common::{ApiServer, FleetRepo, ring, ringed_plane};
+use common::kube::{CLUSTER, Daemon, Rounds, template, world};
+use common::{ApiServer, FleetRepo, ring, ringed_plane, rings_plan};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
@@ -60,27 +60,6 @@ const FROM: &str = "2026.1";
 const TO: &str = "2026.2";
 /// Staging's services: what each plane projects.
 const SERVICES: [Kind; 4] = [Kind::Keystone, Kind::Glance, Kind::Placement, Kind::Horizon];
-
-/// `plan_run.rs`'s plan with soaks of seconds.
-const PLAN: &str = r#"apiVersion: lockstep.c5c3.io/v1alpha1
-kind: UpgradePlan
-metadata:
-  name: rings
-spec:
-  to: "2026.2"
-  waves:
-    - name: canary
-      select: [{kind: ControlPlane, labels: {ring: canary}}]
-      maxParallel: 1
-      soak: 3s
-    - name: eu
-      select: [{kind: ControlPlane, labels: {ring: eu}}]
-      maxParallel: 3
-      soak: 2s
-    - name: rest
-      select: [{kind: ControlPlane, labels: {ring: general}}]
-      maxParallel: 5
-"#;
 
 struct Wave {
     name: &'static str,
@@ -278,7 +257,7 @@ struct Operator {
     op: KubeOperator,
     adopted: Vec<bool>,
     /// Operator rounds run, and the time they took.
-    rounds: (usize, Duration),
+    rounds: Rounds,
 }
 
 impl Operator {
@@ -310,25 +289,8 @@ impl Operator {
     /// One round of the operator; errors are retried by the next round.
     async fn tick(&mut self) {
         let t = Instant::now();
-        let r = match self.adopt_new().await {
-            Ok(()) => self
-                .op
-                .step(Duration::from_secs(60))
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e),
-        };
-        self.rounds.0 += 1;
-        self.rounds.1 += t.elapsed();
-        let pause = match r {
-            Ok(true) => 20,
-            Ok(false) => 100,
-            Err(e) => {
-                eprintln!("operator round failed (retrying): {e}");
-                500
-            }
-        };
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let adopted = self.adopt_new().await;
+        self.rounds.run(&mut self.op, t, adopted).await;
     }
 
     /// Steps the operator until `done` holds.
@@ -336,12 +298,7 @@ impl Operator {
         let (start, before) = (Instant::now(), self.rounds);
         loop {
             if done().await {
-                eprintln!(
-                    "{what}: {:.1}s ({} operator rounds, {:.1}s in them)",
-                    start.elapsed().as_secs_f64(),
-                    self.rounds.0 - before.0,
-                    (self.rounds.1 - before.1).as_secs_f64()
-                );
+                self.rounds.report(what, start, before);
                 return;
             }
             assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
@@ -390,7 +347,7 @@ impl Fleet {
             repo.write(&format!("clouds/c{i:02}.yaml"), ringed_plane(i));
         }
         let fleet = repo.commit("20 clouds at 2026.1");
-        repo.write("plans/rings.yaml", PLAN);
+        repo.write("plans/rings.yaml", rings_plan("3s", "2s"));
         let plan = repo.commit("plan: rings to 2026.2");
         repo.git(&["update-ref", "refs/heads/main", &fleet, &plan]);
         Self { repo, fleet, plan }
@@ -506,7 +463,7 @@ async fn a_three_wave_plan_over_twenty_planes_against_the_api_server() {
         client: client.clone(),
         op: KubeOperator::new(client.clone(), world()),
         adopted: vec![false; N],
-        rounds: (0, Duration::ZERO),
+        rounds: Rounds::default(),
     };
     let mut daemon = Daemon::start(
         "lockstep",

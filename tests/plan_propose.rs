@@ -223,11 +223,31 @@ fn daemon(
     mem: &MemoryCluster,
     queue: &StatusQueue,
 ) -> Daemon<MemoryCluster, Source> {
+    daemon_at(
+        fleet.url(),
+        fleet,
+        Auth::default(),
+        forge,
+        mem,
+        queue.clone(),
+    )
+}
+
+/// The daemon on `url` with `auth`, the fleet's cache; pushes go where the
+/// source came from.
+fn daemon_at(
+    url: String,
+    fleet: &Fleet,
+    auth: Auth,
+    forge: Arc<AnyForge>,
+    mem: &MemoryCluster,
+    queue: StatusQueue,
+) -> Daemon<MemoryCluster, Source> {
     let source = Source::open(
         Origin::Remote {
-            url: fleet.url(),
+            url,
             cache_dir: fleet.cache(),
-            auth: Auth::default(),
+            auth,
         },
         "main",
     )
@@ -245,7 +265,7 @@ fn daemon(
         source,
         mem.clone(),
         Some(mem.clone()),
-        queue.clone(),
+        queue,
         Arc::new(Metrics::new()),
     );
     d.set_forge(forge);
@@ -811,23 +831,11 @@ async fn git_notes_cannot_propose_and_say_so() {
 const PUSH_TOKEN: &str = "ghs-push-token-9d1e";
 
 fn basic(user: &str, password: &str) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let bytes = format!("{user}:{password}").into_bytes();
-    let mut out = String::from("Basic ");
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    use base64::Engine as _;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
 }
 
 /// `git http-backend` serving `root` on 127.0.0.1; pushes need
@@ -991,35 +999,18 @@ fn http_daemon(
     forge: Arc<AnyForge>,
     mem: &MemoryCluster,
 ) -> Daemon<MemoryCluster, Source> {
-    let source = Source::open(
-        Origin::Remote {
-            url: server.url(),
-            cache_dir: fleet.cache(),
-            auth: Auth {
-                token: token.map(Secret::new),
-                ..Auth::default()
-            },
-        },
-        "main",
-    )
-    .expect("source opens over http");
-    let target = source.push_target();
-    let mut d = Daemon::new(
-        Options {
-            cluster_name: "sim".into(),
-            poll: Duration::ZERO,
-            plan_push: target.clone(),
-            plan_propose_to: target,
-            ..Options::default()
-        },
-        source,
-        mem.clone(),
-        Some(mem.clone()),
+    let auth = Auth {
+        token: token.map(Secret::new),
+        ..Auth::default()
+    };
+    daemon_at(
+        server.url(),
+        fleet,
+        auth,
+        forge,
+        mem,
         StatusQueue::new(10_000),
-        Arc::new(Metrics::new()),
-    );
-    d.set_forge(forge);
-    d
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{ring, ringed_plane};
+use common::{ring, ringed_plane, rings_plan};
 use lockstep::cluster::memory::MemoryCluster;
 use lockstep::daemon::{Daemon, Options, deliver_now};
 use lockstep::forge::AnyForge;
@@ -25,6 +25,11 @@ use lockstep::forge::notes::Notes;
 use lockstep::metrics::Metrics;
 use lockstep::sim::{Fault, JobKind, Params, World};
 use lockstep::source::{Origin, Source};
+
+/// The rings plan with soaks of hours (virtual time).
+fn plan() -> String {
+    rings_plan("1h", "30m")
+}
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -60,26 +65,6 @@ fn fleet(dir: &Path, plan: &str) {
     git(dir, &["add", "-A"]);
     git(dir, &["commit", "-q", "-m", "plan: rings to 2026.2"]);
 }
-
-const PLAN: &str = r#"apiVersion: lockstep.c5c3.io/v1alpha1
-kind: UpgradePlan
-metadata:
-  name: rings
-spec:
-  to: "2026.2"
-  waves:
-    - name: canary
-      select: [{kind: ControlPlane, labels: {ring: canary}}]
-      maxParallel: 1
-      soak: 1h
-    - name: eu
-      select: [{kind: ControlPlane, labels: {ring: eu}}]
-      maxParallel: 3
-      soak: 30m
-    - name: rest
-      select: [{kind: ControlPlane, labels: {ring: general}}]
-      maxParallel: 5
-"#;
 
 struct Rig {
     dir: tempfile::TempDir,
@@ -193,7 +178,7 @@ fn in_flight(w: &World) -> BTreeMap<&'static str, usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_wave_plan_over_twenty_planes_with_a_restart_mid_wave() {
-    let rig = Rig::new(PLAN, Vec::new());
+    let rig = Rig::new(&plan(), Vec::new());
     let mut peak: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut order: Vec<&'static str> = Vec::new();
     let mut record = |w: &World| {
@@ -283,7 +268,7 @@ async fn a_three_wave_plan_over_twenty_planes_with_a_restart_mid_wave() {
 async fn soak_pause_and_hold() {
     // Soak: the first eu commit comes at least an hour (virtual) after the
     // canary completed.
-    let rig = Rig::new(PLAN, Vec::new());
+    let rig = Rig::new(&plan(), Vec::new());
     let mut d = rig.daemon();
     let mut canary_done = None;
     let mut eu_started = None;
@@ -326,7 +311,7 @@ async fn soak_pause_and_hold() {
     );
 
     // Paused: nothing is written; the plan's status says so.
-    let paused = PLAN.replacen("  to: \"2026.2\"", "  to: \"2026.2\"\n  paused: true", 1);
+    let paused = plan().replacen("  to: \"2026.2\"", "  to: \"2026.2\"\n  paused: true", 1);
     let rig = Rig::new(&paused, Vec::new());
     let mut d = rig.daemon();
     assert!(rig.drive(&mut d, |_| {}, |_| false).await);
@@ -341,7 +326,7 @@ async fn soak_pause_and_hold() {
     // Hold: the first canary's Glance expand fails for good; repair forward
     // spends its budget, the plan holds and starts nothing more.
     let rig = Rig::new(
-        PLAN,
+        &plan(),
         vec![Fault::JobFails {
             object: "c00-glance".into(),
             job: JobKind::Expand,
@@ -367,7 +352,7 @@ async fn soak_pause_and_hold() {
 #[test]
 fn rehearse_plan_predicts_the_schedule_with_and_without_faults() {
     let dir = tempfile::tempdir().unwrap();
-    fleet(dir.path(), &PLAN.replacen(
+    fleet(dir.path(), &plan().replacen(
         "  waves:",
         "  windows:\n    - {start: \"0 22 * * *\", duration: 4h, timeZone: Europe/Berlin}\n  waves:",
         1,

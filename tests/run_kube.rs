@@ -31,7 +31,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::ApiServer;
-use common::kube::{CLUSTER, Daemon, template, world};
+use common::kube::{CLUSTER, Daemon, Rounds, template, world};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
@@ -206,7 +206,7 @@ struct Fleet {
     op: KubeOperator,
     adopted: BTreeSet<Key>,
     /// Operator rounds run, and the time they took.
-    rounds: (usize, Duration),
+    rounds: Rounds,
 }
 
 impl Fleet {
@@ -235,7 +235,7 @@ impl Fleet {
             client,
             op,
             adopted: BTreeSet::new(),
-            rounds: (0, Duration::ZERO),
+            rounds: Rounds::default(),
         }
     }
 
@@ -279,25 +279,8 @@ impl Fleet {
     /// by the next round, as a controller would.
     async fn tick(&mut self) {
         let t = Instant::now();
-        let r = match self.adopt_new().await {
-            Ok(()) => self
-                .op
-                .step(Duration::from_secs(60))
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e),
-        };
-        self.rounds.0 += 1;
-        self.rounds.1 += t.elapsed();
-        let pause = match r {
-            Ok(true) => 20,
-            Ok(false) => 100,
-            Err(e) => {
-                eprintln!("operator round failed (retrying): {e}");
-                500
-            }
-        };
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let adopted = self.adopt_new().await;
+        self.rounds.run(&mut self.op, t, adopted).await;
     }
 
     /// Steps the operator until `done` holds.
@@ -310,12 +293,7 @@ impl Fleet {
         let (start, before) = (Instant::now(), self.rounds);
         loop {
             if done(self).await {
-                eprintln!(
-                    "{what}: {:.1}s ({} operator rounds, {:.1}s in them)",
-                    start.elapsed().as_secs_f64(),
-                    self.rounds.0 - before.0,
-                    (self.rounds.1 - before.1).as_secs_f64()
-                );
+                self.rounds.report(what, start, before);
                 return;
             }
             assert!(start.elapsed() < limit, "{what}: not within {limit:?}");

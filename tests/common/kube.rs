@@ -6,10 +6,11 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lockstep::kind::Kind;
 use lockstep::sim::{Params, World};
+use lockstep::sim_kube::KubeOperator;
 use serde_json::{Value, json};
 
 use super::ApiServer;
@@ -198,5 +199,54 @@ impl Drop for Daemon {
                 self.name
             );
         }
+    }
+}
+
+/// Operator rounds a test has run, and the time they took.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rounds {
+    pub count: usize,
+    pub time: Duration,
+}
+
+impl Rounds {
+    /// One round of the simulated operator, begun at `started` with the
+    /// adoption of new objects (`adopted`); errors (the API server down) are
+    /// retried by the next round, as a controller would. Pauses after it:
+    /// briefly while work is due, longer when idle or failing.
+    pub async fn run(
+        &mut self,
+        op: &mut KubeOperator,
+        started: Instant,
+        adopted: Result<(), String>,
+    ) {
+        let r = match adopted {
+            Ok(()) => op
+                .step(Duration::from_secs(60))
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        self.count += 1;
+        self.time += started.elapsed();
+        let pause = match r {
+            Ok(true) => 20,
+            Ok(false) => 100,
+            Err(e) => {
+                eprintln!("operator round failed (retrying): {e}");
+                500
+            }
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+
+    /// Prints how long `what` took and the rounds run for it since `before`.
+    pub fn report(&self, what: &str, start: Instant, before: Rounds) {
+        eprintln!(
+            "{what}: {:.1}s ({} operator rounds, {:.1}s in them)",
+            start.elapsed().as_secs_f64(),
+            self.count - before.count,
+            (self.time - before.time).as_secs_f64()
+        );
     }
 }

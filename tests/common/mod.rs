@@ -72,6 +72,33 @@ pub fn ring(i: usize) -> &'static str {
     }
 }
 
+/// The plan over that fleet: canary (one at a time), then the EU (three),
+/// then the rest (five), to 2026.2, with the given soaks after the first two
+/// waves.
+pub fn rings_plan(canary_soak: &str, eu_soak: &str) -> String {
+    format!(
+        r#"apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePlan
+metadata:
+  name: rings
+spec:
+  to: "2026.2"
+  waves:
+    - name: canary
+      select: [{{kind: ControlPlane, labels: {{ring: canary}}}}]
+      maxParallel: 1
+      soak: {canary_soak}
+    - name: eu
+      select: [{{kind: ControlPlane, labels: {{ring: eu}}}}]
+      maxParallel: 3
+      soak: {eu_soak}
+    - name: rest
+      select: [{{kind: ControlPlane, labels: {{ring: general}}}}]
+      maxParallel: 5
+"#
+    )
+}
+
 /// Cloud `i` of that fleet: staging's ControlPlane (keystone, glance,
 /// placement, horizon) named `cNN` in namespace `cloud-NN`, labelled
 /// `ring: <ring(i)>`, at 2026.1.
