@@ -202,7 +202,10 @@ pub struct ReportConfig {
     /// Link on every status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_url: Option<String>,
-    /// Notes: push refs/notes/lockstep to this remote after writing.
+    /// Notes: push refs/notes/lockstep to this remote after writing. Empty
+    /// or `origin` with a remote source: the source's URL and credentials.
+    /// A push refused because another cluster pushed first is merged by
+    /// context and tried again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push_notes: Option<String>,
 }
