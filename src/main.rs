@@ -119,7 +119,8 @@ enum Command {
     /// Print the JSON Schema of UpgradePlan documents.
     PlanSchema,
     /// Where each UpgradePlan of a revision stands: its waves, which
-    /// objects' hop commits exist, and the plan statuses in git notes.
+    /// objects' hop commits exist, the `mode: propose` branches the
+    /// repository knows, and the plan statuses in git notes.
     Plan {
         #[command(subcommand)]
         command: PlanCommand,

@@ -262,6 +262,32 @@ async fn a_three_wave_plan_over_twenty_planes_with_a_restart_mid_wave() {
         note.contains("lockstep/sim/plan/rings: success — complete"),
         "{note}"
     );
+    // And `lockstep plan status` tells the same from Git and the notes.
+    let text = plan_status(rig.dir.path());
+    assert!(
+        text.contains("lockstep/sim/plan/rings: success — complete"),
+        "{text}"
+    );
+    for line in [
+        "wave 1/3 canary (maxParallel 1, soak 1h): 2/2 committed at 2026.2",
+        "wave 2/3 eu (maxParallel 3, soak 30m): 8/8 committed at 2026.2",
+        "wave 3/3 rest (maxParallel 5, soak 0s): 10/10 committed at 2026.2",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+    assert!(!text.contains('·'), "{text}");
+}
+
+/// `lockstep plan status --repo DIR`'s output (it must succeed).
+fn plan_status(dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args(["plan", "status", "--repo"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    text
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,4 +433,86 @@ fn rehearse_plan_predicts_the_schedule_with_and_without_faults() {
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("held in wave 1/3 (canary)"), "{text}");
     assert!(!text.contains("wave eu (2/3) to 2026.2"), "{text}");
+}
+
+/// `lockstep plan status`, the command: each wave's progress at a revision,
+/// and the `mode: propose` branches the repository knows. The proposal
+/// branch here is made by hand (the shape `mode: propose` pushes, tested
+/// against the hosts in `plan_propose.rs`) and reaches a clone the way it
+/// reaches an operator's checkout: as a remote-tracking branch.
+#[test]
+fn plan_status_shows_waves_and_proposal_branches() {
+    let origin = tempfile::tempdir().unwrap();
+    fleet(origin.path(), &plan());
+    let text = plan_status(origin.path());
+    assert!(
+        text.contains("plan rings (plans/rings.yaml:1) to 2026.2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wave 1/3 canary (maxParallel 1, soak 1h): 0/2 committed at 2026.2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wave 3/3 rest (maxParallel 5, soak 0s): 0/10 committed"),
+        "{text}"
+    );
+    assert!(!text.contains("proposed on"), "{text}");
+
+    // The first canary's hop on the wave's proposal branch.
+    let branch = lockstep::plan::propose::branch("rings", 0);
+    assert_eq!(branch, "lockstep/plan/rings/wave-1");
+    git(origin.path(), &["switch", "-q", "-c", &branch]);
+    let file = origin.path().join("clouds/c00.yaml");
+    let bumped = std::fs::read_to_string(&file).unwrap().replace(
+        "openStackRelease: \"2026.1\"",
+        "openStackRelease: \"2026.2\"",
+    );
+    std::fs::write(&file, bumped).unwrap();
+    git(
+        origin.path(),
+        &["commit", "-q", "-am", "rings: canary c00 to 2026.2"],
+    );
+    let tip = git(origin.path(), &["rev-parse", "--short=7", "HEAD"]);
+    git(origin.path(), &["switch", "-q", "main"]);
+
+    let work = tempfile::tempdir().unwrap();
+    git(
+        work.path(),
+        &["clone", "-q", origin.path().to_str().unwrap(), "."],
+    );
+    let text = plan_status(work.path());
+    assert!(
+        text.contains(&format!(
+            "proposed on origin/{branch} at {tip}, not in HEAD"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("0/2 committed"), "{text}");
+    assert_eq!(text.matches("proposed on").count(), 1, "{text}");
+
+    // Merged (a merge commit, as the hosts make by default).
+    git(
+        work.path(),
+        &[
+            "merge",
+            "-q",
+            "--no-ff",
+            "-m",
+            "Merge wave 1",
+            &format!("origin/{branch}"),
+        ],
+    );
+    let text = plan_status(work.path());
+    assert!(
+        text.contains(&format!(
+            "proposed on origin/{branch} at {tip}, merged into HEAD"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("1/2 committed at 2026.2"), "{text}");
+    assert!(
+        text.contains("✓ ControlPlane cloud-00/c00 at 2026.2"),
+        "{text}"
+    );
 }

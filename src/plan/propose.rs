@@ -43,8 +43,9 @@ use crate::source::{PushTarget, SourceError};
 
 use super::writeback::{self, Author, Bump, WritebackError};
 
-/// The branch a wave is proposed from: `lockstep/plan/<plan>/wave-<n>`
-/// (`n` counted from 1, as the status counts waves). Deterministic, so a
+/// The branch a wave is proposed from: `lockstep/plan/<plan>/wave-<n>`,
+/// where `wave` is the wave's index and `n` counts from 1, as the status
+/// counts waves. Deterministic, so a
 /// restarted daemon finds its branch and request again; one per wave, so
 /// successive batches of a wave (`maxParallel` smaller than the wave) reuse
 /// it once the previous batch is merged. A plan name with characters a

@@ -1,6 +1,8 @@
 //! `lockstep plan status`: where each plan of a tree stands, from Git alone
-//! (which objects' hop commits exist) and the statuses lockstep wrote as
-//! git notes (the plan's own status, per cluster).
+//! (which objects' hop commits exist, which `mode: propose` branches exist
+//! and whether they are merged) and the statuses lockstep wrote as git notes
+//! (the plan's own status, per cluster). It asks no Git host: a proposal's
+//! review state lives there, its branch is what a fetch brings here.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -75,6 +77,9 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
                 keys.len(),
                 spec.to
             );
+            for line in proposals(&repo, head, &p.plan.metadata.name, i, rev) {
+                let _ = writeln!(out, "    {line}");
+            }
             for k in keys {
                 let release = tp
                     .units
@@ -88,4 +93,47 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
         }
     }
     Ok(out)
+}
+
+/// The proposal branches of a wave that this repository knows: local
+/// branches (a daemon's cache fetches them so) and remote-tracking ones (a
+/// user's `git fetch` brings them), each with its tip and whether `head`
+/// already contains it. A squash merge shows as not merged; the wave's
+/// "committed" count still tells.
+fn proposals(
+    repo: &GitRepo,
+    head: git2::Oid,
+    plan: &str,
+    wave_index: usize,
+    rev: &str,
+) -> Vec<String> {
+    let branch = super::propose::branch(plan, wave_index);
+    let raw = repo.raw();
+    let mut out = Vec::new();
+    for glob in [
+        format!("refs/heads/{branch}"),
+        format!("refs/remotes/*/{branch}"),
+    ] {
+        let Ok(refs) = raw.references_glob(&glob) else {
+            continue;
+        };
+        for r in refs.flatten() {
+            let (Ok(name), Ok(tip)) = (r.shorthand(), r.peel_to_commit()) else {
+                continue;
+            };
+            let merged =
+                tip.id() == head || raw.graph_descendant_of(head, tip.id()).unwrap_or(false);
+            let id = tip.id().to_string();
+            out.push(format!(
+                "proposed on {name} at {}{}",
+                &id[..7],
+                if merged {
+                    format!(", merged into {rev}")
+                } else {
+                    format!(", not in {rev}")
+                }
+            ));
+        }
+    }
+    out
 }
