@@ -550,21 +550,51 @@ fn metric_value(text: &str, series: &str) -> Option<f64> {
 fn until_idle_from_a_git_daemon_judges_applies_and_pushes_notes() {
     let fleet = Fleet::new();
     let server = fleet.serve();
-    let started = Instant::now();
-    let mut ls = Lockstep::spawn(
+    until_idle_story(&fleet, server.url("fleet.git"), &[]);
+}
+
+/// The same over ssh, as most fleets are reached: a real OpenSSH server, a
+/// deploy key and a known_hosts file; the notes go back with the same key.
+#[test]
+fn until_idle_over_ssh_with_a_deploy_key_judges_applies_and_pushes_notes() {
+    let fleet = Fleet::new();
+    let sshd = common::sshd::Sshd::start();
+    let ls = until_idle_story(
+        &fleet,
+        sshd.url(&fleet.bare()),
         &[
-            "--url".into(),
-            server.url("fleet.git"),
-            "--cache-dir".into(),
-            fleet.cache_dir().to_string_lossy().into_owned(),
-            "--until-idle".into(),
-            "--poll".into(),
-            "1s".into(),
-            "--push-notes".into(),
-            "origin".into(),
+            "--ssh-key-file".into(),
+            sshd.client_key().to_string_lossy().into_owned(),
+            "--known-hosts-file".into(),
+            sshd.known_hosts().to_string_lossy().into_owned(),
         ],
-        &[],
     );
+    // Fetched and pushed through sshd, and the key never logged.
+    let log = sshd.log();
+    assert!(log.contains("Accepted publickey"), "{log}");
+    let key = std::fs::read_to_string(sshd.client_key()).expect("key");
+    let secret_line = key.lines().nth(1).expect("key body");
+    assert!(!ls.stderr().contains(secret_line) && !ls.stdout().contains(secret_line));
+}
+
+/// `lockstep run --url URL --until-idle --push-notes origin` over the
+/// example story: exit 0, every commit's verdict pushed to the served
+/// repository's notes (the same as the cache's), the two hops applied.
+fn until_idle_story(fleet: &Fleet, url: String, extra: &[String]) -> Lockstep {
+    let started = Instant::now();
+    let mut args = vec![
+        "--url".into(),
+        url,
+        "--cache-dir".into(),
+        fleet.cache_dir().to_string_lossy().into_owned(),
+        "--until-idle".into(),
+        "--poll".into(),
+        "1s".into(),
+        "--push-notes".into(),
+        "origin".into(),
+    ];
+    args.extend_from_slice(extra);
+    let mut ls = Lockstep::spawn(&args, &[]);
     let status = ls.wait_exit(Duration::from_secs(60));
     if status.code() != Some(0) {
         ls.fail(&format!("exit {status}, want 0"));
@@ -572,7 +602,7 @@ fn until_idle_from_a_git_daemon_judges_applies_and_pushes_notes() {
     eprintln!("until-idle run: {:?}", started.elapsed());
 
     // Pushed to the served repository at stop: every commit has its verdict.
-    let problems = story_problems(&fleet, |sha| notes(&fleet.bare(), sha));
+    let problems = story_problems(fleet, |sha| notes(&fleet.bare(), sha));
     if !problems.is_empty() {
         ls.fail(&format!(
             "statuses in the served repository's notes:\n{}",
@@ -605,6 +635,7 @@ fn until_idle_from_a_git_daemon_judges_applies_and_pushes_notes() {
     }) {
         ls.fail("pushing notes failed");
     }
+    ls
 }
 
 // ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 //! The Git source of `lockstep run`, against real parts: a real `git daemon`
-//! serving a bare repository that the git CLI pushes to, a real local
-//! repository watched with inotify, and (for the token) a plain HTTP server
-//! that refuses every request the way a forge refuses a bad token.
+//! serving a bare repository that the git CLI pushes to, a real OpenSSH
+//! server for ssh with a key and known_hosts, a real local repository
+//! watched with inotify, and (for the token) a plain HTTP server that
+//! refuses every request the way a forge refuses a bad token.
 
 mod common;
 
@@ -46,22 +47,28 @@ struct Served {
     first: String,
 }
 
+/// A bare `srv/fleet.git` with one commit on main, and the work clone that
+/// pushes to it: (root, work, first commit).
+fn bare_fleet() -> (tempfile::TempDir, FleetRepo, String) {
+    let root = tempfile::tempdir().expect("tempdir");
+    let bare = root.path().join("srv/fleet.git");
+    std::fs::create_dir_all(&bare).expect("mkdir");
+    git(&bare, &["init", "-q", "--bare", "-b", "main"]);
+    let work = FleetRepo::new();
+    work.git(&["remote", "add", "origin", &bare.to_string_lossy()]);
+    work.write(
+        "clusters/prod/controlplane.yaml",
+        common::prod("2025.2", "2025.2"),
+    );
+    let first = work.commit("first");
+    work.git(&["push", "-q", "origin", "HEAD:refs/heads/main"]);
+    (root, work, first)
+}
+
 impl Served {
     fn new() -> Served {
-        let root = tempfile::tempdir().expect("tempdir");
-        let base = root.path().join("srv");
-        let bare = base.join("fleet.git");
-        std::fs::create_dir_all(&bare).expect("mkdir");
-        git(&bare, &["init", "-q", "--bare", "-b", "main"]);
-        let work = FleetRepo::new();
-        work.git(&["remote", "add", "origin", &bare.to_string_lossy()]);
-        work.write(
-            "clusters/prod/controlplane.yaml",
-            common::prod("2025.2", "2025.2"),
-        );
-        let first = work.commit("first");
-        work.git(&["push", "-q", "origin", "HEAD:refs/heads/main"]);
-        let daemon = GitDaemon::start(&base);
+        let (root, work, first) = bare_fleet();
+        let daemon = GitDaemon::start(&root.path().join("srv"));
         Served {
             root,
             work,
@@ -332,6 +339,119 @@ fn a_missing_or_invalid_branch_is_named() {
     let err = Source::open(Origin::Local(served.work.path().to_owned()), "release")
         .expect_err("no such local branch");
     assert!(err.to_string().contains("release"), "{err}");
+}
+
+/// ssh as users run it: an OpenSSH server, a deploy key, a known_hosts
+/// entry for `[host]:port`. Clone, fetch when the branch moves, push a
+/// branch with the same credentials (plan commits and proposals go so),
+/// and fail closed, naming the file, when the host key changed or the key
+/// is not authorised.
+#[test]
+fn ssh_with_a_key_and_known_hosts_fetches_pushes_and_fails_closed() {
+    let sshd = common::sshd::Sshd::start();
+    let (root, work, first) = bare_fleet();
+    let bare = root.path().join("srv/fleet.git");
+    let auth = Auth {
+        ssh_key: Some(sshd.client_key()),
+        known_hosts: Some(sshd.known_hosts()),
+        ..Auth::default()
+    };
+    let origin = |cache: &str, auth: Auth| Origin::Remote {
+        url: sshd.url(&bare),
+        cache_dir: root.path().join(cache),
+        auth,
+    };
+
+    let mut source = Source::open(origin("cache", auth.clone()), "main")
+        .unwrap_or_else(|e| panic!("ssh clone: {e}\nsshd: {}", sshd.log()));
+    assert_eq!(source.head(), Some(oid(&first)));
+    assert_eq!(source.refresh().expect("refresh"), Refresh::Unchanged);
+    work.write("notes.txt", "second");
+    let second = work.commit("second");
+    work.git(&["push", "-q", "origin", "HEAD:refs/heads/main"]);
+    assert_eq!(source.refresh().expect("refresh"), Refresh::Changed);
+    assert_eq!(source.head(), Some(oid(&second)));
+    assert_eq!(source.fetches(), 2);
+    assert!(
+        sshd.log().contains("Accepted publickey"),
+        "not through sshd: {}",
+        sshd.log()
+    );
+
+    // A push with the source's credentials, as plan write-back does.
+    let target = source.push_target().expect("a remote source pushes");
+    let cache = git2::Repository::open_bare(source.path()).expect("cache");
+    let head = cache.find_commit(oid(&second)).expect("head in the cache");
+    cache.branch("lockstep/probe", &head, true).expect("branch");
+    let errs = std::cell::RefCell::new(None);
+    lockstep::plan::writeback::push_branch(
+        source.path(),
+        target.url(),
+        "lockstep/probe",
+        target.callbacks(&errs),
+    )
+    .unwrap_or_else(|e| panic!("ssh push: {e} ({:?})\nsshd: {}", errs.borrow(), sshd.log()));
+    assert_eq!(git(&bare, &["rev-parse", "lockstep/probe"]), second);
+
+    // The server's host key changed (or a man in the middle): refused
+    // before anything is fetched, naming the known_hosts file.
+    let other = root.path().join("other_known_hosts");
+    let another_host = common::sshd::keygen(&root.path().join("another_host"));
+    std::fs::write(
+        &other,
+        format!("[127.0.0.1]:{} {another_host}\n", sshd.port),
+    )
+    .expect("known_hosts");
+    let err = Source::open(
+        origin(
+            "cache-mismatch",
+            Auth {
+                known_hosts: Some(other.clone()),
+                ..auth.clone()
+            },
+        ),
+        "main",
+    )
+    .expect_err("a changed host key");
+    assert!(matches!(err, SourceError::HostKey { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("other_known_hosts")
+            && message.contains("127.0.0.1")
+            && message.contains("differs from the recorded one"),
+        "{message}"
+    );
+    assert!(!message.contains("BEGIN OPENSSH PRIVATE KEY"), "{message}");
+
+    // A key the server does not know: refused by the server, said so.
+    let stranger = root.path().join("id_stranger");
+    common::sshd::keygen(&stranger);
+    let err = Source::open(
+        origin(
+            "cache-stranger",
+            Auth {
+                ssh_key: Some(stranger),
+                ..auth
+            },
+        ),
+        "main",
+    )
+    .expect_err("an unauthorised key");
+    let message = err.to_string();
+    assert!(
+        matches!(
+            err,
+            SourceError::AuthRefused {
+                what: "ssh key",
+                ..
+            }
+        ),
+        "{err:?}: {message}"
+    );
+    assert!(
+        message.contains(&format!("127.0.0.1:{}", sshd.port)),
+        "{message}"
+    );
 }
 
 #[test]

@@ -6,6 +6,7 @@
 
 pub mod kube;
 pub mod prism;
+pub mod sshd;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the real peers the tests start and stop themselves:
+#  - OpenSSH's sshd and ssh-keygen (Debian packages), for Git over ssh;
 #  - github/: Prism serving GitHub's OpenAPI description, GitHub's webhook
 #    examples (npm, versions pinned in its package-lock.json);
 #  - kube/: kube-apiserver and etcd built from the Go module proxy (versions
@@ -11,14 +12,29 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 need() { command -v "$1" >/dev/null 2>&1; }
 missing=()
-for tool in node npm curl openssl kubectl; do need "$tool" || missing+=("$tool"); done
+for tool in node npm curl openssl kubectl ssh-keygen; do need "$tool" || missing+=("$tool"); done
+# OpenSSH's server for Git over ssh (tests/common/sshd.rs); not on a user's PATH.
+[[ -x ${LOCKSTEP_SSHD:-/usr/sbin/sshd} ]] || missing+=(sshd)
 if ((${#missing[@]})); then
   if [[ $(id -u) == 0 ]] && need apt-get; then
     pkgs=()
     for t in "${missing[@]}"; do
-      case $t in node) pkgs+=(nodejs) ;; *) pkgs+=("$t") ;; esac
+      case $t in
+        node) pkgs+=(nodejs) ;;
+        ssh-keygen) pkgs+=(openssh-client) ;;
+        sshd) pkgs+=(openssh-server) ;;
+        *) pkgs+=("$t") ;;
+      esac
     done
-    apt-get update -qq && apt-get install -y -qq "${pkgs[@]}" >/dev/null
+    # Packages with services (openssh-server) must not start them: the
+    # tests run their own servers, on 127.0.0.1 only.
+    guard=/usr/sbin/policy-rc.d
+    if [[ ! -e $guard ]]; then
+      printf '#!/bin/sh\nexit 101\n' >"$guard" && chmod +x "$guard"
+      trap 'rm -f "$guard"' EXIT
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
   else
     echo "install.sh: missing tools: ${missing[*]}" >&2
     exit 1
