@@ -532,17 +532,7 @@ fn step_state(u: &UnitReport, i: usize) -> StepState {
             if let Some(m) = &u.needs_person {
                 return StepState::Failed(m.clone());
             }
-            let (phase, failing) = u
-                .progress
-                .values()
-                .find(|p| !matches!(p, Progress::Complete))
-                .map(|p| {
-                    (
-                        p.describe(),
-                        matches!(p, Progress::Failed { .. } | Progress::Stalled { .. }),
-                    )
-                })
-                .unwrap_or_else(|| ("settling".into(), false));
+            let (phase, failing) = summarize(&u.progress);
             let text = format!("{hop}: {phase}");
             if failing {
                 StepState::Pending(format!("repairing {text}"))
@@ -559,6 +549,50 @@ fn step_state(u: &UnitReport, i: usize) -> StepState {
             ))
         }
     }
+}
+
+/// One line for a hop that moves several objects at once (a ControlPlane
+/// bumps all its services together): how many are complete, and the one
+/// that says most about what holds the hop. A failing object first (it is
+/// being repaired); else the least advanced object inside the phase
+/// machine (the laggard decides when the hop completes); else one settling;
+/// else the operator has not picked anything up yet. Ties go to key order,
+/// so the line is stable between passes. A single object reads as before:
+/// just its progress.
+fn summarize(progress: &BTreeMap<Key, Progress>) -> (String, bool) {
+    fn rank(p: &Progress) -> (u8, u8) {
+        match p {
+            Progress::Failed { .. } | Progress::Stalled { .. } => (0, 0),
+            Progress::Phase { step, .. } => (1, *step),
+            Progress::Settling { .. } => (2, 0),
+            Progress::Waiting => (3, 0),
+            Progress::Complete => (4, 0),
+        }
+    }
+    let Some((key, p)) = progress
+        .iter()
+        .filter(|(_, p)| !matches!(p, Progress::Complete))
+        .min_by_key(|(_, p)| rank(p))
+    else {
+        return ("settling".into(), false);
+    };
+    let failing = matches!(p, Progress::Failed { .. } | Progress::Stalled { .. });
+    if progress.len() == 1 {
+        return (p.describe(), failing);
+    }
+    let done = progress
+        .values()
+        .filter(|p| matches!(p, Progress::Complete))
+        .count();
+    (
+        format!(
+            "{done}/{} complete, {} {}",
+            progress.len(),
+            key.name,
+            p.describe()
+        ),
+        failing,
+    )
 }
 
 #[cfg(test)]
@@ -813,6 +847,61 @@ mod tests {
         assert!(
             matches!(next(c, &at("2025.2", &img("2025.2")), |_| true), Next::Blocked(m) if m.contains("2025.2"))
         );
+    }
+
+    #[test]
+    fn a_plane_hop_names_what_holds_it_not_the_first_child_in_key_order() {
+        let child = |name: &str| Key::new(Kind::Keystone, "openstack", name);
+        let phase = |phase: &str, step: u8| Progress::Phase {
+            phase: phase.into(),
+            step,
+        };
+        let map = |items: Vec<(&str, Progress)>| -> BTreeMap<Key, Progress> {
+            items.into_iter().map(|(n, p)| (child(n), p)).collect()
+        };
+        // "a-barbican" sorts first and waits; keystone is the one at work.
+        let (line, failing) = summarize(&map(vec![
+            ("a-barbican", Progress::Waiting),
+            ("keystone", phase("Migrating", 2)),
+            ("glance", Progress::Complete),
+        ]));
+        assert_eq!(line, "1/3 complete, keystone Migrating (2/4)");
+        assert!(!failing);
+        // The laggard among those in the machine.
+        let (line, _) = summarize(&map(vec![
+            ("glance", phase("Contracting", 4)),
+            ("nova", phase("Expanding", 1)),
+            (
+                "placement",
+                Progress::Settling {
+                    what: "second roll",
+                },
+            ),
+        ]));
+        assert_eq!(line, "0/3 complete, nova Expanding (1/4)");
+        // A failure outranks everything, and marks the line as failing.
+        let (line, failing) = summarize(&map(vec![
+            ("glance", phase("Expanding", 1)),
+            (
+                "nova",
+                Progress::Failed {
+                    reason: "MigrateFailed".into(),
+                    message: "boom".into(),
+                },
+            ),
+        ]));
+        assert_eq!(line, "0/2 complete, nova MigrateFailed: boom");
+        assert!(failing);
+        // Nothing picked up yet; all complete; one object reads as before.
+        let (line, _) = summarize(&map(vec![
+            ("glance", Progress::Waiting),
+            ("nova", Progress::Waiting),
+        ]));
+        assert_eq!(line, "0/2 complete, glance waiting for the operator");
+        let (line, _) = summarize(&map(vec![("glance", Progress::Complete)]));
+        assert_eq!(line, "settling");
+        let (line, _) = summarize(&map(vec![("nova", phase("RollingUpdate", 3))]));
+        assert_eq!(line, "RollingUpdate (3/4)");
     }
 
     #[test]
