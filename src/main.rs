@@ -194,7 +194,7 @@ struct RunArgs {
     token_env: Option<String>,
     #[arg(long, value_name = "URL")]
     target_url: Option<String>,
-    /// With notes: push refs/notes/lockstep when stopping (to REMOTE, or the branch's remote).
+    /// With notes: push refs/notes/lockstep after each delivery and when stopping (to REMOTE, or the branch's remote).
     #[arg(long, value_name = "REMOTE", num_args = 0..=1, default_missing_value = "")]
     push_notes: Option<String>,
     /// Webhook receiver address (HOST:PORT).

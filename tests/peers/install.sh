@@ -5,7 +5,7 @@
 #    examples (npm, versions pinned in its package-lock.json);
 #  - kube/: kube-apiserver and etcd built from the Go module proxy (versions
 #    pinned in its go.mod files; cached in ~/.cache/lockstep-kube, so only the
-#    first run builds: about 10 minutes on 2 cores).
+#    first run builds: about 7 minutes on 2 cores).
 # Idempotent; quiet on success but for one line per peer.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
