@@ -1,7 +1,9 @@
-//! Host quirks and delivery under trouble, one test each. GitLab and Gitea
-//! cannot run on this machine, so wiremock plays them (a mock, said so):
-//! the requests it answers are asserted on method, path, headers and body.
-//! GitHub is tested against its own OpenAPI description in `forge_github.rs`.
+//! Host quirks and delivery under trouble, one test each. GitLab cannot run
+//! on this machine, and a real Gitea cannot be made to answer 429 or 5xx on
+//! cue, so wiremock plays them (a mock, said so): the requests it answers
+//! are asserted on method, path, headers and body. GitHub is tested against
+//! its own OpenAPI description in `forge_github.rs`; statuses, webhooks and
+//! pull requests on a real Gitea in `run_sim.rs` and `plan_propose.rs`.
 
 use std::time::{Duration, Instant};
 

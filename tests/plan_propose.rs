@@ -7,9 +7,13 @@
 //! description, `tests/peers/github`), which validates every request
 //! lockstep sends; Prism stores nothing, so the restart, decline and
 //! moved-branch behaviour is checked against a small stateful stub of
-//! GitHub's two pull-request endpoints (wiremock), and says so. GitLab and
-//! Gitea cannot run here: wiremock plays them too (a mock, said so), with
-//! matchers on the paths, queries, headers and bodies their API documents.
+//! GitHub's two pull-request endpoints (wiremock), and says so. Gitea runs
+//! here for real (`tests/peers/gitea`, built from the Go module proxy): a
+//! wave proposed, merged through Gitea's API and the next one proposed. The
+//! one race a real server cannot be made to show (a create answered 409
+//! because another replica just opened the request) is played by wiremock,
+//! as is GitLab, which cannot run here; both mocks say so and match the
+//! paths, queries, headers and bodies the APIs document.
 
 mod common;
 
@@ -730,6 +734,138 @@ async fn gitlab_a_merge_request_from_the_wave_branch() {
     assert_eq!(applied(&mem).0, "2026.1");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_gitea_a_wave_is_proposed_merged_there_applied_and_the_next_proposed() {
+    let t = Instant::now();
+    let peer = tokio::task::spawn_blocking(common::gitea::Gitea::start)
+        .await
+        .expect("gitea starts");
+    eprintln!("Gitea up: {:?}", t.elapsed());
+    let repo = peer.create_repo("fleet");
+    let fleet = Fleet::new(PLAN);
+    git(
+        &fleet.work(),
+        &["remote", "set-url", "origin", &peer.push_url(&repo)],
+    );
+    git(&fleet.work(), &["push", "-q", "origin", "main"]);
+    peer.wait_pushed(&repo);
+    let main0 = git(&fleet.work(), &["rev-parse", "main"]);
+    let on_gitea = |branch: &str| {
+        let line = git(
+            &fleet.work(),
+            &["ls-remote", "origin", &format!("refs/heads/{branch}")],
+        );
+        line.split_whitespace().next().map(str::to_owned)
+    };
+    let token = Secret::new(peer.token.clone());
+    let forge = Arc::new(AnyForge::Gitea(
+        Gitea::new(&peer.url(), &repo, Some(token.clone())).expect("forge"),
+    ));
+    let (mem, queue) = (cluster(), StatusQueue::new(10_000));
+    // The source is Gitea's repository over http, with the same token (a
+    // Gitea access token works as the password for any user name).
+    let mut d = daemon_at(
+        peer.clone_url(&repo),
+        &fleet,
+        Auth {
+            token: Some(token),
+            ..Auth::default()
+        },
+        forge.clone(),
+        &mem,
+        queue.clone(),
+    );
+    let open_pulls = || {
+        let pulls = peer.must("GET", &format!("/repos/{repo}/pulls?state=open"), None, 200);
+        pulls.as_array().cloned().unwrap_or_default()
+    };
+
+    // 1. The canary wave: its branch pushed to Gitea, one pull request that
+    //    Gitea accepted, main untouched, nothing applied.
+    drive(&mut d, &mem, &queue, Some(&forge)).await;
+    let wave1 = on_gitea(WAVE1)
+        .unwrap_or_else(|| panic!("the wave branch is not on Gitea: {}", plan_status(&d)));
+    assert_eq!(on_gitea("main").as_deref(), Some(main0.as_str()));
+    let pulls = open_pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:#?}");
+    let pr = &pulls[0];
+    assert_eq!(pr["head"]["ref"], WAVE1, "{pr}");
+    assert_eq!(pr["head"]["sha"], wave1.as_str(), "{pr}");
+    assert_eq!(pr["base"]["ref"], "main", "{pr}");
+    assert_eq!(pr["title"], TITLE1, "{pr}");
+    let number = pr["number"].as_u64().expect("number");
+    assert_eq!(
+        plan_status(&d),
+        format!(
+            "wave 1/2 (canary): proposed as {}/{repo}/pulls/{number}, waiting for merge",
+            peer.url()
+        )
+    );
+    assert_eq!(
+        applied(&mem),
+        ("2026.1".into(), "2026.1".into(), "2026.1".into())
+    );
+
+    // 2. More passes open nothing new; Gitea publishes the request's head as
+    //    refs/pull/N/head, so its commit is judged before the merge, and the
+    //    verdict is a status Gitea holds.
+    for _ in 0..3 {
+        assert!(!d.pass().await.busy, "waiting on a person is not busy");
+    }
+    deliver_now(&queue, &*forge, &Metrics::new(), &RetryPolicy::default()).await;
+    assert_eq!(open_pulls().len(), 1);
+    assert_eq!(
+        on_gitea(WAVE1).as_deref(),
+        Some(wave1.as_str()),
+        "not rewritten"
+    );
+    let statuses = peer.statuses(&repo, &wave1);
+    assert!(
+        statuses
+            .iter()
+            .any(|s| s["context"] == "lockstep/sim" && s["status"] == "success"),
+        "the proposal's head judged on Gitea: {statuses:#?}"
+    );
+    assert_eq!(
+        applied(&mem),
+        ("2026.1".into(), "2026.1".into(), "2026.1".into())
+    );
+
+    // 3. A person presses merge in Gitea: the daemon applies the canary and
+    //    proposes the production wave on top of Gitea's merge commit.
+    peer.must(
+        "POST",
+        &format!("/repos/{repo}/pulls/{number}/merge"),
+        Some(json!({"Do": "merge"})),
+        200,
+    );
+    let merged = on_gitea("main").expect("main");
+    assert_ne!(merged, main0);
+    drive(&mut d, &mem, &queue, Some(&forge)).await;
+    let (staging, prod, nova) = applied(&mem);
+    assert_eq!(staging, "2026.2", "the merged wave was applied");
+    assert_eq!((prod.as_str(), nova.as_str()), ("2026.1", "2026.1"));
+    let pulls = open_pulls();
+    assert_eq!(pulls.len(), 1, "the merged one closed, one new: {pulls:#?}");
+    assert_eq!(pulls[0]["head"]["ref"], WAVE2, "{}", pulls[0]);
+    let wave2 = on_gitea(WAVE2).expect("the next wave branch");
+    git(&fleet.work(), &["fetch", "-q", "origin"]);
+    assert_eq!(
+        git(&fleet.work(), &["rev-parse", &format!("{wave2}^")]),
+        merged,
+        "the next wave sits on the merge"
+    );
+    assert!(
+        plan_status(&d).starts_with("wave 2/2 (production): proposed as "),
+        "{}",
+        plan_status(&d)
+    );
+    eprintln!("whole test: {:?}", t.elapsed());
+}
+
+/// The one race a real Gitea cannot be made to show: the create answered
+/// 409 because another replica opened the same request a moment before.
+/// wiremock plays Gitea here (a mock).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gitea_a_pull_request_and_one_that_already_exists() {
     let fleet = Fleet::new(PLAN);

@@ -15,15 +15,15 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::gitea::Gitea;
 use common::prism::Prism;
-use common::{GitDaemon, free_port, lockstep_bin};
+use common::{GitDaemon, free_port, http, lockstep_bin};
 use serde_json::Value;
 
 const CLUSTER: &str = "e2e";
@@ -435,43 +435,6 @@ impl Drop for Lockstep {
 
 // ---------------------------------------------------------------------------
 // HTTP over loopback, by hand (HTTP/1.0: one request, the whole answer).
-
-fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, String)],
-    body: &[u8],
-) -> Result<(u16, String), String> {
-    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let mut req = format!(
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes())
-        .and_then(|()| s.write_all(body))
-        .map_err(|e| format!("send to {addr}: {e}"))?;
-    let mut answer = Vec::new();
-    s.read_to_end(&mut answer)
-        .map_err(|e| format!("read from {addr}: {e}"))?;
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("no status line from {addr}: {text:?}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((code, body))
-}
 
 fn get(addr: &str, path: &str) -> Result<(u16, String), String> {
     http(addr, "GET", path, &[], b"")
@@ -1330,4 +1293,178 @@ fn statuses_wait_out_a_locked_notes_ref() {
     if !ls.logged("host rejected a status; dropped").is_empty() {
         ls.fail("statuses were dropped because of the lock");
     }
+}
+
+// ---------------------------------------------------------------------------
+// A real Gitea (built from the Go module proxy): the source cloned over
+// http with a token, every status through Gitea's API, and Gitea's own
+// webhooks (push, pull request) as the only triggers after the start.
+
+/// The newest status per context Gitea holds for `sha`.
+fn gitea_statuses(gitea: &Gitea, repo: &str, sha: &str) -> Statuses {
+    let mut newest: BTreeMap<String, (u64, String, String)> = BTreeMap::new();
+    for s in gitea.statuses(repo, sha) {
+        let id = s["id"].as_u64().unwrap_or(0);
+        let context = s["context"].as_str().unwrap_or("").to_owned();
+        // Gitea answers with `status`; older versions also send `state`.
+        let state = s["status"]
+            .as_str()
+            .or(s["state"].as_str())
+            .unwrap_or("")
+            .to_owned();
+        let description = s["description"].as_str().unwrap_or("").to_owned();
+        if newest.get(&context).is_none_or(|(seen, _, _)| *seen < id) {
+            newest.insert(context, (id, state, description));
+        }
+    }
+    newest
+        .into_iter()
+        .map(|(c, (_, s, d))| (c, (s, d)))
+        .collect()
+}
+
+#[test]
+fn a_real_gitea_gets_every_status_and_its_webhooks_drive_the_daemon() {
+    let gitea = Gitea::start();
+    let repo = gitea.create_repo("fleet");
+    let fleet = Fleet::new();
+    git(
+        &fleet.work(),
+        &["remote", "set-url", "origin", &gitea.push_url(&repo)],
+    );
+    fleet.push("main:refs/heads/main");
+    gitea.wait_pushed(&repo);
+
+    let secrets = tempfile::tempdir().expect("tempdir");
+    let token_file = secrets.path().join("gitea-token");
+    std::fs::write(&token_file, format!("{}\n", gitea.token)).expect("write");
+    let secret_file = secrets.path().join("gitea-hook-secret");
+    std::fs::write(&secret_file, format!("{SECRET}\n")).expect("write");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let metrics = format!("127.0.0.1:{}", free_port());
+    // Gitea's own webhook, signed with the shared secret.
+    gitea.must(
+        "POST",
+        &format!("/repos/{repo}/hooks"),
+        Some(serde_json::json!({
+            "type": "gitea",
+            "config": {"url": format!("http://{listen}/hooks/gitea"), "content_type": "json", "secret": SECRET},
+            "events": ["push", "pull_request"],
+            "active": true,
+        })),
+        201,
+    );
+    let token = token_file.to_string_lossy().into_owned();
+    let mut ls = Lockstep::spawn(
+        &[
+            "--url".into(),
+            gitea.clone_url(&repo),
+            "--git-token-file".into(),
+            token.clone(),
+            "--cache-dir".into(),
+            fleet.cache_dir().to_string_lossy().into_owned(),
+            // An hour: after the first pass only a webhook moves anything.
+            "--poll".into(),
+            "1h".into(),
+            "--listen".into(),
+            listen.clone(),
+            "--metrics-listen".into(),
+            metrics.clone(),
+            "--gitea-webhook-secret-file".into(),
+            secret_file.to_string_lossy().into_owned(),
+            "--report".into(),
+            "gitea".into(),
+            "--forge-url".into(),
+            gitea.url(),
+            "--forge-repo".into(),
+            repo.clone(),
+            "--token-file".into(),
+            token,
+        ],
+        &[],
+    );
+    wait_ready(&mut ls, &metrics);
+    ls.wait_for(
+        "the story's statuses on Gitea",
+        Duration::from_secs(60),
+        |_| {
+            let p = story_problems(&fleet, |sha| gitea_statuses(&gitea, &repo, sha));
+            if p.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{}\nGitea's errors:\n{}",
+                    p.join("\n"),
+                    gitea.errors()
+                ))
+            }
+        },
+    );
+
+    // A hop pushed to main, and a pull request that skips a release.
+    let hop = fleet.push_nova_hop();
+    git(&fleet.work(), &["checkout", "-q", "-b", "pr-staging"]);
+    let pull = fleet.commit_edit(
+        "clusters/staging/controlplane.yaml",
+        &[(
+            "openStackRelease: \"2026.1\"",
+            "openStackRelease: \"2027.1\"",
+        )],
+        "Staging straight to 2027.1",
+    );
+    fleet.push("HEAD:refs/heads/pr-staging");
+    git(&fleet.work(), &["checkout", "-q", "main"]);
+    let sent = Instant::now();
+    let pr = gitea.must(
+        "POST",
+        &format!("/repos/{repo}/pulls"),
+        Some(serde_json::json!({"head": "pr-staging", "base": "main", "title": "Staging straight to 2027.1"})),
+        201,
+    );
+    let number = pr["number"].as_u64().expect("a pull request number");
+
+    let commit_ctx = format!("lockstep/{CLUSTER}");
+    ls.wait_for(
+        "Gitea's webhooks: the hop applied, the pull request refused before merge",
+        Duration::from_secs(30),
+        |_| {
+            let h = gitea_statuses(&gitea, &repo, &hop);
+            let p = gitea_statuses(&gitea, &repo, &pull);
+            let hop_ok = h
+                .get(&commit_ctx)
+                .is_some_and(|(s, d)| s == "success" && d.contains("applied: nova 2026.2→2027.1"))
+                && h.get(&format!("{commit_ctx}/compute/nova"))
+                    .is_some_and(|(s, d)| s == "success" && d.ends_with(": complete"));
+            let pull_ok = p.get(&commit_ctx).is_some_and(|(s, d)| {
+                s == "failure" && d.contains("skips 2026.2 (UpgradePathInvalid)")
+            });
+            if hop_ok && pull_ok {
+                Ok(())
+            } else {
+                Err(format!(
+                    "hop {h:?}; pull request {p:?}; Gitea's errors:\n{}",
+                    gitea.errors()
+                ))
+            }
+        },
+    );
+    eprintln!("Gitea webhooks to both statuses: {:?}", sent.elapsed());
+    // Gitea's deliveries were the triggers (the poll is an hour away).
+    let triggers = ls.logged("webhook trigger");
+    if !triggers.iter().any(|e| e["fields"]["sha"] == hop.as_str()) {
+        ls.fail("no webhook trigger logged for the push");
+    }
+    let pulls = ls.logged("pull request judged");
+    if !pulls
+        .iter()
+        .any(|e| e["fields"]["pull"] == number && e["fields"]["commit"] == pull.as_str())
+    {
+        ls.fail(&format!(
+            "pull request {number} was not judged as a pull request"
+        ));
+    }
+    // Still open, never merged: the verdict came before any merge.
+    let pr = gitea.must("GET", &format!("/repos/{repo}/pulls/{number}"), None, 200);
+    assert_eq!(pr["merged"], false, "{pr}");
+    assert_eq!(pr["head"]["sha"], pull.as_str(), "{pr}");
 }

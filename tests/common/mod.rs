@@ -4,12 +4,16 @@
 
 #![allow(dead_code)]
 
+pub mod gitea;
 pub mod kube;
 pub mod prism;
 pub mod sshd;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 pub const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/fleet");
 
@@ -356,4 +360,44 @@ impl Drop for GitDaemon {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// One HTTP/1.0 exchange on a plain TCP connection: (status code, body).
+/// For the test's own calls to local servers (the daemon's endpoints, the
+/// Gitea peer's API), where a client library would add nothing.
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> Result<(u16, String), String> {
+    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let mut req = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())
+        .and_then(|()| s.write_all(body))
+        .map_err(|e| format!("send to {addr}: {e}"))?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)
+        .map_err(|e| format!("read from {addr}: {e}"))?;
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status line from {addr}: {text:?}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((code, body))
 }

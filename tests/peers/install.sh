@@ -5,14 +5,16 @@
 #    examples (npm, versions pinned in its package-lock.json);
 #  - kube/: kube-apiserver and etcd built from the Go module proxy (versions
 #    pinned in its go.mod files; cached in ~/.cache/lockstep-kube, so only the
-#    first run builds: about 7 minutes on 2 cores).
+#    first run builds: about 7 minutes on 2 cores);
+#  - gitea/: Gitea built from the Go module proxy with sqlite (cgo; cached in
+#    ~/.cache/lockstep-gitea, the first build about 10 minutes on 2 cores).
 # Idempotent; quiet on success but for one line per peer.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 need() { command -v "$1" >/dev/null 2>&1; }
 missing=()
-for tool in node npm curl openssl kubectl ssh-keygen; do need "$tool" || missing+=("$tool"); done
+for tool in node npm curl openssl kubectl ssh-keygen gcc; do need "$tool" || missing+=("$tool"); done
 # OpenSSH's server for Git over ssh (tests/common/sshd.rs); not on a user's PATH.
 [[ -x ${LOCKSTEP_SSHD:-/usr/sbin/sshd} ]] || missing+=(sshd)
 if ((${#missing[@]})); then
@@ -48,3 +50,6 @@ echo "github peer: ready ($here/github)"
 
 bins=$(bash "$here/kube/build.sh")
 echo "kube peer: ready ($(echo "$bins" | tr '\n' ' '))"
+
+gitea=$(bash "$here/gitea/build.sh")
+echo "gitea peer: ready ($(echo "$gitea" | tr '\n' ' '))"
