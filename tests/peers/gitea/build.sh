@@ -44,6 +44,9 @@ if ! [[ -x $out && -f $out.stamp && $(cat "$out.stamp") == "$want" && -d $STATIC
   # A build cache of our own, removed once the binary is stamped (GBs that
   # nothing reuses).
   gocache=$CACHE/go-build
+  # Modules likewise (about 1.2 GB), and a user's own module cache is left
+  # alone.
+  export GOMODCACHE=$CACHE/go-mod
   if ! (cd "$HERE" && env GOTOOLCHAIN=local GOFLAGS=-mod=readonly CGO_ENABLED=1 GOCACHE="$gocache" \
           "$go" build -trimpath -tags "sqlite sqlite_unlock_notify" \
           -ldflags "-s -w -X main.Version=${GITEA_VERSION#v}" -o "$out.tmp" code.gitea.io/gitea) >"$log" 2>&1; then
@@ -59,6 +62,8 @@ if ! [[ -x $out && -f $out.stamp && $(cat "$out.stamp") == "$want" && -d $STATIC
   mv -f "$out.tmp" "$out"
   echo "$want" >"$out.stamp"
   rm -rf "$gocache"
+  GOTOOLCHAIN=local "$go" clean -modcache
+  rm -rf "$GOMODCACHE"
   echo "build.sh: built gitea in $((SECONDS - start))s" >&2
 fi
 

@@ -54,7 +54,7 @@ build() {
   log=$CACHE/build-$name.log
   echo "build.sh: building $name $version (cold: minutes; log $log)" >&2
   local start=$SECONDS
-  if ! (cd "$dir" && env GOTOOLCHAIN=local GOFLAGS=-mod=readonly CGO_ENABLED=0 GOCACHE="$GOCACHE_DIR" \
+  if ! (cd "$dir" && env GOTOOLCHAIN=local GOFLAGS=-mod=readonly CGO_ENABLED=0 GOCACHE="$GOCACHE_DIR" GOMODCACHE="$GOMODCACHE_DIR" \
           "$go" build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg") >"$log" 2>&1; then
     echo "build.sh: building $name $version failed; last lines of $log:" >&2
     tail -n 30 "$log" >&2
@@ -70,6 +70,9 @@ mkdir -p "$BIN"
 # kube-apiserver build leaves ~5 GB of objects that nothing reuses (the
 # stamped binaries are), and CI disks are not large.
 GOCACHE_DIR=$CACHE/go-build
+# Modules likewise (about 1.5 GB): only the stamped binaries are reused, and
+# a user's own module cache is left alone.
+GOMODCACHE_DIR=$CACHE/go-mod
 # Serialise concurrent callers (e.g. parallel test binaries) on one cache.
 exec 9>"$CACHE/.lock"
 flock 9
@@ -85,6 +88,10 @@ build etcd "$ETCD_VERSION" "$HERE/etcd" go.etcd.io/etcd/server/v3 \
   "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION"
 
 rm -rf "$GOCACHE_DIR"
+if [[ -d $GOMODCACHE_DIR ]]; then
+  GOMODCACHE="$GOMODCACHE_DIR" GOTOOLCHAIN=local "$(find_go)" clean -modcache
+  rm -rf "$GOMODCACHE_DIR"
+fi
 
 echo "KUBE_APISERVER_BIN=$BIN/kube-apiserver"
 echo "ETCD_BIN=$BIN/etcd"
