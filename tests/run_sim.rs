@@ -292,6 +292,21 @@ fn story_problems(fleet: &Fleet, statuses: impl Fn(&str) -> Statuses) -> Vec<Str
     problems
 }
 
+/// After the story: nova's hop to 2027.1 (`push_nova_hop`) applied and
+/// followed to completion, and the pull request that jumps staging to
+/// 2027.1 refused.
+fn hop_applied_and_pull_refused(hop: &Statuses, pull: &Statuses) -> bool {
+    let commit_ctx = format!("lockstep/{CLUSTER}");
+    hop.get(&commit_ctx)
+        .is_some_and(|(s, d)| s == "success" && d.contains("applied: nova 2026.2→2027.1"))
+        && hop
+            .get(&format!("{commit_ctx}/compute/nova"))
+            .is_some_and(|(s, d)| s == "success" && d.ends_with(": complete"))
+        && pull
+            .get(&commit_ctx)
+            .is_some_and(|(s, d)| s == "failure" && d.contains("skips 2026.2 (UpgradePathInvalid)"))
+}
+
 // ---------------------------------------------------------------------------
 // The lockstep process.
 
@@ -674,22 +689,13 @@ fn a_signed_push_webhook_brings_a_hop_and_a_pull_request_verdict_then_sigterm() 
         send_push_hook(&listen, "e2e-1", &body, &hmac_hex(SECRET, &body)),
         202
     );
-    let commit_ctx = format!("lockstep/{CLUSTER}");
     ls.wait_for(
         "the new hop applied and the pull request refused",
         Duration::from_secs(10),
         |_| {
             let h = notes(&cache, &hop);
             let p = notes(&cache, &pull);
-            let hop_ok = h
-                .get(&commit_ctx)
-                .is_some_and(|(s, d)| s == "success" && d.contains("applied: nova 2026.2→2027.1"))
-                && h.get(&format!("{commit_ctx}/compute/nova"))
-                    .is_some_and(|(s, d)| s == "success" && d.ends_with(": complete"));
-            let pull_ok = p.get(&commit_ctx).is_some_and(|(s, d)| {
-                s == "failure" && d.contains("skips 2026.2 (UpgradePathInvalid)")
-            });
-            if hop_ok && pull_ok {
+            if hop_applied_and_pull_refused(&h, &p) {
                 Ok(())
             } else {
                 Err(format!("hop {h:?}; pull request {p:?}"))
@@ -1423,22 +1429,13 @@ fn a_real_gitea_gets_every_status_and_its_webhooks_drive_the_daemon() {
     );
     let number = pr["number"].as_u64().expect("a pull request number");
 
-    let commit_ctx = format!("lockstep/{CLUSTER}");
     ls.wait_for(
         "Gitea's webhooks: the hop applied, the pull request refused before merge",
         Duration::from_secs(30),
         |_| {
             let h = gitea_statuses(&gitea, &repo, &hop);
             let p = gitea_statuses(&gitea, &repo, &pull);
-            let hop_ok = h
-                .get(&commit_ctx)
-                .is_some_and(|(s, d)| s == "success" && d.contains("applied: nova 2026.2→2027.1"))
-                && h.get(&format!("{commit_ctx}/compute/nova"))
-                    .is_some_and(|(s, d)| s == "success" && d.ends_with(": complete"));
-            let pull_ok = p.get(&commit_ctx).is_some_and(|(s, d)| {
-                s == "failure" && d.contains("skips 2026.2 (UpgradePathInvalid)")
-            });
-            if hop_ok && pull_ok {
+            if hop_applied_and_pull_refused(&h, &p) {
                 Ok(())
             } else {
                 Err(format!(

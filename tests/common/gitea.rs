@@ -39,11 +39,6 @@ fn build() -> (PathBuf, PathBuf) {
     (var("GITEA_BIN"), var("GITEA_STATIC"))
 }
 
-fn user_name() -> String {
-    let out = Command::new("id").arg("-un").output().expect("id runs");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 impl Gitea {
     pub fn start() -> Gitea {
         let (bin, static_root) = build();
@@ -68,7 +63,7 @@ impl Gitea {
              [webhook]\nALLOWED_HOST_LIST = loopback\nDELIVER_TIMEOUT = 10\n\n\
              [log]\nMODE = file\nLEVEL = Info\nROOT_PATH = {d}/log\n\n\
              [cron]\nENABLED = false\n\n[mailer]\nENABLED = false\n",
-            user = user_name(),
+            user = super::current_user(),
             static_root = static_root.display(),
         );
         let ini = dir.path().join("app.ini");

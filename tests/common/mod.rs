@@ -362,6 +362,12 @@ impl Drop for GitDaemon {
     }
 }
 
+/// The user running the tests (the one local servers let in).
+pub fn current_user() -> String {
+    let out = Command::new("id").arg("-un").output().expect("id runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// One HTTP/1.0 exchange on a plain TCP connection: (status code, body).
 /// For the test's own calls to local servers (the daemon's endpoints, the
 /// Gitea peer's API), where a client library would add nothing.

@@ -48,12 +48,6 @@ pub fn keygen(path: &Path) -> String {
         .join(" ")
 }
 
-/// The user sshd lets in: the one running the tests.
-pub fn user() -> String {
-    let out = Command::new("id").arg("-un").output().expect("id runs");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 impl Sshd {
     pub fn start() -> Sshd {
         let bin = sshd_bin();
@@ -143,7 +137,12 @@ impl Sshd {
 
     /// `ssh://<user>@127.0.0.1:<port><absolute path>`.
     pub fn url(&self, repo: &Path) -> String {
-        format!("ssh://{}@127.0.0.1:{}{}", user(), self.port, repo.display())
+        format!(
+            "ssh://{}@127.0.0.1:{}{}",
+            super::current_user(),
+            self.port,
+            repo.display()
+        )
     }
 
     /// `GIT_SSH_COMMAND` for the git CLI with the client key and this

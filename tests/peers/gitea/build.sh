@@ -18,14 +18,8 @@ CACHE=${LOCKSTEP_GITEA_CACHE:-$HOME/.cache/lockstep-gitea}
 BIN=$CACHE/bin
 STATIC=$CACHE/static
 
-die() { echo "build.sh: $*" >&2; exit 1; }
-
-find_go() {
-  if [[ -n ${GO:-} ]]; then echo "$GO"; return; fi
-  if command -v go >/dev/null 2>&1; then command -v go; return; fi
-  if [[ -x /usr/local/go/bin/go ]]; then echo /usr/local/go/bin/go; return; fi
-  die "no Go toolchain found (set GO=/path/to/go; Go >= 1.26.2 is needed)"
-}
+# die, find_go
+source "$HERE/../go.sh"
 
 grep -Eq "^require code.gitea.io/gitea $GITEA_VERSION$" "$HERE/go.mod" ||
   die "go.mod does not require code.gitea.io/gitea $GITEA_VERSION"

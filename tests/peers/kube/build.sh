@@ -20,14 +20,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${LOCKSTEP_KUBE_CACHE:-$HOME/.cache/lockstep-kube}
 BIN=$CACHE/bin
 
-die() { echo "build.sh: $*" >&2; exit 1; }
-
-find_go() {
-  if [[ -n ${GO:-} ]]; then echo "$GO"; return; fi
-  if command -v go >/dev/null 2>&1; then command -v go; return; fi
-  if [[ -x /usr/local/go/bin/go ]]; then echo /usr/local/go/bin/go; return; fi
-  die "no Go toolchain found (set GO=/path/to/go; Go >= 1.26 is needed)"
-}
+# die, find_go
+source "$HERE/../go.sh"
 
 # The wrappers must pin the same versions as this script.
 grep -Eq "^(require)?[[:space:]]*k8s.io/kubernetes $K8S_VERSION( |$)" "$HERE/apiserver/go.mod" ||
