@@ -179,6 +179,78 @@ fn measure(label: &str, reps: usize, args: &[&str]) {
     );
 }
 
+/// Appends `n` one-file commits to main (a patch tag on one of the first
+/// 100 Novas, round robin) and then a commit adding a new Nova: the shape of
+/// a fleet repository after years of use. A check of that last commit has
+/// to look back through all of it for the new identity's floor.
+/// `git fast-import` writes the history in a second or two.
+fn deepen(fleet: &Fleet, n: usize) {
+    use std::io::Write as _;
+    let nova = example("standalone/compute/nova.yaml");
+    let head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(&fleet.path)
+        .output()
+        .expect("git rev-parse");
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    let mut stream = Vec::new();
+    let commit = |stream: &mut Vec<u8>, i: usize, path: &str, text: &str, first: bool| {
+        let msg = format!("commit {i}");
+        write!(
+            stream,
+            "commit refs/heads/main\ncommitter bench <bench@example.invalid> {} +0000\ndata {}\n{msg}\n",
+            1_700_000_000 + i,
+            msg.len()
+        )
+        .expect("write");
+        if first {
+            writeln!(stream, "from {head}").expect("write");
+        }
+        write!(
+            stream,
+            "M 100644 inline {path}\ndata {}\n{text}\n",
+            text.len()
+        )
+        .expect("write");
+    };
+    for i in 0..n {
+        let k = (i % 100) * 2;
+        let text = nova
+            .replacen("name: nova\n", &format!("name: nova-{k:05}\n"), 1)
+            .replacen(
+                "namespace: compute",
+                &format!("namespace: compute-{:03}", k % 300),
+                1,
+            )
+            .replacen("tag: \"2026.1\"", &format!("tag: \"2026.1-p{i}\""), 1);
+        let path = format!("standalone/compute/c{:03}/nova-{k:05}.yaml", k % 300);
+        commit(&mut stream, i, &path, &text, i == 0);
+    }
+    let added = nova.replacen("name: nova\n", "name: nova-newest\n", 1);
+    commit(
+        &mut stream,
+        n,
+        "standalone/compute/c000/nova-newest.yaml",
+        &added,
+        n == 0,
+    );
+    let mut child = Command::new("git")
+        .args(["fast-import", "--quiet"])
+        .current_dir(&fleet.path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("git fast-import");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&stream)
+        .expect("feed fast-import");
+    assert!(child.wait().expect("fast-import").success());
+    git(&fleet.path, &["reset", "-q", "--hard", "main"]);
+    git(&fleet.path, &["gc", "-q"]);
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let reps = if quick { 3 } else { 15 };
@@ -217,6 +289,48 @@ fn main() {
                 "-o",
                 "json",
             ],
+        );
+        if planes < 1000 {
+            continue;
+        }
+        // Identity over time: a new object's floor comes from the whole
+        // first-parent history before the judged range. The yardstick is
+        // git itself listing what each of those commits changed.
+        let commits = 10_000;
+        let t = Instant::now();
+        deepen(&fleet, commits);
+        println!(
+            "history: {commits} more one-file commits, then one adding a new Nova (written in {:.1} s)",
+            t.elapsed().as_secs_f64()
+        );
+        measure(
+            "check, the new Nova (looks back 10,003 commits)",
+            reps.min(5),
+            &["check", "--repo", &repo, "-o", "json"],
+        );
+        measure(
+            "check, a patch (no look back)",
+            reps.min(5),
+            &["check", "--repo", &repo, "--head", "HEAD~1", "-o", "json"],
+        );
+        let t = Instant::now();
+        let st = Command::new("git")
+            .args([
+                "log",
+                "--first-parent",
+                "--raw",
+                "--no-abbrev",
+                "--format=%H",
+            ])
+            .current_dir(&fleet.path)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("git log");
+        assert!(st.success());
+        println!(
+            "  {:<44} {:>8.1} ms  (yardstick: git log --first-parent --raw, the same diffs)",
+            "git log over the same history",
+            t.elapsed().as_secs_f64() * 1e3
         );
     }
 }

@@ -338,13 +338,18 @@ fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("{path}: {source}")]
+    /// Unreadable, over [`crate::yaml::CONFIG_MAX_BYTES`], or not UTF-8.
+    #[error("{path}: {reason}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        reason: crate::yaml::ReadError,
     },
-    #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    #[error("{path}:{line}: {message}")]
+    Parse {
+        path: PathBuf,
+        line: u32,
+        message: String,
+    },
     #[error("{field}: {message}")]
     Invalid {
         field: &'static str,
@@ -352,18 +357,58 @@ pub enum ConfigError {
     },
 }
 
+/// What to pass when no source is given.
+const NO_SOURCE: &str = "no source: pass --repo PATH or --url URL (or set source.repo or source.url in the config file)";
+const NO_SOURCE_KUBE: &str = "cluster mode kube needs a source: pass --repo PATH or --url URL (or set source.repo or source.url in the config file); the embedded example fleet is for sim mode only";
+
+/// Where `lockstep run` gets its fleet ([`Config::source_choice`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceChoice {
+    /// `source.repo` or `source.url`.
+    Configured,
+    /// None given, `sim` mode: the embedded example fleet's scripted history.
+    Example,
+}
+
 impl Config {
-    /// Reads a YAML file. Errors name the file, and serde-saphyr's message
-    /// names the line and column.
+    /// Reads a YAML file of at most [`crate::yaml::CONFIG_MAX_BYTES`],
+    /// never reading past that (`--config /dev/zero` fails at once). Errors
+    /// name the file and line.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
+        let text = crate::yaml::read_text(path, &crate::yaml::Limit::CONFIG).map_err(|reason| {
+            ConfigError::Read {
+                path: path.to_owned(),
+                reason,
+            }
         })?;
-        serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })
+        Self::from_yaml(&text, path)
+    }
+
+    /// Parses the text of a configuration file; `path` only names it in the
+    /// error. What [`Config::load`] does once the file is read (and what
+    /// `fuzz/` drives).
+    pub fn from_yaml(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let limit = crate::yaml::Limit::CONFIG;
+        if text.len() > limit.bytes {
+            return Err(ConfigError::Read {
+                path: path.to_owned(),
+                reason: crate::yaml::ReadError::TooLarge { limit },
+            });
+        }
+        serde_saphyr::from_str_with_options(text, crate::yaml::options(&limit, text.len())).map_err(
+            |e| {
+                let d = crate::yaml::describe(&e, &limit);
+                ConfigError::Parse {
+                    path: path.to_owned(),
+                    line: d.line,
+                    message: if d.over_limit {
+                        format!("the file {}", d.message)
+                    } else {
+                        d.message
+                    },
+                }
+            },
+        )
     }
 
     /// Checks what types cannot: exactly one source, durations that parse,
@@ -373,10 +418,9 @@ impl Config {
             field,
             message: message.to_owned(),
         };
-        match (&self.source.repo, &self.source.url) {
-            (Some(_), Some(_)) => return Err(bad("source", "give repo or url, not both")),
-            (None, None) => return Err(bad("source", "give repo (a local path) or url")),
-            _ => {}
+        self.source_choice()?;
+        if self.source.repo.is_none() && self.source.url.is_none() {
+            return Err(bad("source", NO_SOURCE));
         }
         if let Some(u) = &self.source.url
             && !(u.starts_with("https://")
@@ -413,6 +457,36 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// Where `lockstep run` gets its fleet: the configured source, or, in
+    /// `sim` mode with none given, the embedded example fleet. `kube` mode
+    /// without a source is a usage error (the example fleet must never reach
+    /// a real cluster); so are both a repo and a url, or an empty one. Reads
+    /// nothing and calls nothing: entry points ask this before any cluster
+    /// client exists.
+    pub fn source_choice(&self) -> Result<SourceChoice, ConfigError> {
+        let bad = |field, message: &str| ConfigError::Invalid {
+            field,
+            message: message.to_owned(),
+        };
+        if self
+            .source
+            .repo
+            .as_ref()
+            .is_some_and(|r| r.as_os_str().is_empty())
+        {
+            return Err(bad("source.repo", "is empty; give a local repository path"));
+        }
+        if self.source.url.as_ref().is_some_and(|u| u.is_empty()) {
+            return Err(bad("source.url", "is empty; give the repository's URL"));
+        }
+        match (&self.source.repo, &self.source.url, self.cluster.mode) {
+            (Some(_), Some(_), _) => Err(bad("source", "give repo or url, not both")),
+            (None, None, ClusterMode::Kube) => Err(bad("source", NO_SOURCE_KUBE)),
+            (None, None, ClusterMode::Sim) => Ok(SourceChoice::Example),
+            _ => Ok(SourceChoice::Configured),
+        }
     }
 
     pub fn poll_interval(&self) -> Duration {
@@ -464,6 +538,95 @@ mod tests {
         let c: Config =
             serde_saphyr::from_str("source: {repo: x}\nleaderElection: {enabled: true}\n").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("kube"));
+    }
+
+    #[test]
+    fn kube_mode_needs_a_source_and_only_sim_runs_the_example() {
+        for text in [
+            "cluster: {mode: kube}\n",
+            "source: {}\ncluster: {mode: kube}\n",
+        ] {
+            let c: Config = serde_saphyr::from_str(text).unwrap();
+            let e = c.source_choice().unwrap_err().to_string();
+            for what in [
+                "kube",
+                "--repo PATH",
+                "--url URL",
+                "source.repo",
+                "source.url",
+            ] {
+                assert!(e.contains(what), "{what} in {e}");
+            }
+            assert!(!e.contains('\n'), "one line: {e}");
+            assert_eq!(c.validate().unwrap_err().to_string(), e);
+        }
+        let c = Config::default();
+        assert_eq!(c.source_choice().unwrap(), SourceChoice::Example);
+        // The library runs no example: the binary builds it and names it.
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("--repo PATH"), "{e}");
+        let c: Config =
+            serde_saphyr::from_str("source: {repo: /srv/fleet}\ncluster: {mode: kube}\n").unwrap();
+        assert_eq!(c.source_choice().unwrap(), SourceChoice::Configured);
+        c.validate().unwrap();
+        let c: Config =
+            serde_saphyr::from_str("source: {url: \"\"}\ncluster: {mode: kube}\n").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("source.url"));
+        let c: Config =
+            serde_saphyr::from_str("source: {repo: \"\"}\ncluster: {mode: sim}\n").unwrap();
+        assert!(
+            c.source_choice()
+                .unwrap_err()
+                .to_string()
+                .contains("source.repo")
+        );
+        let c: Config = serde_saphyr::from_str("source: {repo: a, url: https://h/r}\n").unwrap();
+        assert!(
+            c.source_choice()
+                .unwrap_err()
+                .to_string()
+                .contains("not both")
+        );
+    }
+
+    #[test]
+    fn loading_is_bounded_and_errors_are_in_plain_words() {
+        let started = std::time::Instant::now();
+        let e = Config::load(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(
+            e,
+            "/dev/zero: is larger than the configuration file limit of 1 MiB; the limit is fixed: check that --config names the configuration file"
+        );
+        let p = Path::new("c.yaml");
+        let err = |text: &str| Config::from_yaml(text, p).unwrap_err().to_string();
+        assert_eq!(
+            err("source: {repo: a}\nsource: {repo: b}\n"),
+            "c.yaml:2: the key \"source\" appears twice in one mapping; keep one"
+        );
+        let e = err("source:\n  repo: x\n  brnch: main\n");
+        assert!(
+            e.starts_with("c.yaml:3: unknown field \"brnch\"; the fields here are: repo, url,"),
+            "{e}"
+        );
+        assert_eq!(err("source: 7\n"), "c.yaml:1: expected a mapping");
+        assert_eq!(
+            err("leaderElection: {enabled: maybe}\n"),
+            "c.yaml:1: expected true or false"
+        );
+        assert_eq!(
+            err("cluster: {repairBudget: -1}\n"),
+            "c.yaml:1: expected a whole number, 0 or more"
+        );
+        let e = err(&"x".repeat(crate::yaml::CONFIG_MAX_BYTES + 1));
+        assert!(e.starts_with("c.yaml: is larger than the configuration file limit of 1 MiB"));
+        for e in [e, err("source: {repo: a}\nsource: {repo: b}\n")] {
+            for internal in ["DuplicateKeyPolicy", "Options", "struct ", "budget", "u32"] {
+                assert!(!e.contains(internal), "{internal} in {e}");
+            }
+        }
     }
 
     #[test]

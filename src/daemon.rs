@@ -150,6 +150,23 @@ pub struct PassOutcome {
     pub source_error: Option<String>,
 }
 
+/// Something a person must act on when a bounded run (`--until-idle`)
+/// stops: a status that ends in failure (or error) and that only a person
+/// can change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NeedsPerson {
+    /// The object (`Nova compute/nova`), plan (`plan rings`) or commit.
+    pub subject: String,
+    /// The failure status's description.
+    pub reason: String,
+}
+
+impl std::fmt::Display for NeedsPerson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.subject, self.reason)
+    }
+}
+
 /// How many unit reports are in flight (an apply or a hop being followed)
 /// and how many are blocked.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -212,6 +229,9 @@ pub struct Daemon<C: Cluster, R: Repo> {
     clock_base: jiff::Timestamp,
     /// Each plan's last decision, described (for rehearsals and logs).
     plan_last: BTreeMap<String, String>,
+    /// The plans of the head tree whose status last ended in failure or
+    /// error, described (replaced on every plan pass).
+    plan_failed: BTreeMap<String, String>,
     /// Where statuses go; plans in propose mode open their requests there.
     forge: Option<Arc<AnyForge>>,
     /// Each proposal branch's last outcome: spares the host between polls
@@ -257,6 +277,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             plan_completed: BTreeMap::new(),
             clock_base: jiff::Timestamp::now(),
             plan_last: BTreeMap::new(),
+            plan_failed: BTreeMap::new(),
             forge: None,
             proposals: HashMap::new(),
         }
@@ -284,6 +305,64 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
 
     pub fn until_idle(&self) -> bool {
         self.opts.until_idle
+    }
+
+    /// What a person must act on now: every unit blocked (off its chain) or
+    /// reported (a hop that failed for good, a repair budget spent, an
+    /// apply the cluster rejected), every plan held or unable to propose,
+    /// and the branch head when the gate refused it (nothing of it is
+    /// applied until a new commit fixes it). Refused commits below the head
+    /// and pull-request heads are not here: their failure is the gate doing
+    /// its job, and a later commit already moved past them. Objects first
+    /// (in key order), then plans, then the head.
+    pub fn needs_person(&self) -> Vec<NeedsPerson> {
+        let mut out = Vec::new();
+        for (key, u) in &self.units {
+            let reason = match (&u.next, &u.needs_person) {
+                (Next::Blocked(m), _) => format!("blocked: {m}"),
+                (_, Some(m)) => m.clone(),
+                _ => continue,
+            };
+            out.push(NeedsPerson {
+                subject: key.to_string(),
+                reason,
+            });
+        }
+        let plans = self.judged.as_ref().map(|j| j.plans.clone());
+        for (name, description) in &self.plan_failed {
+            // Only plans the head tree still has.
+            let current = plans
+                .as_ref()
+                .is_some_and(|p| p.plans.iter().any(|(l, _)| l.plan.metadata.name == *name));
+            if current {
+                out.push(NeedsPerson {
+                    subject: format!("plan {name}"),
+                    reason: description.clone(),
+                });
+            }
+        }
+        if let Some(j) = &self.judged {
+            let head = j.head.to_string();
+            if let Some(c) = j
+                .report
+                .commits
+                .iter()
+                .rev()
+                .find(|c| c.sha == head)
+                .filter(|c| c.verdict == Verdict::Refused)
+            {
+                let s = describe::commit_status(&self.opts.cluster_name, c, None);
+                out.push(NeedsPerson {
+                    subject: format!(
+                        "commit {} (the head of {})",
+                        &c.sha[..c.sha.len().min(10)],
+                        self.opts.branch
+                    ),
+                    reason: s.description,
+                });
+            }
+        }
+        out
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -625,6 +704,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             &writer,
         );
         let mut statuses = Vec::new();
+        let mut failed = BTreeMap::new();
         let mut proposing = std::collections::HashSet::new();
         for mut p in passes {
             if p.wrote.is_some() {
@@ -655,6 +735,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 Decision::Held { .. } => crate::forge::State::Failure,
                 _ => proposed.unwrap_or(crate::forge::State::Pending),
             };
+            if matches!(
+                state,
+                crate::forge::State::Failure | crate::forge::State::Error
+            ) {
+                failed.insert(p.name.clone(), p.description.clone());
+            }
             statuses.push((
                 p.sha.clone(),
                 Status {
@@ -666,6 +752,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             ));
         }
         self.proposals.retain(|b, _| proposing.contains(b));
+        self.plan_failed = failed;
         for (sha, s) in statuses {
             self.queue_status(sha, s).await;
         }
@@ -771,6 +858,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             prefixes: self.opts.paths.clone(),
             live: None,
             max_file_bytes: self.opts.max_file_bytes,
+            memory: None,
         };
         let t = Instant::now();
         let r = tokio::task::spawn_blocking(move || {
@@ -802,7 +890,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                             None => history::base_tree(&repo, &prev.report)
                                 .map_err(|e| e.to_string())?,
                         };
-                        history::check_after(&repo, &opts, prev.head, baseline)
+                        history::check_after(&repo, &opts, prev.head, baseline, &prev.report.memory)
                             .map_err(|e| e.to_string())
                     })();
                     let more = match more {
@@ -822,6 +910,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     let mut report = Arc::unwrap_or_clone(report);
                     let n = more.commits.len();
                     report.commits.extend(more.commits);
+                    report.memory = more.memory;
                     if report.commits.iter().any(|c| c.verdict == Verdict::Refused) {
                         report.verdict = Verdict::Refused;
                     }
@@ -900,6 +989,13 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
 
     /// Pull-request heads get the verdict of their commits before merge.
     async fn judge_pulls(&mut self, path: &Path, head: Oid, pulls: Vec<(u64, Oid)>) {
+        // The branch's floors at its head: a pull request forked there
+        // needs no look back through older history.
+        let memory = self
+            .judged
+            .as_ref()
+            .filter(|j| j.head == head)
+            .map(|j| j.report.memory.clone());
         for (n, oid) in pulls {
             if self.pulls.get(&n) == Some(&oid) || oid == head {
                 continue;
@@ -911,6 +1007,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 prefixes: self.opts.paths.clone(),
                 live: None,
                 max_file_bytes: self.opts.max_file_bytes,
+                memory: memory.clone(),
             };
             let r = tokio::task::spawn_blocking(move || {
                 let repo = GitRepo::open(&p).map_err(|e| e.to_string())?;
@@ -1021,7 +1118,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     }
                     Err(e) => {
                         tracing::error!(error = %e, commit = %step.sha, "apply failed");
-                        out.busy = true;
+                        // Tried again next pass either way; a rejection waits
+                        // on a person, so a bounded run can stop.
+                        out.busy = e.retryable();
                         report.needs_person =
                             (!e.retryable()).then(|| format!("apply refused: {e}"));
                         report.next = Next::Apply(i);
@@ -1425,7 +1524,15 @@ fn documents_at(repo: &GitRepo, sha: &str, file: &str) -> Option<Vec<serde_json:
     let entry = tree.get_path(Path::new(file)).ok()?;
     let blob = repo.raw().find_blob(entry.id()).ok()?;
     let text = std::str::from_utf8(blob.content()).ok()?;
-    serde_saphyr::from_multiple::<serde_json::Value>(text).ok()
+    // The gate read this file within its byte limit: the same budget here,
+    // or a file of thousands of documents would pass the gate and then not
+    // be found to apply.
+    let limit = crate::yaml::Limit::manifest(text.len());
+    serde_saphyr::from_multiple_with_options::<serde_json::Value>(
+        text,
+        crate::yaml::options(&limit, text.len()),
+    )
+    .ok()
 }
 
 /// The whole document of `key` as Git has it at `sha`: what lockstep

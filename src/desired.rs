@@ -29,6 +29,9 @@ pub struct Desired {
     pub image_line: u32,
     /// Whether the image is a ControlPlane override rather than the default.
     pub image_overridden: bool,
+    /// The release floor this document deliberately drops
+    /// ([`crate::manifest::RECREATE_ANNOTATION`]; a plane's applies to its children).
+    pub recreate_below: Option<String>,
 }
 
 impl Desired {
@@ -73,6 +76,7 @@ pub fn expand_one(doc: &Document, out: &mut Vec<Desired>) {
                 image: Some(s.image.value.clone()),
                 image_line: s.image.line,
                 image_overridden: false,
+                recreate_below: doc.recreate_below.clone(),
             });
         }
         Spec::Plane(p) => {
@@ -88,6 +92,7 @@ pub fn expand_one(doc: &Document, out: &mut Vec<Desired>) {
                 image: None,
                 image_line: doc.line,
                 image_overridden: false,
+                recreate_below: doc.recreate_below.clone(),
             });
             for svc in &p.services {
                 let (image, image_line, overridden) = match &svc.image {
@@ -119,6 +124,7 @@ pub fn expand_one(doc: &Document, out: &mut Vec<Desired>) {
                     image: Some(image),
                     image_line,
                     image_overridden: overridden,
+                    recreate_below: doc.recreate_below.clone(),
                 });
             }
         }

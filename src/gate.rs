@@ -1,4 +1,4 @@
-//! The release gate (`design/gate.md`): a pure function from the baseline,
+//! The release gate (`docs/gate.md`): a pure function from the baseline,
 //! the state a commit asks for and, optionally, the live state, to one
 //! verdict per changed object. No I/O happens here; the history walker feeds
 //! it and the reporters print what it returns.
@@ -126,6 +126,33 @@ pub struct CommitInput<'a> {
     pub elsewhere: &'a [Desired],
     pub problems: &'a [Problem],
     pub live: Option<&'a Live>,
+    /// The last accepted state of identities the baseline does not hold
+    /// (removed, renamed away, hidden behind another extension): an object
+    /// of `next` without a baseline is judged from its floor, if it has one.
+    pub floors: &'a HashMap<Key, Floor>,
+}
+
+/// What the judged history remembers of an identity: removing an object
+/// from Git never deletes it from the cluster, so its last accepted release
+/// stays the floor a re-add is judged from (`docs/gate.md`, "Identity over
+/// time").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Floor {
+    /// The last accepted definition (release and image, file and line).
+    pub last: Desired,
+    /// The commit that accepted it; `None` when it came with the starting
+    /// baseline, taken as given.
+    pub commit: Option<Arc<str>>,
+}
+
+impl Floor {
+    /// Where the floor comes from, for messages: `standalone/nova.yaml at 3f2a9c1e20`.
+    fn origin(&self) -> String {
+        match &self.commit {
+            Some(c) => format!("{} at {}", self.last.file, &c[..c.len().min(10)]),
+            None => format!("{} in the starting baseline", self.last.file),
+        }
+    }
 }
 
 /// Judges one commit. Objects whose release and image did not change are not
@@ -232,7 +259,10 @@ pub fn judge_commit(input: &CommitInput<'_>) -> Vec<ObjectVerdict> {
             continue;
         }
         let live = input.live.and_then(|l| l.get(&d.key));
-        out.push(judge_object(base, d, live));
+        match (base, input.floors.get(&d.key)) {
+            (None, Some(floor)) => out.push(judge_readd(floor, d, live)),
+            _ => out.push(judge_object(base, d, live)),
+        }
     }
 
     for b in input.baseline {
@@ -342,7 +372,64 @@ fn refuse(
     }
 }
 
-/// The rules for one object (gate.md, "Rules for one object in one commit").
+/// An identity the baseline lacks but history knows: judged as a
+/// transition from its last accepted state, wherever it was defined and
+/// however long it was gone. The one way below the floor is the
+/// [`crate::manifest::RECREATE_ANNOTATION`] naming exactly that floor.
+fn judge_readd(floor: &Floor, d: &Desired, live: Option<&LiveStatus>) -> ObjectVerdict {
+    let was = floor.last.release.as_deref().unwrap_or("no release");
+    let origin = floor.origin();
+    if let Some(ack) = &d.recreate_below {
+        if floor.last.release.as_deref() == Some(ack.as_str()) {
+            // Judged as new, against the live state only: the person says the
+            // object was deleted and is created again from nothing.
+            let mut v = judge_object(None, d, live);
+            if v.verdict == Verdict::Accepted {
+                v.message = format!(
+                    "re-created from scratch below its floor {was} ({origin}), as annotation {} says; lockstep never deletes: the old object must be gone from the cluster{}",
+                    crate::manifest::RECREATE_ANNOTATION,
+                    if v.message.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {}", v.message)
+                    }
+                );
+            }
+            return v;
+        }
+        let mut v = refuse(
+            d,
+            Some(&floor.last),
+            Transition::Invalid,
+            Reason::ManifestInvalid,
+            format!(
+                "annotation {} is {ack:?}, but the floor it would drop is {was} ({origin}); write exactly the floor you mean to drop, or remove the annotation",
+                crate::manifest::RECREATE_ANNOTATION
+            ),
+        );
+        v.line = d.line;
+        return v;
+    }
+    let mut v = judge_object(Some(&floor.last), d, live);
+    let prefix = format!("re-added; last accepted at {was} ({origin}): ");
+    match (v.verdict, v.transition) {
+        (Verdict::Accepted, Transition::Unchanged) => {
+            v.transition = Transition::Install;
+            v.message = format!("re-added at its last accepted release {was} ({origin})");
+        }
+        (Verdict::Refused, Transition::Downgrade) => {
+            v.message = format!(
+                "{prefix}{}; removing an object from Git never deletes it from the cluster, so its floor stays (a deliberate re-creation from scratch: annotation {}: \"{was}\")",
+                v.message,
+                crate::manifest::RECREATE_ANNOTATION
+            );
+        }
+        _ => v.message = format!("{prefix}{}", v.message),
+    }
+    v
+}
+
+/// The rules for one object (`docs/gate.md`, "Rules for one object in one commit").
 pub fn judge_object(
     base: Option<&Desired>,
     d: &Desired,

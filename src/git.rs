@@ -18,6 +18,15 @@ pub enum GitError {
     },
     #[error("Git error while {context}: {message}")]
     Other { context: String, message: String },
+    /// A walk reached a commit whose parents a shallow clone left out:
+    /// judging from there would take a cut for a root and accept anything.
+    #[error(
+        "{path}: history is cut short at commit {commit} (a shallow clone), and lockstep judges against the whole first-parent history; fetch it all: `git fetch --unshallow` (GitHub Actions: actions/checkout with `fetch-depth: 0`; GitLab CI: `GIT_DEPTH: \"0\"`)"
+    )]
+    Shallow { path: PathBuf, commit: Oid },
+    /// A `--path` that cannot select anything in this repository.
+    #[error("--path {raw:?}: {why}")]
+    Path { raw: String, why: String },
 }
 
 fn other(context: impl Into<String>) -> impl FnOnce(git2::Error) -> GitError {
@@ -61,6 +70,9 @@ pub struct CommitInfo {
 pub struct GitRepo {
     repo: Repository,
     path: PathBuf,
+    /// The commits a shallow clone cut below (`$GIT_DIR/shallow`): libgit2
+    /// shows them as roots, which they are not.
+    shallow: std::collections::HashSet<Oid>,
 }
 
 /// A revision resolved to what can be judged from.
@@ -81,10 +93,20 @@ impl GitRepo {
             path: path.to_owned(),
             message: e.message().to_owned(),
         })?;
+        let shallow = shallow_boundary(repo.commondir()).map_err(|e| GitError::Open {
+            path: path.to_owned(),
+            message: format!("cannot read its shallow boundary: {e}"),
+        })?;
         Ok(Self {
             repo,
             path: path.to_owned(),
+            shallow,
         })
+    }
+
+    /// Whether `id` is a commit whose parents this clone does not have.
+    pub fn is_shallow_boundary(&self, id: Oid) -> bool {
+        self.shallow.contains(&id)
     }
 
     pub fn raw(&self) -> &Repository {
@@ -97,10 +119,16 @@ impl GitRepo {
             path: self.path.clone(),
             message,
         };
-        let obj = self
-            .repo
-            .revparse_single(rev)
-            .map_err(|e| unknown(e.message().to_owned()))?;
+        let obj = self.repo.revparse_single(rev).map_err(|e| {
+            if self.shallow.is_empty() {
+                unknown(e.message().to_owned())
+            } else {
+                unknown(format!(
+                    "{}; this is a shallow clone, so it may lie below its cut: fetch the whole history (`git fetch --unshallow`; actions/checkout: `fetch-depth: 0`)",
+                    e.message()
+                ))
+            }
+        })?;
         if let Ok(c) = obj.peel_to_commit() {
             return Ok(Resolved::Commit(c.id()));
         }
@@ -122,7 +150,15 @@ impl GitRepo {
         })
     }
 
+    /// The first parent; `None` only for a real root. A shallow clone's
+    /// cut is an error ([`GitError::Shallow`]), never a root.
     pub fn first_parent(&self, id: Oid) -> Result<Option<Oid>, GitError> {
+        if self.shallow.contains(&id) {
+            return Err(GitError::Shallow {
+                path: self.path.clone(),
+                commit: id,
+            });
+        }
         let c = self
             .repo
             .find_commit(id)
@@ -269,11 +305,81 @@ impl GitRepo {
         Ok(out)
     }
 
+    /// Whether a tree has an entry (file or directory) at `path`.
+    pub fn has_path(&self, tree: Oid, path: &str) -> Result<bool, GitError> {
+        let tree = self.repo.find_tree(tree).map_err(other("reading a tree"))?;
+        Ok(path.is_empty() || tree.get_path(Path::new(path)).is_ok())
+    }
+
     pub fn blob(&self, oid: Oid) -> Result<git2::Blob<'_>, GitError> {
         self.repo
             .find_blob(oid)
             .map_err(other(format!("reading blob {oid}")))
     }
+}
+
+/// The shallow boundary of a repository: `$GIT_DIR/shallow` lists one
+/// commit id per line (absent in a complete clone).
+fn shallow_boundary(git_dir: &Path) -> std::io::Result<std::collections::HashSet<Oid>> {
+    match std::fs::read_to_string(git_dir.join("shallow")) {
+        Ok(text) => Ok(text
+            .lines()
+            .filter_map(|l| Oid::from_str(l.trim()).ok())
+            .collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Default::default()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A path prefix as a person may write it (`./standalone`, `clusters/prod/`,
+/// `a/./b`, `.`) in the one spelling tree paths have (`standalone`,
+/// `clusters/prod`, `a/b`, `` for the whole repository). Absolute paths and
+/// `..` are refused: a prefix is relative to the repository's root, and one
+/// that leaves it would silently match nothing.
+pub fn normalize_prefix(raw: &str) -> Result<String, GitError> {
+    let refuse = |why: &str| GitError::Path {
+        raw: raw.to_owned(),
+        why: why.to_owned(),
+    };
+    if raw.is_empty() {
+        return Err(refuse(
+            "is empty; name a directory or file relative to the repository root, like clusters/prod (or . for all of it)",
+        ));
+    }
+    if raw.starts_with('/') {
+        return Err(refuse(
+            "is absolute; paths are relative to the repository root, like clusters/prod",
+        ));
+    }
+    let mut parts = Vec::new();
+    for part in raw.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                return Err(refuse(
+                    "leaves the repository (..); paths are relative to its root, like clusters/prod",
+                ));
+            }
+            p => parts.push(p),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+/// Every prefix normalized ([`normalize_prefix`]); one naming the whole
+/// repository makes the list empty (no filter).
+pub fn normalize_prefixes(raw: &[String]) -> Result<Vec<String>, GitError> {
+    let mut out = Vec::with_capacity(raw.len());
+    for r in raw {
+        let p = normalize_prefix(r)?;
+        if p.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    Ok(out)
 }
 
 /// Whether a path lies under one of the prefixes (all paths when none).

@@ -16,12 +16,13 @@ use git2::Oid;
 use serde::Serialize;
 
 use crate::desired::{Desired, expand, plane_name_for};
-use crate::gate::{self, CommitInput, ObjectVerdict, Verdict};
+use crate::gate::{self, CommitInput, Floor, ObjectVerdict, Verdict};
 use crate::git::{Change, EntryKind, GitError, GitRepo, Resolved};
 use crate::kind::Key;
 use crate::live::Live;
 use crate::manifest::{self, ParsedFile, Problem, Skip};
 
+#[derive(Clone)]
 pub struct CheckOptions {
     /// Starting baseline; `None` means the head's first parent (or the empty
     /// tree for a root commit).
@@ -30,6 +31,10 @@ pub struct CheckOptions {
     pub prefixes: Vec<String>,
     pub live: Option<Live>,
     pub max_file_bytes: usize,
+    /// What the caller already judged up to some commit (the daemon's
+    /// branch): when the range starts exactly there, it replaces the look
+    /// back through older history.
+    pub memory: Option<Arc<Memory>>,
 }
 
 impl Default for CheckOptions {
@@ -40,6 +45,40 @@ impl Default for CheckOptions {
             prefixes: Vec::new(),
             live: None,
             max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
+            memory: None,
+        }
+    }
+}
+
+/// Every identity's last accepted state along the judged first-parent
+/// history, whether or not the object is still in the tree: the floors a
+/// re-add is judged from (`docs/gate.md`, "Identity over time").
+#[derive(Clone, Debug, Default)]
+pub struct Memory {
+    /// The commit the floors are valid at (the last judged one).
+    pub at: Option<Oid>,
+    pub floors: HashMap<Key, Floor>,
+}
+
+impl Memory {
+    /// An accepted commit moves the floors of what it touched: what its
+    /// files held before (the baseline, accepted already; this is how the
+    /// starting baseline's objects enter) and what they hold now.
+    fn accept(&mut self, baseline: &[Desired], next: &[Desired], commit: &Arc<str>) {
+        for b in baseline {
+            self.floors.entry(b.key.clone()).or_insert_with(|| Floor {
+                last: b.clone(),
+                commit: None,
+            });
+        }
+        for d in next {
+            self.floors.insert(
+                d.key.clone(),
+                Floor {
+                    last: d.clone(),
+                    commit: Some(commit.clone()),
+                },
+            );
         }
     }
 }
@@ -52,6 +91,9 @@ pub struct CheckReport {
     pub base: Option<String>,
     pub head: String,
     pub commits: Vec<CommitReport>,
+    /// The floors after the last judged commit, for judging on from here.
+    #[serde(skip)]
+    pub memory: Arc<Memory>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -86,6 +128,18 @@ impl From<&Skip> for SkipReport {
 
 /// Judges `base..head` of `repo`.
 pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitError> {
+    // `--path ./standalone` must select what `--path standalone` does.
+    let prefixes = crate::git::normalize_prefixes(&opts.prefixes)?;
+    let normalized;
+    let opts = if prefixes == opts.prefixes {
+        opts
+    } else {
+        normalized = CheckOptions {
+            prefixes,
+            ..opts.clone()
+        };
+        &normalized
+    };
     let head = match repo.resolve(&opts.head)? {
         Resolved::Commit(c) => c,
         Resolved::Tree(_) => {
@@ -118,12 +172,45 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
     if baseline_tree == empty_tree {
         baseline_tree = None;
     }
+    // A prefix that names nothing on either side judges nothing and would
+    // accept everything: a typo, never a filter.
+    let head_tree = repo.commit(head)?.tree;
+    for p in &opts.prefixes {
+        let in_base = match baseline_tree {
+            Some(t) => repo.has_path(t, p)?,
+            None => false,
+        };
+        if !in_base && !repo.has_path(head_tree, p)? {
+            return Err(GitError::Path {
+                raw: p.clone(),
+                why: format!(
+                    "matches no file or directory in the base or in {}; paths are relative to the repository root and match whole names (clusters/prod, not clusters/pro)",
+                    opts.head
+                ),
+            });
+        }
+    }
     let base_label = base_commit
         .map(|c| c.to_string())
         .or_else(|| baseline_tree.map(|t| t.to_string()));
     // From a bare tree or from nothing: the whole first-parent history.
     let commits = repo.first_parent_range(base_commit, head)?;
-    judge_commits(repo, opts, commits, baseline_tree, base_label, head)
+    // History before the range still holds floors: the caller's memory when
+    // it was taken exactly at the start, else a look back from there.
+    let (memory, look_back) = match (&opts.memory, base_commit) {
+        (Some(m), Some(b)) if m.at == Some(b) => (Memory::clone(m), None),
+        (_, b) => (Memory::default(), b),
+    };
+    judge_commits(
+        repo,
+        opts,
+        commits,
+        baseline_tree,
+        base_label,
+        head,
+        memory,
+        look_back,
+    )
 }
 
 /// Judges the commits after `after` up to `opts.head`, from `baseline` (the
@@ -134,6 +221,7 @@ pub fn check_after(
     opts: &CheckOptions,
     after: Oid,
     baseline: Option<Oid>,
+    memory: &Memory,
 ) -> Result<CheckReport, GitError> {
     let head = match repo.resolve(&opts.head)? {
         Resolved::Commit(c) => c,
@@ -146,9 +234,21 @@ pub fn check_after(
         }
     };
     let commits = repo.first_parent_range(Some(after), head)?;
-    judge_commits(repo, opts, commits, baseline, Some(after.to_string()), head)
+    // The memory covers everything up to `after`: no look back.
+    let look_back = (memory.at != Some(after)).then_some(after);
+    judge_commits(
+        repo,
+        opts,
+        commits,
+        baseline,
+        Some(after.to_string()),
+        head,
+        memory.clone(),
+        look_back,
+    )
 }
 
+#[allow(clippy::too_many_arguments)]
 fn judge_commits(
     repo: &GitRepo,
     opts: &CheckOptions,
@@ -156,19 +256,27 @@ fn judge_commits(
     mut baseline_tree: Option<Oid>,
     base_label: Option<String>,
     head: Oid,
+    memory: Memory,
+    look_back: Option<Oid>,
 ) -> Result<CheckReport, GitError> {
     let mut walker = Walker {
         repo,
         opts,
         cache: HashMap::new(),
+        memory,
+        past: look_back.map(Past::new),
     };
     let mut reports = Vec::with_capacity(commits.len());
     for c in commits {
-        let (mut objects, skipped, files_changed) = walker.judge(baseline_tree, c.tree)?;
+        let judged = walker.judge(baseline_tree, c.tree)?;
+        let (mut objects, skipped, files_changed) =
+            (judged.objects, judged.skipped, judged.files_changed);
         objects.extend(walker.judge_plans(baseline_tree, c.tree)?);
         let verdict = gate::commit_verdict(&objects);
         if verdict == Verdict::Accepted {
             baseline_tree = Some(c.tree);
+            let sha: Arc<str> = Arc::from(c.id.to_string());
+            walker.memory.accept(&judged.baseline, &judged.next, &sha);
         }
         reports.push(CommitReport {
             sha: c.id.to_string(),
@@ -189,6 +297,10 @@ fn judge_commits(
         base: base_label,
         head: head.to_string(),
         commits: reports,
+        memory: Arc::new(Memory {
+            at: Some(head),
+            ..walker.memory
+        }),
     })
 }
 
@@ -206,6 +318,8 @@ pub fn tree_desired(
         repo,
         opts,
         cache: HashMap::new(),
+        memory: Memory::default(),
+        past: None,
     };
     let files = repo.files(tree, &opts.prefixes, manifest::is_manifest_path)?;
     walker.parse_many(
@@ -257,6 +371,42 @@ struct Walker<'a> {
     /// Parsed files by (blob, path): a blob is parsed once per run however
     /// many commits carry it.
     cache: HashMap<CacheKey, Arc<ParsedFile>>,
+    /// Floors of the identities judged so far in this range.
+    memory: Memory,
+    /// The history before the range, looked into only for identities that
+    /// appear in the range without a baseline or a floor.
+    past: Option<Past>,
+}
+
+/// One commit's judgment, with the two sides the memory needs.
+struct Judged {
+    objects: Vec<ObjectVerdict>,
+    skipped: Vec<SkipReport>,
+    files_changed: usize,
+    baseline: Vec<Desired>,
+    next: Vec<Desired>,
+}
+
+/// The first-parent history before the judged range (from its starting
+/// commit back to the root), read once per run and only when a commit in
+/// the range introduces an identity its baseline lacks.
+struct Past {
+    start: Oid,
+    /// Each commit (oldest first) with the manifest files it changed
+    /// against its first parent; filled on first use.
+    commits: Option<Vec<(Oid, Vec<Change>)>>,
+    /// Identities already looked up (found or not).
+    looked: BTreeSet<Key>,
+}
+
+impl Past {
+    fn new(start: Oid) -> Self {
+        Self {
+            start,
+            commits: None,
+            looked: BTreeSet::new(),
+        }
+    }
 }
 
 impl Walker<'_> {
@@ -476,11 +626,122 @@ impl Walker<'_> {
         }
     }
 
-    fn judge(
-        &mut self,
-        baseline_tree: Option<Oid>,
-        tree: Oid,
-    ) -> Result<(Vec<ObjectVerdict>, Vec<SkipReport>, usize), GitError> {
+    /// Fills the memory with the floors older history gives `keys`: the
+    /// identity's own sequence of definitions, oldest first, replayed
+    /// through the gate's rules for one object (a step it would refuse does
+    /// not move the floor). Whole commits are not judged again, so a step
+    /// refused only for another object's sake still counts: the floor can
+    /// come out higher than the history strictly accepted, never lower
+    /// (fail closed). Cost: one tree diff per first-parent commit before
+    /// the range, once per run, plus a substring scan of the files those
+    /// diffs touched; only files naming a wanted identity are parsed.
+    fn look_back(&mut self, keys: &[&Key]) -> Result<(), GitError> {
+        let Some(past) = self.past.as_mut() else {
+            return Ok(());
+        };
+        let wanted: BTreeSet<Key> = keys
+            .iter()
+            .filter(|k| !self.memory.floors.contains_key(**k) && !past.looked.contains(**k))
+            .map(|k| (*k).clone())
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        past.looked.extend(wanted.iter().cloned());
+        if past.commits.is_none() {
+            let mut ids = Vec::new();
+            let mut cur = Some(past.start);
+            while let Some(id) = cur {
+                ids.push(id);
+                cur = self.repo.first_parent(id)?;
+            }
+            ids.reverse();
+            let mut commits = Vec::with_capacity(ids.len());
+            let mut parent_tree = None;
+            for id in ids {
+                let tree = self.repo.commit(id)?.tree;
+                let changes = self.repo.changed_files(
+                    parent_tree,
+                    tree,
+                    &self.opts.prefixes,
+                    manifest::is_manifest_path,
+                )?;
+                commits.push((id, changes));
+                parent_tree = Some(tree);
+            }
+            past.commits = Some(commits);
+        }
+        let needles: BTreeSet<String> = wanted
+            .iter()
+            .flat_map(|k| {
+                std::iter::once(k.name.clone()).chain(plane_name_for(k).map(str::to_owned))
+            })
+            .collect();
+        let finders: Vec<memchr::memmem::Finder<'_>> = needles
+            .iter()
+            .map(|n| memchr::memmem::Finder::new(n.as_bytes()))
+            .collect();
+        let commits = past.commits.take().unwrap_or_default();
+        let mut found: HashMap<Key, Floor> = HashMap::new();
+        let result = (|| {
+            for (id, changes) in &commits {
+                let sha: Arc<str> = Arc::from(id.to_string());
+                for ch in changes {
+                    let Some(new) = ch.new.as_ref().filter(|e| e.kind == EntryKind::File) else {
+                        continue;
+                    };
+                    let cached = self
+                        .cache
+                        .get(&(new.oid, Arc::from(ch.path.as_str())))
+                        .cloned();
+                    let parsed = match cached {
+                        Some(p) => p,
+                        None => {
+                            let blob = self.repo.blob(new.oid)?;
+                            let bytes = blob.content();
+                            if !finders.iter().any(|f| f.find(bytes).is_some())
+                                && !may_spell_names_in_disguise(bytes)
+                            {
+                                continue;
+                            }
+                            drop(blob);
+                            self.parse(&ch.path, new.oid)?
+                        }
+                    };
+                    for d in expand(&parsed.documents) {
+                        if !wanted.contains(&d.key) {
+                            continue;
+                        }
+                        let moves = match found.get(&d.key) {
+                            None => true,
+                            Some(f) => {
+                                gate::judge_object(Some(&f.last), &d, None).verdict
+                                    == Verdict::Accepted
+                            }
+                        };
+                        if moves {
+                            found.insert(
+                                d.key.clone(),
+                                Floor {
+                                    last: d,
+                                    commit: Some(sha.clone()),
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            Ok::<(), GitError>(())
+        })();
+        if let Some(past) = self.past.as_mut() {
+            past.commits = Some(commits);
+        }
+        result?;
+        self.memory.floors.extend(found);
+        Ok(())
+    }
+
+    fn judge(&mut self, baseline_tree: Option<Oid>, tree: Oid) -> Result<Judged, GitError> {
         let changes: Vec<Change> = self.repo.changed_files(
             baseline_tree,
             tree,
@@ -533,14 +794,30 @@ impl Walker<'_> {
             self.lookup(tree, &changed, &needles, &wanted)?
         };
 
+        // Identities new to the baseline may have a past: look it up once.
+        if !new_keys.is_empty() {
+            let unknown: Vec<&Key> = new_keys
+                .iter()
+                .copied()
+                .filter(|k| !self.memory.floors.contains_key(*k))
+                .collect();
+            self.look_back(&unknown)?;
+        }
         let objects = gate::judge_commit(&CommitInput {
             baseline: &baseline,
             next: &next,
             elsewhere: &elsewhere,
             problems: &problems,
             live: self.opts.live.as_ref(),
+            floors: &self.memory.floors,
         });
-        Ok((objects, skipped, changes.len()))
+        Ok(Judged {
+            objects,
+            skipped,
+            files_changed: changes.len(),
+            baseline,
+            next,
+        })
     }
 
     /// Objects of files the commit did not change whose keys collide with

@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use lockstep::cluster::kube::KubeCluster;
+use lockstep::escape::Escaped;
 use lockstep::forge::delivery::{Outcome, RetryPolicy};
 use lockstep::forge::{self, AnyForge, ForgeKind, ForgeSpec};
 use lockstep::gate::Verdict;
@@ -65,9 +66,14 @@ enum Command {
         paths: Vec<String>,
         #[arg(short, long, value_enum, default_value_t = Output::Text)]
         output: Output,
-        /// Refuse manifest files larger than this.
+        /// Refuse manifest files larger than this (8 MiB); the YAML node and
+        /// document limits grow with it.
         #[arg(long, default_value_t = manifest::DEFAULT_MAX_FILE_BYTES, value_name = "BYTES")]
         max_file_bytes: usize,
+        /// Refuse a --live snapshot larger than this (64 MiB); the YAML node
+        /// and document limits grow with it.
+        #[arg(long, default_value_t = live::DEFAULT_MAX_LIVE_BYTES, value_name = "BYTES")]
+        max_live_bytes: usize,
         #[command(flatten)]
         report: ReportArgs,
     },
@@ -112,7 +118,7 @@ enum Command {
     /// commit (and pull request), apply accepted hops one at a time, follow
     /// and repair them, and report on the Git host. Without a source it runs
     /// on the embedded example fleet's scripted history, simulated cluster
-    /// and git notes.
+    /// and git notes (sim mode only: kube mode needs --repo or --url).
     Run(Box<RunArgs>),
     /// Print the JSON Schema of `lockstep run --config` files.
     ConfigSchema,
@@ -173,7 +179,8 @@ struct RunArgs {
     /// Judge only commits after this one.
     #[arg(long, value_name = "REV")]
     since: Option<String>,
-    /// sim (the simulated operator, default) or kube.
+    /// sim (the simulated operator, default) or kube. kube needs a source
+    /// (--repo or --url): the example fleet is for sim only.
     #[arg(long, env = "LOCKSTEP_CLUSTER_MODE", value_name = "MODE")]
     cluster_mode: Option<String>,
     #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
@@ -219,10 +226,16 @@ struct RunArgs {
     #[arg(long, env = "LOCKSTEP_LOG", value_name = "FILTER")]
     log_level: Option<String>,
     /// Stop once every hop is complete (or waits on a person) and every
-    /// status is delivered.
+    /// status is delivered. Exit 1 when a status could not be delivered or
+    /// a status ends in failure that a person must act on: a unit blocked
+    /// (off its chain), a hop failed for good or its repair budget spent,
+    /// an apply the cluster rejected, a plan held or unable to propose, or
+    /// the branch head refused by the gate. Refused commits below the head
+    /// (a later commit moved past them) and pull requests exit 0.
     #[arg(long)]
     until_idle: bool,
-    /// Without a source: keep the example repository in this new directory.
+    /// Without a source (sim mode): keep the example repository in this new
+    /// directory. With a source it is a usage error.
     #[arg(long, value_name = "DIR")]
     keep: Option<PathBuf>,
 }
@@ -349,7 +362,9 @@ fn init_logging(log: &lockstep::config::LogConfig) {
             .with_current_span(true)
             .with_span_list(true)
             .try_init(),
+        // Text logs escape every field: a ref or summary from Git stays on its line.
         lockstep::config::LogFormat::Text => builder
+            .fmt_fields(lockstep::escape::LogFields)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .try_init(),
     };
@@ -358,10 +373,23 @@ fn init_logging(log: &lockstep::config::LogConfig) {
 fn run_daemon(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let mut config = args.config()?;
     init_logging(&config.log);
-    // No source: the embedded example fleet's scripted history.
-    let _example = if config.source.repo.is_none() && config.source.url.is_none() {
+    // No source: the embedded example fleet's scripted history, in sim mode
+    // only (kube mode without a source stops here, before any cluster call).
+    let example = config.source_choice()? == lockstep::config::SourceChoice::Example;
+    if let Some(d) = args.keep.as_ref().filter(|_| !example) {
+        anyhow::bail!(
+            "--keep {}: only without a source (it keeps the example fleet); drop --keep or drop the source",
+            d.display()
+        );
+    }
+    let _example = if example {
         let (dir, tmp) = match &args.keep {
-            Some(d) => (d.clone(), None),
+            Some(d) => {
+                if d.exists() && d.read_dir()?.next().is_some() {
+                    anyhow::bail!("--keep {}: directory is not empty", d.display());
+                }
+                (d.clone(), None)
+            }
             None => {
                 let t = tempfile::tempdir().context("creating a temporary directory")?;
                 (t.path().to_owned(), Some(t))
@@ -391,9 +419,15 @@ fn run_daemon(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 "lockstep: {} statuses could not be delivered",
                 summary.undelivered
             );
-            return Ok(ExitCode::from(1));
         }
-        if summary.last.blocked > 0 {
+        if let Some(first) = summary.needs_person.first() {
+            eprintln!(
+                "lockstep: {} waiting on a person; first: {}",
+                summary.needs_person.len(),
+                Escaped(first)
+            );
+        }
+        if summary.undelivered > 0 || !summary.needs_person.is_empty() {
             return Ok(ExitCode::from(1));
         }
     }
@@ -418,11 +452,11 @@ fn print_notes(repo: &std::path::Path, branch: &str) {
         println!(
             "{} {}",
             &id.to_string()[..10],
-            c.summary().ok().flatten().unwrap_or("")
+            Escaped(c.summary().ok().flatten().unwrap_or(""))
         );
         if let Ok(n) = r.find_note(Some("refs/notes/lockstep"), id) {
             for line in n.message().unwrap_or("").lines() {
-                println!("    {line}");
+                println!("    {}", Escaped(line));
             }
         }
     }
@@ -510,7 +544,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("lockstep: error: {e:#}");
+            eprintln!("lockstep: error: {}", Escaped(format_args!("{e:#}")));
             ExitCode::from(2)
         }
     }
@@ -526,15 +560,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             paths,
             output,
             max_file_bytes,
+            max_live_bytes,
             report: report_args,
         } => {
             let spec = report_args.spec(&repo)?;
             let live = live
-                .map(|path| -> anyhow::Result<_> {
-                    let text = std::fs::read_to_string(&path)
-                        .with_context(|| format!("cannot read live state {}", path.display()))?;
-                    Ok(live::parse_live(&path.display().to_string(), &text)?)
-                })
+                .map(|path| live::read_live(&path, max_live_bytes))
                 .transpose()?;
             let git = GitRepo::open(&repo)?;
             let report = check(
@@ -545,6 +576,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     prefixes: paths,
                     live,
                     max_file_bytes,
+                    memory: None,
                 },
             )?;
             print(&report, output);
@@ -641,7 +673,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
                 Retried::Nothing(why) => {
-                    println!("{why}");
+                    println!("{}", Escaped(&why));
                     Ok(ExitCode::from(1))
                 }
             }

@@ -38,7 +38,17 @@ pub struct Document {
     pub spec: Spec,
     /// `metadata.labels` (string values): what upgrade plans select by.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The [`RECREATE_ANNOTATION`]: the release floor a deliberate
+    /// re-creation from scratch drops.
+    pub recreate_below: Option<String>,
 }
+
+/// The one escape from an identity's release floor (`docs/gate.md`,
+/// "Identity over time"): an object deleted from the cluster on purpose and
+/// re-created from scratch below the release Git last accepted for it. The
+/// value must name that release, so the annotation acknowledges one floor
+/// and cannot be left in a file to wave through later ones.
+pub const RECREATE_ANNOTATION: &str = "lockstep.c5c3.io/recreate-below";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Spec {
@@ -113,8 +123,9 @@ pub fn parse_file(path: &str, bytes: &[u8], max_bytes: usize) -> ParsedFile {
             line: 1,
             key: None,
             message: format!(
-                "file is {} bytes, over the {max_bytes}-byte limit; split it, or leave it out with --path",
-                bytes.len()
+                "file is {} bytes, larger than the manifest file limit of {}; split it, raise --max-file-bytes, or leave it out with --path",
+                bytes.len(),
+                crate::yaml::Bytes(max_bytes)
             ),
         });
         return out;
@@ -136,16 +147,23 @@ pub fn parse_file(path: &str, bytes: &[u8], max_bytes: usize) -> ParsedFile {
         }
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let options = serde_saphyr::options! { with_snippet: false };
+    // The parser's budget follows the byte limit: a file the limit admits
+    // is never refused for its number of nodes or documents.
+    let limit = crate::yaml::Limit::manifest(max_bytes);
+    let options = crate::yaml::options(&limit, text.len());
     let docs: Vec<Spanned<Node>> = match serde_saphyr::from_multiple_with_options(text, options) {
         Ok(d) => d,
         Err(e) => {
-            let line = e.location().map_or(1, |l| to_line(l.line()));
+            let d = crate::yaml::describe(&e, &limit);
             out.problems.push(Problem {
                 file,
-                line,
+                line: d.line,
                 key: None,
-                message: format!("YAML does not parse: {}", first_line(&e.to_string())),
+                message: if d.over_limit {
+                    format!("file {}", d.message)
+                } else {
+                    format!("YAML does not parse: {}", d.message)
+                },
             });
             return out;
         }
@@ -172,6 +190,17 @@ fn read_document(file: &Arc<str>, doc: Spanned<Node>, out: &mut ParsedFile) {
     let api_version = get(root, "apiVersion").and_then(|n| n.value.as_str());
     let kind = get(root, "kind").and_then(|n| n.value.as_str());
     let (Some(api_version), Some(kind)) = (api_version, kind) else {
+        // Half an identity that looks like ours is refused, not skipped: a
+        // Nova whose `kind` went missing would otherwise read as removed.
+        if let Some(why) = looks_like_ours(root, api_version, kind) {
+            out.problems.push(Problem {
+                file: file.clone(),
+                line,
+                key: None,
+                message: why,
+            });
+            return;
+        }
         out.skipped.push(Skip {
             file: file.clone(),
             line,
@@ -180,7 +209,18 @@ fn read_document(file: &Arc<str>, doc: Spanned<Node>, out: &mut ParsedFile) {
         return;
     };
     let kind = match Kind::recognise(api_version, kind) {
-        None => return, // Not ours: ignored silently, like any other YAML in the repo.
+        // Not ours: ignored silently, like any other YAML in the repo; and
+        // the operators' companion kinds, which carry no release.
+        None | Some(Recognised::Companion) => return,
+        Some(Recognised::Unknown(u)) => {
+            out.problems.push(Problem {
+                file: file.clone(),
+                line,
+                key: None,
+                message: u.message,
+            });
+            return;
+        }
         Some(Recognised::WrongVersion(k)) => {
             out.problems.push(Problem {
                 file: file.clone(),
@@ -204,6 +244,34 @@ fn read_document(file: &Arc<str>, doc: Spanned<Node>, out: &mut ParsedFile) {
         out.documents.push(document);
     }
     out.problems.extend(ctx.problems);
+}
+
+/// Why a mapping missing its `apiVersion` or `kind` (or holding one that is
+/// not a string) is probably a C5C3 object, if it is.
+fn looks_like_ours(root: &Map, api_version: Option<&str>, kind: Option<&str>) -> Option<String> {
+    let written = |field: &str| match get(root, field) {
+        None => "no".to_owned(),
+        Some(n) => format!("a {}", n.value.kind_name()),
+    };
+    match (api_version, kind) {
+        (Some(api), None) => Kind::recognise(api, "").map(|_| {
+            format!(
+                "apiVersion {api:?} is a C5C3 group but the document has {} kind (a string is required); lockstep refuses what it cannot read rather than skip a release edit",
+                written("kind")
+            )
+        }),
+        (None, Some(kind)) => Kind::ALL
+            .iter()
+            .find(|k| k.as_str().eq_ignore_ascii_case(kind.trim()))
+            .map(|k| {
+                format!(
+                    "kind {kind:?} has {} apiVersion (a string is required; {k} is {}); lockstep refuses what it cannot read rather than skip a release edit",
+                    written("apiVersion"),
+                    k.api_version()
+                )
+            }),
+        _ => None,
+    }
 }
 
 /// Collects problems for one document, naming the object once it is known.
@@ -300,12 +368,32 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
             .collect(),
         _ => Default::default(),
     };
+    let recreate_below = match get(meta_map, "annotations").map(|a| &a.value) {
+        Some(Node::Map(m)) => get(m, RECREATE_ANNOTATION).and_then(|v| match &v.value {
+            Node::Str(s) => Some(s.clone()),
+            other => {
+                ctx.fail(
+                    to_line(v.referenced.line()),
+                    format!(
+                        "annotation {RECREATE_ANNOTATION} must be a quoted release string, not a {}",
+                        other.kind_name()
+                    ),
+                );
+                None
+            }
+        }),
+        _ => None,
+    };
+    if ctx.problems.len() > before {
+        return None;
+    }
     Some(Document {
         key: Key::new(kind, namespace, name),
         file: ctx.file.clone(),
         line,
         spec: spec?,
         labels,
+        recreate_below,
     })
 }
 
@@ -503,11 +591,6 @@ fn to_line(l: u64) -> u32 {
 fn line_of_offset(bytes: &[u8], offset: usize) -> u32 {
     let newlines = memchr::memchr_iter(b'\n', &bytes[..offset.min(bytes.len())]).count();
     u32::try_from(newlines + 1).unwrap_or(u32::MAX)
-}
-
-fn first_line(s: &str) -> &str {
-    let s = s.strip_prefix("error: ").unwrap_or(s);
-    s.lines().next().unwrap_or(s)
 }
 
 type Map = Vec<(String, Spanned<Node>)>;
@@ -751,11 +834,40 @@ spec:
         }
         let p = parse(&bomb);
         assert_eq!(p.problems.len(), 1, "{:?}", p);
+        assert_eq!(
+            p.problems[0].message,
+            "file expands aliases (*name) to more than 250000 YAML nodes; a fixed limit against alias bombs: write the repeated parts out"
+        );
         let p = parse_file("big.yaml", &[b'#'; 100], 10);
         assert!(p.problems[0].message.contains("limit"));
         let p = parse_file("bin.yaml", b"a: 1\nb: \xff\xfe\n", 1000);
         assert_eq!(p.problems[0].line, 2);
         assert!(p.problems[0].message.contains("UTF-8"));
+    }
+
+    /// Thousands of documents in a file under the byte limit parse (the
+    /// parser's fixed default was 1,024 documents and 250,000 nodes); past
+    /// the budget a smaller limit allows, the message names that limit.
+    #[test]
+    fn the_yaml_budget_follows_the_byte_limit() {
+        let text: String = (0..3000)
+            .map(|i| {
+                format!(
+                    "---\n{}",
+                    GLANCE.replace("name: glance\n", &format!("name: glance-{i}\n"))
+                )
+            })
+            .collect();
+        let p = parse(&text);
+        assert!(p.problems.is_empty(), "{:?}", p.problems.first());
+        assert_eq!(p.documents.len(), 3000);
+        let p = parse_file("many.yaml", "---\n{}\n".repeat(2000).as_bytes(), 16 * 1024);
+        assert_eq!(p.problems.len(), 1);
+        assert_eq!(
+            p.problems[0].message,
+            "file holds more than 1024 YAML documents, the most the manifest file limit of 16 KiB allows (one per 16 bytes); split the file, or raise --max-file-bytes"
+        );
+        assert_eq!(p.problems[0].line, 2 * 1024 + 1);
     }
 
     proptest::proptest! {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::desired::Desired;
+use crate::escape::Escaped;
 use crate::follow::{Deadlines, Progress, Tracker};
 use crate::gate::{Transition, Verdict};
 use crate::history::CheckReport;
@@ -526,6 +527,16 @@ pub fn seed(world: &mut World, desired: &[Desired]) {
             if !world.planes.contains_key(&d.key) {
                 world.install_plane(d.key.clone(), d.release.clone().unwrap_or_default());
             }
+        } else if let (Some(plane), Some(existing)) = (&d.projected_by, world.objects.get(&d.key)) {
+            // A plane that projects an object already running standalone
+            // takes it over, as the operator does (server-side apply with
+            // force): from now on the plane re-asserts it.
+            if existing.projected_by.is_none() {
+                let plane = plane_key(desired, plane, &d.key);
+                if let Some(o) = world.objects.get_mut(&d.key) {
+                    o.projected_by = Some(plane);
+                }
+            }
         } else if let Some(image) = &d.image
             && !world.objects.contains_key(&d.key)
         {
@@ -576,8 +587,9 @@ pub fn text(r: &Rehearsal) -> String {
         r.repairs,
         if r.repairs == 1 { "" } else { "s" }
     );
+    // Lines name releases, commits and objects from Git: one line each.
     for l in &r.lines {
-        let _ = writeln!(s, "{l}");
+        let _ = writeln!(s, "{}", Escaped(l));
     }
     let _ = writeln!(
         s,

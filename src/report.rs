@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::escape::Escaped;
 use crate::gate::{ObjectVerdict, Transition, Verdict};
 use crate::history::{CheckReport, CommitReport};
 
@@ -10,6 +11,9 @@ pub fn json(report: &CheckReport) -> String {
     serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
+/// The report for people. Every line that holds text from Git (summaries,
+/// file names, releases, images, the gate's messages quoting them) is
+/// escaped as a whole ([`crate::escape`]): the JSON keeps the raw values.
 pub fn text(report: &CheckReport) -> String {
     let mut s = String::new();
     let n = report.commits.len();
@@ -68,7 +72,11 @@ fn commit_text(s: &mut String, c: &CommitReport) {
         Verdict::Refused => "REFUSED ",
         _ => "accepted",
     };
-    let _ = writeln!(s, "{mark} {} {}", short(&c.sha), c.summary);
+    let _ = writeln!(
+        s,
+        "{}",
+        Escaped(format_args!("{mark} {} {}", short(&c.sha), c.summary))
+    );
     if c.objects.is_empty() {
         let _ = writeln!(
             s,
@@ -81,7 +89,14 @@ fn commit_text(s: &mut String, c: &CommitReport) {
         object_text(s, o);
     }
     for k in &c.skipped {
-        let _ = writeln!(s, "         skipped {}:{}: {}", k.file, k.line, k.message);
+        let _ = writeln!(
+            s,
+            "{}",
+            Escaped(format_args!(
+                "         skipped {}:{}: {}",
+                k.file, k.line, k.message
+            ))
+        );
     }
 }
 
@@ -105,12 +120,26 @@ fn object_text(s: &mut String, o: &ObjectVerdict) {
     match o.verdict {
         Verdict::Refused => {
             let reason = o.reason.map(|r| r.as_str()).unwrap_or("refused");
-            let _ = writeln!(s, "  ✗ {who}{via}{hop}: {reason}");
-            let _ = writeln!(s, "      {}:{}: {}", o.file, o.line, o.message);
+            let _ = writeln!(
+                s,
+                "{}",
+                Escaped(format_args!("  ✗ {who}{via}{hop}: {reason}"))
+            );
+            let _ = writeln!(
+                s,
+                "{}",
+                Escaped(format_args!("      {}:{}: {}", o.file, o.line, o.message))
+            );
         }
         Verdict::Held => {
-            let _ = writeln!(s, "  ⏸ {who}{via}{hop}: held (UpgradeInProgress)");
-            let _ = writeln!(s, "      {}", o.message);
+            let _ = writeln!(
+                s,
+                "{}",
+                Escaped(format_args!(
+                    "  ⏸ {who}{via}{hop}: held (UpgradeInProgress)"
+                ))
+            );
+            let _ = writeln!(s, "      {}", Escaped(&o.message));
         }
         Verdict::Accepted => {
             let t = serde_json::to_value(o.transition)
@@ -122,11 +151,94 @@ fn object_text(s: &mut String, o: &ObjectVerdict) {
             } else {
                 format!(" — {}", o.message)
             };
-            let _ = writeln!(s, "  ✓ {t} {who}{via}{hop}{detail}");
+            let _ = writeln!(
+                s,
+                "{}",
+                Escaped(format_args!("  ✓ {t} {who}{via}{hop}{detail}"))
+            );
         }
     }
 }
 
 fn short(sha: &str) -> String {
     sha.chars().take(10).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::Reason;
+    use crate::history::SkipReport;
+    use crate::kind::Kind;
+
+    fn object(file: &str, to: &str, verdict: Verdict, message: &str) -> ObjectVerdict {
+        ObjectVerdict {
+            kind: Some(Kind::Nova),
+            namespace: Some("compute".into()),
+            name: Some("nova".into()),
+            file: file.into(),
+            line: 7,
+            projected_by: None,
+            from: Some("2026.1".into()),
+            to: Some(to.into()),
+            from_image: None,
+            to_image: None,
+            transition: Transition::Invalid,
+            verdict,
+            reason: (verdict == Verdict::Refused).then_some(Reason::VersionParseError),
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn text_from_git_is_escaped_and_json_keeps_it_raw() {
+        let commit = CommitReport {
+            sha: "a".repeat(40),
+            summary: "fix\x1b[31m red\rforged".into(),
+            verdict: Verdict::Refused,
+            objects: vec![
+                object(
+                    "standalone/\x1b[31mnova.yaml",
+                    "2026.1\x1b[2J",
+                    Verdict::Refused,
+                    "openStackRelease: \"2026.1\u{1b}[2J\" is not a release",
+                ),
+                object(
+                    "standalone/\u{202e}lmay.yaml",
+                    "2026.2",
+                    Verdict::Held,
+                    "waits\nfor nova",
+                ),
+            ],
+            skipped: vec![SkipReport {
+                file: "notes/\u{9b}31m.yaml".into(),
+                line: 1,
+                message: "not\u{2028}an object".into(),
+            }],
+            files_changed: 3,
+        };
+        let mut text = String::new();
+        commit_text(&mut text, &commit);
+        assert!(
+            !text
+                .chars()
+                .any(|c| c != '\n' && crate::escape::is_escaped(c)),
+            "{text:?}"
+        );
+        for shown in [
+            "fix\\x1b[31m red\\rforged",
+            "2026.1 → 2026.1\\x1b[2J: VersionParseError",
+            "standalone/\\x1b[31mnova.yaml:7:",
+            "      waits\\nfor nova\n",
+            "skipped notes/\\u{9b}31m.yaml:1: not\\u{2028}an object",
+        ] {
+            assert!(text.contains(shown), "{shown:?} in {text}");
+        }
+        assert_eq!(text.lines().count(), 6, "one line each: {text}");
+
+        let c = serde_json::to_value(&commit).unwrap();
+        assert_eq!(c["summary"], "fix\x1b[31m red\rforged");
+        assert_eq!(c["objects"][0]["to"], "2026.1\x1b[2J");
+        assert_eq!(c["objects"][0]["file"], "standalone/\x1b[31mnova.yaml");
+    }
 }

@@ -319,6 +319,34 @@ pub enum Next {
 /// Decides the next move. `complete(i)` says whether every followed object
 /// of step `i` is complete (the caller's trackers know).
 pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) -> Next {
+    let n = next_step(chain, state, complete);
+    // Whatever the chain says, an apply never takes a running object to a
+    // lower release: the gate keeps accepted chains from going down, and
+    // this keeps a re-creation below the floor (`docs/gate.md`, "Identity
+    // over time") from downgrading an object that was never deleted.
+    if let Next::Apply(i) = n
+        && let Some(spec) = &state.spec
+        && let (Some(running), Some(wanted)) = (
+            spec.release.as_deref().and_then(release_of),
+            chain.steps[i].release.as_deref().and_then(release_of),
+        )
+        && wanted < running
+    {
+        return Next::Blocked(format!(
+            "{} runs {running} in the cluster and Git's accepted step is {wanted}: lockstep never applies a lower release; delete the object first if it is really to be created again from scratch",
+            chain.unit
+        ));
+    }
+    n
+}
+
+fn release_of(s: &str) -> Option<crate::release::Release> {
+    crate::release::TaggedRelease::parse(s)
+        .ok()
+        .map(|t| t.release)
+}
+
+fn next_step(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) -> Next {
     let Some(last) = chain.steps.len().checked_sub(1) else {
         return Next::Done(0);
     };
@@ -527,7 +555,11 @@ fn step_state(u: &UnitReport, i: usize) -> StepState {
         Next::Blocked(m) => StepState::Failed(format!("blocked: {m}")),
         Next::Done(_) => StepState::Done,
         Next::Apply(j) | Next::Follow(j) if *j > i => StepState::Done,
-        Next::Apply(j) if *j == i => StepState::Pending(format!("accepted: applying {hop}")),
+        Next::Apply(j) if *j == i => match &u.needs_person {
+            // The cluster rejected the apply: tried again, but a person must act.
+            Some(m) => StepState::Failed(m.clone()),
+            None => StepState::Pending(format!("accepted: applying {hop}")),
+        },
         Next::Follow(j) if *j == i => {
             if let Some(m) = &u.needs_person {
                 return StepState::Failed(m.clone());
@@ -637,6 +669,7 @@ mod tests {
             base: None,
             head: commits.last().map(|c| c.sha.clone()).unwrap_or_default(),
             commits,
+            memory: Default::default(),
         }
     }
 
@@ -807,6 +840,39 @@ mod tests {
             next(&c, &state("2026.2", Some("2026.2-p1")), |_| true),
             Next::Done(1)
         );
+    }
+
+    #[test]
+    fn a_re_creation_below_the_floor_never_downgrades_a_running_object() {
+        let n = nova();
+        // 2026.1 → 2026.2, then (removed and) re-created from scratch at
+        // 2025.2 with the recreate annotation: an install the gate accepted.
+        let r = report(vec![
+            commit(
+                "a",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.1"),
+                    "2026.2",
+                    &img("2026.2"),
+                    Transition::Upgrade,
+                )],
+            ),
+            commit(
+                "b",
+                Verdict::Accepted,
+                vec![ov(&n, None, "2025.2", &img("2025.2"), Transition::Install)],
+            ),
+        ]);
+        let c = &chains(&r, |_, _, _| None)[&n];
+        // Still running 2026.2: blocked, a person deletes it first.
+        assert!(matches!(
+            next(c, &at("2026.2", &img("2026.2")), |_| true),
+            Next::Blocked(m) if m.contains("never applies a lower release")
+        ));
+        // Gone from the cluster: created at 2025.2.
+        assert_eq!(next(c, &UnitState::default(), |_| true), Next::Apply(1));
     }
 
     #[test]

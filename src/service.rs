@@ -56,12 +56,19 @@ pub struct Summary {
     /// Statuses not delivered at stop: still queued (the host was down) or
     /// refused by the host.
     pub undelivered: usize,
+    /// What a person must act on at stop ([`Daemon::needs_person`]): each
+    /// is a status that ended in failure.
+    pub needs_person: Vec<daemon::NeedsPerson>,
     pub metrics: String,
 }
 
 /// Runs the service until SIGTERM/Ctrl-C, or until idle with `until_idle`.
 pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceError> {
     config.validate()?;
+    // `./clusters/prod/` selects what `clusters/prod` does; `/etc` and `..`
+    // select nothing and are refused before anything starts.
+    let paths = crate::git::normalize_prefixes(&config.source.paths)
+        .map_err(|e| ServiceError::Other(e.to_string()))?;
     let metrics = Arc::new(Metrics::new());
 
     // The source.
@@ -176,7 +183,7 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
     let opts = Options {
         cluster_name: config.cluster.name.clone(),
         branch: config.source.branch.clone(),
-        paths: config.source.paths.clone(),
+        paths,
         since: config.source.since.clone(),
         poll: config.poll_interval(),
         pull_requests: config.source.pull_requests,
@@ -405,6 +412,7 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
     });
     drop(trigger_tx);
     let last = daemon.run(trigger_rx, leader, shutdown_signal()).await;
+    let needs_person = daemon.needs_person();
     tracing::info!("stopping: delivering queued statuses");
     if let Some(d) = delivery {
         d.abort();
@@ -430,6 +438,7 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
     Ok(Summary {
         last,
         undelivered: queue.len().await + rejected,
+        needs_person,
         metrics: metrics.encode(),
     })
 }

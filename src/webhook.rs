@@ -161,13 +161,7 @@ async fn github(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Byte
             "bad or missing X-Hub-Signature-256\n",
         );
     }
-    let event = header(&headers, "x-github-event")
-        .unwrap_or_default()
-        .to_owned();
-    let delivery = header(&headers, "x-github-delivery")
-        .unwrap_or_default()
-        .to_owned();
-    accept(&app, Host::GitHub, &event, &delivery, &body, github_trigger)
+    accept(&app, Host::GitHub, &headers, &body)
 }
 
 async fn gitlab(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Reply {
@@ -181,14 +175,7 @@ async fn gitlab(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Byte
     if !ok {
         return (StatusCode::UNAUTHORIZED, "bad or missing X-Gitlab-Token\n");
     }
-    let event = header(&headers, "x-gitlab-event")
-        .unwrap_or_default()
-        .to_owned();
-    let delivery = header(&headers, "x-gitlab-event-uuid")
-        .or_else(|| header(&headers, "idempotency-key"))
-        .unwrap_or_default()
-        .to_owned();
-    accept(&app, Host::GitLab, &event, &delivery, &body, gitlab_trigger)
+    accept(&app, Host::GitLab, &headers, &body)
 }
 
 async fn gitea(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Reply {
@@ -205,34 +192,71 @@ async fn gitea(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes
             "bad or missing X-Gitea-Signature\n",
         );
     }
-    let event = header(&headers, "x-gitea-event-type")
-        .or_else(|| header(&headers, "x-gitea-event"))
-        .or_else(|| header(&headers, "x-forgejo-event"))
-        .unwrap_or_default()
-        .to_owned();
-    let delivery = header(&headers, "x-gitea-delivery")
-        .or_else(|| header(&headers, "x-forgejo-delivery"))
-        .unwrap_or_default()
-        .to_owned();
-    accept(&app, Host::Gitea, &event, &delivery, &body, gitea_trigger)
+    accept(&app, Host::Gitea, &headers, &body)
+}
+
+/// The event name and delivery id a host puts in its headers (empty when absent).
+fn event_and_delivery(host: Host, headers: &HeaderMap) -> (&str, &str) {
+    let (event, delivery) = match host {
+        Host::GitHub => (
+            header(headers, "x-github-event"),
+            header(headers, "x-github-delivery"),
+        ),
+        Host::GitLab => (
+            header(headers, "x-gitlab-event"),
+            header(headers, "x-gitlab-event-uuid").or_else(|| header(headers, "idempotency-key")),
+        ),
+        Host::Gitea => (
+            header(headers, "x-gitea-event-type")
+                .or_else(|| header(headers, "x-gitea-event"))
+                .or_else(|| header(headers, "x-forgejo-event")),
+            header(headers, "x-gitea-delivery").or_else(|| header(headers, "x-forgejo-delivery")),
+        ),
+    };
+    (event.unwrap_or_default(), delivery.unwrap_or_default())
+}
+
+fn is_ping(event: &str) -> bool {
+    event == "ping" || event == "System Hook"
+}
+
+fn parser(host: Host) -> fn(&str, &Value, &str) -> Parsed {
+    match host {
+        Host::GitHub => github_trigger,
+        Host::GitLab => gitlab_trigger,
+        Host::Gitea => gitea_trigger,
+    }
 }
 
 /// What an event turned into.
-enum Parsed {
+#[doc(hidden)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Parsed {
     Trigger(Trigger),
     Ignored,
     Malformed,
 }
 
-fn accept(
-    app: &AppState,
-    host: Host,
-    event: &str,
-    delivery: &str,
-    body: &[u8],
-    parse: fn(&str, &Value, &str) -> Parsed,
-) -> Reply {
-    if event == "ping" || event == "System Hook" {
+/// What a delivery's headers and body turn into, leaving out the signature
+/// check, deduplication and the channel. Public only for the fuzz targets
+/// under `fuzz/` (whoever can push to a watched repository shapes both);
+/// not part of the API. A ping or a body that is not JSON is `Ignored` or
+/// `Malformed` here, where the receiver answers them before parsing.
+#[doc(hidden)]
+pub fn parse_unverified(host: Host, headers: &HeaderMap, body: &[u8]) -> Parsed {
+    let (event, delivery) = event_and_delivery(host, headers);
+    if is_ping(event) {
+        return Parsed::Ignored;
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(json) => parser(host)(event, &json, delivery),
+        Err(_) => Parsed::Malformed,
+    }
+}
+
+fn accept(app: &AppState, host: Host, headers: &HeaderMap, body: &[u8]) -> Reply {
+    let (event, delivery) = event_and_delivery(host, headers);
+    if is_ping(event) {
         return (StatusCode::OK, "pong\n");
     }
     if !delivery.is_empty() {
@@ -248,7 +272,7 @@ fn accept(
     let Ok(json) = serde_json::from_slice::<Value>(body) else {
         return (StatusCode::BAD_REQUEST, "body is not JSON\n");
     };
-    match parse(event, &json, delivery) {
+    match parser(host)(event, &json, delivery) {
         Parsed::Trigger(t) => {
             tracing::info!(host = ?host, repo = %t.repo, git_ref = %t.git_ref, sha = %t.sha, pr = ?t.pull_request, delivery = %delivery, "webhook trigger");
             if let Err(e) = app.tx.try_send(t) {

@@ -589,11 +589,15 @@ fn bad_input_refuses_with_file_and_line_never_panics() {
             b"kind: Nova\nname: \xff\xfe\n".to_vec(),
             "not UTF-8",
         ),
-        ("broken/bomb.yaml", bomb.into_bytes(), "budget"),
+        (
+            "broken/bomb.yaml",
+            bomb.into_bytes(),
+            "file expands aliases (*name) to more than 250000 YAML nodes",
+        ),
         (
             "broken/big.yaml",
             format!("# {}\n", "x".repeat(5000)).into_bytes(),
-            "limit",
+            "larger than the manifest file limit of 4 KiB; split it, raise --max-file-bytes",
         ),
         (
             "broken/nometa.yml",
@@ -841,4 +845,364 @@ fn the_demo_walks_its_story() {
         .output()
         .expect("git");
     assert_eq!(String::from_utf8_lossy(&log.stdout).lines().count(), 7);
+}
+
+/// Runs the binary, failing the test if it is still running after `limit`
+/// (an unbounded read of /dev/zero would otherwise hang the suite).
+fn lockstep_within(args: &[&str], limit: std::time::Duration) -> std::process::Output {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(common::lockstep_bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lockstep starts");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("lockstep {args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Exit code 2 and exactly one line on stderr, nothing on stdout.
+fn one_line_error(out: &std::process::Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    err.trim_end().to_owned()
+}
+
+/// `kubectl get <kinds> -A -o yaml` of `n` objects of ours as a real cluster
+/// prints them (annotations, labels, managedFields, conditions), with the
+/// object `compute/nova` at `nova_at` upgrading 2026.1 → 2026.2.
+fn kubectl_snapshot(n: usize, nova_at: usize) -> String {
+    let kinds = [
+        ("Nova", "nova"),
+        ("Glance", "glance"),
+        ("Cinder", "cinder"),
+        ("Neutron", "neutron"),
+        ("Keystone", "keystone"),
+    ];
+    let mut out = String::from("apiVersion: v1\nitems:\n");
+    for i in 0..n {
+        let (kind, svc) = if i == nova_at {
+            kinds[0]
+        } else {
+            kinds[i % kinds.len()]
+        };
+        let (name, ns, installed, target, phase) = if i == nova_at {
+            (
+                "nova".to_owned(),
+                "compute".to_owned(),
+                "2026.1",
+                "2026.2",
+                "Migrating",
+            )
+        } else {
+            (
+                format!("{svc}-{i}"),
+                format!("region-{i}"),
+                "2026.1",
+                "",
+                "",
+            )
+        };
+        let group = format!("{svc}.openstack.c5c3.io");
+        out.push_str(&format!(
+            r#"- apiVersion: {group}/v1alpha1
+  kind: {kind}
+  metadata:
+    annotations:
+      kubectl.kubernetes.io/last-applied-configuration: |
+        {{"apiVersion":"{group}/v1alpha1","kind":"{kind}","metadata":{{"name":"{name}","namespace":"{ns}"}},"spec":{{"openStackRelease":"2026.1"}}}}
+    creationTimestamp: "2026-03-01T10:00:00Z"
+    generation: 7
+    labels:
+      app.kubernetes.io/managed-by: lockstep
+      app.kubernetes.io/name: {svc}
+      c5c3.io/ring: ring-{ring}
+    managedFields:
+    - apiVersion: {group}/v1alpha1
+      fieldsType: FieldsV1
+      fieldsV1:
+        f:metadata:
+          f:labels:
+            .: {{}}
+            f:app.kubernetes.io/managed-by: {{}}
+            f:app.kubernetes.io/name: {{}}
+        f:spec:
+          .: {{}}
+          f:image:
+            .: {{}}
+            f:repository: {{}}
+            f:tag: {{}}
+          f:openStackRelease: {{}}
+      manager: lockstep
+      operation: Apply
+      time: "2026-03-01T10:00:00Z"
+    - apiVersion: {group}/v1alpha1
+      fieldsType: FieldsV1
+      fieldsV1:
+        f:status:
+          .: {{}}
+          f:conditions:
+            .: {{}}
+            k:{{"type":"DatabaseReady"}}:
+              .: {{}}
+              f:lastTransitionTime: {{}}
+              f:message: {{}}
+              f:observedGeneration: {{}}
+              f:reason: {{}}
+              f:status: {{}}
+              f:type: {{}}
+            k:{{"type":"Ready"}}:
+              .: {{}}
+              f:lastTransitionTime: {{}}
+              f:message: {{}}
+              f:observedGeneration: {{}}
+              f:reason: {{}}
+              f:status: {{}}
+              f:type: {{}}
+          f:installedRelease: {{}}
+          f:targetRelease: {{}}
+          f:upgradePhase: {{}}
+      manager: {svc}-operator
+      operation: Update
+      subresource: status
+      time: "2026-03-01T10:05:00Z"
+    name: {name}
+    namespace: {ns}
+    resourceVersion: "{rv}"
+    uid: 6f1c2a8e-0000-4000-8000-{i:012}
+  spec:
+    image:
+      repository: ghcr.io/c5c3/{svc}
+      tag: "2026.1"
+    openStackRelease: "2026.1"
+  status:
+    conditions:
+    - lastTransitionTime: "2026-03-01T10:05:00Z"
+      message: Database schema is at 2026.1
+      observedGeneration: 7
+      reason: DatabaseSynced
+      status: "True"
+      type: DatabaseReady
+    - lastTransitionTime: "2026-03-01T10:05:00Z"
+      message: All replicas are ready
+      observedGeneration: 7
+      reason: AllReady
+      status: "True"
+      type: Ready
+    installedImage: ghcr.io/c5c3/{svc}:2026.1
+    installedRelease: "{installed}"
+    targetRelease: "{target}"
+    upgradePhase: "{phase}"
+"#,
+            ring = i % 4,
+            rv = 100_000 + i,
+        ));
+    }
+    out.push_str("kind: List\nmetadata:\n  resourceVersion: \"\"\n");
+    out
+}
+
+#[test]
+fn live_files_of_the_wrong_shape_or_size_exit_two_with_one_line() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("fleet");
+    let path = repo.path().to_string_lossy().into_owned();
+    let check = |live: &str, extra: &[&str]| {
+        let mut args = vec!["check", "--repo", &path, "--live", live];
+        args.extend_from_slice(extra);
+        one_line_error(&lockstep_within(&args, std::time::Duration::from_secs(60)))
+    };
+    // /dev/zero: refused once past the limit, not read until memory runs out.
+    assert_eq!(
+        check("/dev/zero", &[]),
+        "lockstep: error: /dev/zero: is larger than the live snapshot limit of 64 MiB; raise --max-live-bytes, or select fewer kinds or namespaces"
+    );
+    let scalar = live_file(&repo, "abc\n");
+    assert_eq!(
+        check(&scalar, &[]),
+        format!(
+            "lockstep: error: {scalar}:1: document 1 is a string, not a Kubernetes object or List; expected what `kubectl get <kinds> -A -o yaml` prints"
+        )
+    );
+    let garbage = live_file(
+        &repo,
+        &format!(
+            "apiVersion: v1\nkind: List\nitems:\n{}{}",
+            live_item(
+                "Glance",
+                "glance.openstack.c5c3.io",
+                "image",
+                "glance",
+                "2026.1",
+                "",
+                ""
+            ),
+            live_item(
+                "Nova",
+                "nova.openstack.c5c3.io",
+                "compute",
+                "nova",
+                "abc",
+                "",
+                ""
+            )
+        ),
+    );
+    assert_eq!(
+        check(&garbage, &[]),
+        format!(
+            "lockstep: error: {garbage}:15: items[1] Nova compute/nova: status.installedRelease \"abc\" is not a release (expected YYYY.N, e.g. 2026.1)"
+        )
+    );
+    // A good snapshot over a lowered limit, and the same under a raised one.
+    let good = live_file(
+        &repo,
+        &format!(
+            "apiVersion: v1\nkind: List\nitems:\n{}",
+            live_item(
+                "Nova",
+                "nova.openstack.c5c3.io",
+                "compute",
+                "nova",
+                "2026.1",
+                "",
+                ""
+            )
+        ),
+    );
+    let size = std::fs::metadata(&good).expect("live").len().to_string();
+    assert_eq!(
+        check(&good, &["--max-live-bytes", "100"]),
+        format!(
+            "lockstep: error: {good}: is larger than the live snapshot limit of 100 bytes; raise --max-live-bytes, or select fewer kinds or namespaces"
+        )
+    );
+    let out = lockstep(&[
+        "check",
+        "--repo",
+        &path,
+        "--live",
+        &good,
+        "--max-live-bytes",
+        &size,
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn run_refuses_a_config_past_its_limit_at_once() {
+    let out = lockstep_within(
+        &["run", "--config", "/dev/zero"],
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(
+        one_line_error(&out),
+        "lockstep: error: /dev/zero: is larger than the configuration file limit of 1 MiB; the limit is fixed: check that --config names the configuration file"
+    );
+}
+
+/// 2,500 objects as `kubectl get -o yaml` prints them, managedFields and
+/// all: more YAML nodes than the parser's fixed default allowed. The one
+/// Nova upgrading in it holds the next hop, so the snapshot was read.
+#[test]
+fn a_realistic_snapshot_of_2500_objects_is_read() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("fleet");
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+    repo.commit("nova to 2027.1");
+    let snapshot = kubectl_snapshot(2500, 1777);
+    assert!(snapshot.len() > 5 << 20, "{} bytes", snapshot.len());
+    let live = live_file(&repo, &snapshot);
+    let (code, json) = check_json(&repo, &["--live", &live]);
+    assert_eq!(code, 0, "{json:#}");
+    let o = find(&last_objects(&json), "Nova", "nova").clone();
+    assert_eq!(
+        (&o["transition"], &o["verdict"], &o["reason"]),
+        (
+            &"queued".into(),
+            &"held".into(),
+            &"UpgradeInProgress".into()
+        ),
+        "{o:#}"
+    );
+    // Without the snapshot the same hop is an ordinary upgrade.
+    let (_, json) = check_json(&repo, &[]);
+    assert_eq!(
+        find(&last_objects(&json), "Nova", "nova")["verdict"],
+        "accepted"
+    );
+}
+
+/// A manifest file just under the 8 MiB default with thousands of
+/// documents (the parser's fixed default was 1,024) is judged in full.
+#[test]
+fn a_manifest_of_thousands_of_documents_under_8_mib_is_judged() {
+    let repo = FleetRepo::new();
+    repo.write("README.md", "fleet\n");
+    repo.commit("empty fleet");
+    let limit = 8 << 20;
+    let mut text = String::new();
+    let mut count = 0;
+    loop {
+        let doc = format!(
+            "---\n{}",
+            nova(&format!("nova-{count}"), "2026.1", "2026.1")
+        );
+        if text.len() + doc.len() > limit {
+            break;
+        }
+        text.push_str(&doc);
+        count += 1;
+    }
+    assert!(
+        count > 5000 && text.len() > limit - 2048,
+        "{count} documents, {} bytes",
+        text.len()
+    );
+    repo.write("fleet/all.yaml", &text);
+    repo.commit("thousands of novas");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 0, "{}", json["commits"][0]["objects"][0]);
+    let objects = last_objects(&json);
+    assert_eq!(objects.len(), count);
+    assert!(
+        objects
+            .iter()
+            .all(|o| o["verdict"] == "accepted" && o["transition"] == "install")
+    );
+    // One byte under the file's size, it is refused by the byte limit,
+    // saying which limit and how to raise it.
+    let below = (text.len() - 1).to_string();
+    let (code, json) = check_json(&repo, &["--max-file-bytes", &below]);
+    assert_eq!(code, 1);
+    let o = find_file(&last_objects(&json), "fleet/all.yaml").clone();
+    assert_eq!(o["reason"], "ManifestInvalid");
+    assert!(
+        o["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("raise --max-file-bytes")),
+        "{o:#}"
+    );
 }

@@ -1,4 +1,4 @@
-//! Every row of the gate table (design/gate.md), on the pure gate: manifests
+//! Every row of the gate table (`docs/gate.md`), on the pure gate: manifests
 //! in, verdicts out, no Git and no cluster.
 
 mod common;
@@ -40,6 +40,7 @@ fn judge_live(
         elsewhere: &[],
         problems: &n.problems,
         live,
+        floors: &Default::default(),
     })
 }
 

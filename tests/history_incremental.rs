@@ -32,15 +32,19 @@ fn judging_in_pieces_equals_judging_at_once() {
             .find(|c| c.verdict == Verdict::Accepted)
             .map(|c| repo.commit(Oid::from_str(&c.sha).unwrap()).unwrap().tree);
         let after = Oid::from_str(&whole.commits[cut - 1].sha).unwrap();
-        let rest = history::check_after(&repo, &opts("main"), after, baseline).unwrap();
-        let mut joined = serde_json::to_value(&first.commits).unwrap();
-        joined.as_array_mut().unwrap().extend(
-            serde_json::to_value(&rest.commits)
-                .unwrap()
-                .as_array()
-                .unwrap()
-                .clone(),
-        );
-        assert_eq!(joined, all["commits"], "cut after commit {cut}");
+        // With the first piece's memory, and without it (a look back
+        // through the history before the cut): the same verdicts.
+        for memory in [&*first.memory, &history::Memory::default()] {
+            let rest = history::check_after(&repo, &opts("main"), after, baseline, memory).unwrap();
+            let mut joined = serde_json::to_value(&first.commits).unwrap();
+            joined.as_array_mut().unwrap().extend(
+                serde_json::to_value(&rest.commits)
+                    .unwrap()
+                    .as_array()
+                    .unwrap()
+                    .clone(),
+            );
+            assert_eq!(joined, all["commits"], "cut after commit {cut}");
+        }
     }
 }

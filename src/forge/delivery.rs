@@ -17,6 +17,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, Notify};
 
 use super::{Forge, ForgeError, Posted, Status, shorten};
+use crate::escape::escape;
 
 #[derive(Clone, Debug)]
 pub struct RetryPolicy {
@@ -59,13 +60,16 @@ pub enum Outcome {
     AlreadyThere,
 }
 
-/// Fits a status into the host's limits.
+/// Fits a status into the host's limits and onto one line: control and
+/// bidi characters from Git (a file name, a release) are escaped
+/// ([`crate::escape`]) before the length is counted. Every status passes
+/// here on its way to a host.
 pub fn fit<F: Forge>(forge: &F, status: &Status) -> Status {
     let limits = forge.limits();
     Status {
         state: status.state,
-        context: super::Context(status.context.clone()).fit(limits.context),
-        description: shorten(&status.description, limits.description),
+        context: super::Context(escape(&status.context).into_owned()).fit(limits.context),
+        description: shorten(&escape(&status.description), limits.description),
         target_url: status.target_url.clone(),
     }
 }
@@ -250,6 +254,101 @@ pub struct DrainReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::forge::{Limits, State, describe};
+    use crate::gate::{ObjectVerdict, Reason, Transition, Verdict};
+    use crate::history::CommitReport;
+    use crate::kind::Kind;
+
+    struct TestHost(Limits);
+
+    impl Forge for TestHost {
+        fn host(&self) -> &'static str {
+            "test"
+        }
+        fn limits(&self) -> Limits {
+            self.0
+        }
+        fn state_name(&self, state: State) -> &'static str {
+            state.as_str()
+        }
+        async fn statuses(&self, _: &str) -> Result<Vec<Posted>, ForgeError> {
+            Ok(Vec::new())
+        }
+        async fn post(&self, _: &str, _: &Status) -> Result<(), ForgeError> {
+            Ok(())
+        }
+    }
+
+    fn refused(file: &str, to: &str, reason: Reason) -> CommitReport {
+        CommitReport {
+            sha: "a".repeat(40),
+            summary: "hostile".into(),
+            verdict: Verdict::Refused,
+            objects: vec![ObjectVerdict {
+                kind: Some(Kind::Nova),
+                namespace: Some("compute".into()),
+                name: (reason != Reason::ManifestInvalid).then(|| "nova".into()),
+                file: file.into(),
+                line: 7,
+                projected_by: None,
+                from: Some("2026.1".into()),
+                to: Some(to.into()),
+                from_image: None,
+                to_image: None,
+                transition: Transition::Invalid,
+                verdict: Verdict::Refused,
+                reason: Some(reason),
+                message: String::new(),
+            }],
+            skipped: Vec::new(),
+            files_changed: 1,
+        }
+    }
+
+    #[test]
+    fn descriptions_from_git_are_escaped_onto_one_line_before_they_are_fitted() {
+        let host = TestHost(Limits {
+            description: 140,
+            context: 100,
+        });
+        let c = refused(
+            "standalone/nova.yaml",
+            "2026.1\x1b[2J\nlockstep/prod: success — forged",
+            Reason::VersionParseError,
+        );
+        let raw = describe::commit_status("prod\u{202e}", &c, None);
+        assert!(
+            raw.description.contains('\x1b'),
+            "describe keeps Git's text; the sink escapes it"
+        );
+        let posted = fit(&host, &raw);
+        assert_eq!(
+            posted.description,
+            "refused: nova: release 2026.1\\x1b[2J\\nlockstep/prod: success — forged does not parse (VersionParseError)"
+        );
+        assert_eq!(posted.context, "lockstep/prod\\u{202e}");
+
+        // A file name is escaped before the length is counted.
+        let c = refused(
+            "standalone/\r\u{202e}\x1b[31mnova.yaml",
+            "2026.1",
+            Reason::ManifestInvalid,
+        );
+        let short = TestHost(Limits {
+            description: 40,
+            context: 100,
+        });
+        let posted = fit(&short, &describe::commit_status("prod", &c, None));
+        assert_eq!(posted.description.chars().count(), 40);
+        assert!(
+            posted
+                .description
+                .starts_with("refused: standalone/\\r\\u{202e}\\x1b[31m"),
+            "{}",
+            posted.description
+        );
+        assert!(!posted.description.chars().any(crate::escape::is_escaped));
+    }
 
     #[test]
     fn delay_grows_is_capped_and_honours_the_host() {

@@ -1,6 +1,10 @@
 //! What a status says: short enough for a Git host's one line, specific
 //! enough that a person knows what to fix without opening a log.
 //! `refused: nova 2026.1→2027.1 skips 2026.2 (UpgradePathInvalid)`.
+//!
+//! Names, files and releases go in as Git has them; every status is escaped
+//! on its way to the host ([`super::delivery::fit`], [`crate::escape`]), so
+//! a control character in a file name never reaches a host or a note raw.
 
 use super::{Context, State, Status};
 use crate::gate::{ObjectVerdict, Reason, Transition, Verdict};

@@ -16,6 +16,7 @@ use std::sync::Mutex;
 use git2::{FetchOptions, Oid, PushOptions, RemoteCallbacks, Repository, Signature};
 
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
+use crate::escape::escape;
 use crate::source::{PushTarget, SourceError};
 
 pub const NOTES_REF: &str = "refs/notes/lockstep";
@@ -359,14 +360,16 @@ impl Forge for Notes {
         repo.find_commit(oid)
             .map_err(|e| ForgeError::Notes(format!("commit {sha}: {}", e.message())))?;
         let mut lines = Self::lines(&repo, oid);
-        // Descriptions are one line; a newline would split the record.
-        let description = status.description.replace(['\n', '\r'], " ");
+        // One line per context: a newline (or a carriage return, a bidi
+        // override) from a file name or a release would forge another
+        // cluster's line, or hide this one, in `git log --notes`.
+        let context = escape(&status.context);
         lines.insert(
-            status.context.clone(),
+            context.to_string(),
             format!(
-                "{}: {} — {description}",
-                status.context,
-                status.state.as_str()
+                "{context}: {} — {}",
+                status.state.as_str(),
+                escape(&status.description)
             ),
         );
         clear_stale_lock(&repo);

@@ -214,7 +214,15 @@ pub fn parse_plans(file: &str, text: &str) -> (Vec<Located>, Vec<PlanError>) {
     if !text.contains(KIND) {
         return (plans, errors);
     }
-    let Ok(docs) = serde_saphyr::from_multiple::<serde_json::Value>(text) else {
+    // The same budget the manifest reader gives this file (the caller read
+    // it within its byte limit): a file the gate reads is never one whose
+    // plans go unread. What does not parse is the manifest reader's problem
+    // to report, with its line.
+    let limit =
+        crate::yaml::Limit::manifest(text.len().max(crate::manifest::DEFAULT_MAX_FILE_BYTES));
+    let options = crate::yaml::options(&limit, text.len());
+    let Ok(docs) = serde_saphyr::from_multiple_with_options::<serde_json::Value>(text, options)
+    else {
         return (plans, errors);
     };
     // Document start lines, for messages.
@@ -304,4 +312,25 @@ pub fn schema_json() -> String {
     let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
     s.push('\n');
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan behind more documents than the parser's fixed default (1,024)
+    /// is read: the manifest reader reads such a file, so its plans must
+    /// not go unread.
+    #[test]
+    fn a_plan_among_thousands_of_documents_is_read() {
+        let plan = include_str!("../../plans/samples/two-waves.yaml");
+        let mut text = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n".repeat(3000);
+        text.push_str("---\n");
+        text.push_str(plan);
+        let (plans, errors) = parse_plans("fleet/plans.yaml", &text);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(plans.len(), 1);
+        assert_eq!(plans[0].plan.metadata.name, "fleet-to-2026.2");
+        assert_eq!(plans[0].line, 4 * 3000 + 1 + 3);
+    }
 }

@@ -36,6 +36,7 @@ use git2::{Oid, Repository};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
+use crate::escape::escape;
 use crate::forge::propose::{NewProposal, Proposal, ProposalState, Propose, open_one};
 use crate::forge::{Forge, State};
 use crate::kind::Key;
@@ -135,16 +136,18 @@ impl Request {
         )
     }
 
-    /// The request's title: the commit's subject.
+    /// The request's title: the commit's subject, one line of plain text
+    /// (names from the fleet's files are escaped: [`crate::escape`]).
     pub fn title(&self) -> String {
-        self.message.lines().next().unwrap_or_default().to_owned()
+        escape(self.message.lines().next().unwrap_or_default()).into_owned()
     }
 
     /// The request's description, in Markdown (all three hosts render it):
     /// what moves from which release, and what merging does.
     pub fn body(&self) -> String {
-        // Names come from the fleet's files: keep them out of the Markdown.
-        let code = |s: &str| format!("`{}`", s.replace('`', "'"));
+        // Names come from the fleet's files: keep them out of the Markdown,
+        // and on their line of the table.
+        let code = |s: &str| format!("`{}`", escape(s).replace('`', "'"));
         let mut b = String::new();
         let _ = writeln!(
             b,
@@ -505,5 +508,37 @@ mod tests {
             (p.head.as_str(), p.base.as_str()),
             ("lockstep/plan/fleet/wave-2", "main")
         );
+    }
+
+    #[test]
+    fn names_from_git_stay_on_their_line_of_the_request() {
+        let req = Request {
+            plan: "fleet".into(),
+            wave: 0,
+            waves: 1,
+            wave_name: "eu\n| forged | row |".into(),
+            to: "2026.2".into(),
+            objects: vec![Object {
+                key: Key::new(Kind::Nova, "compute", "nova"),
+                file: "standalone/\x1b[31mnova\u{202e}.yaml".into(),
+                from: Some("2026.1".into()),
+            }],
+            head: Oid::ZERO_SHA1,
+            base: "main".into(),
+            branch: branch("fleet", 0),
+            message: "lockstep plan fleet: wave e\u{202e}u (1/1) to 2026.2\n\nbody\n".into(),
+        };
+        assert_eq!(
+            req.title(),
+            "lockstep plan fleet: wave e\\u{202e}u (1/1) to 2026.2"
+        );
+        let body = req.body();
+        assert!(!body.contains(['\x1b', '\u{202e}']), "{body:?}");
+        assert!(body.contains("(`eu\\n| forged | row |`)"), "{body}");
+        assert!(
+            body.contains("| `standalone/\\x1b[31mnova\\u{202e}.yaml` |"),
+            "{body}"
+        );
+        assert_eq!(body.lines().filter(|l| l.starts_with("| `")).count(), 1);
     }
 }

@@ -15,6 +15,7 @@ use jiff::Timestamp;
 
 use crate::cluster::memory::MemoryCluster;
 use crate::daemon::{Daemon, Options, deliver_now};
+use crate::escape::Escaped;
 use crate::forge::AnyForge;
 use crate::forge::delivery::{RetryPolicy, StatusQueue};
 use crate::forge::notes::Notes;
@@ -161,8 +162,9 @@ pub fn text(s: &Schedule, start: Timestamp) -> String {
         t,
         "plan rehearsal from {start} (virtual time; the simulated operator's phase durations):"
     );
+    // Lines quote commit summaries and plan, wave and file names from Git.
     for l in &s.lines {
-        let _ = writeln!(t, "  {l}");
+        let _ = writeln!(t, "  {}", Escaped(l));
     }
     let _ = writeln!(
         t,

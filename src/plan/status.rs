@@ -7,12 +7,15 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::escape::Escaped;
 use crate::git::{GitRepo, Resolved};
 
 use super::exec;
 use super::validate;
 
-/// Renders the plans of `rev`'s tree for people.
+/// Renders the plans of `rev`'s tree for people. Plan, wave, file and
+/// branch names and the notes' lines come from Git: every line is escaped
+/// as a whole ([`crate::escape`]), so none of them can add or hide a line.
 pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String, String> {
     let repo = GitRepo::open(repo_path).map_err(|e| e.to_string())?;
     let head = match repo.resolve(rev).map_err(|e| e.to_string())? {
@@ -27,7 +30,7 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
     )?;
     let mut out = String::new();
     if tp.plans.is_empty() {
-        let _ = writeln!(out, "no UpgradePlan in {rev}");
+        let _ = writeln!(out, "no UpgradePlan in {}", Escaped(rev));
         return Ok(out);
     }
     let all: Vec<super::Located> = tp.plans.iter().map(|(p, _)| p.clone()).collect();
@@ -35,15 +38,26 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
         let spec = &p.plan.spec;
         let _ = writeln!(
             out,
-            "plan {} ({}:{}) to {}{}",
-            p.plan.metadata.name,
-            p.file,
-            p.line,
-            spec.to,
-            if spec.paused { " [paused]" } else { "" }
+            "{}",
+            Escaped(format_args!(
+                "plan {} ({}:{}) to {}{}",
+                p.plan.metadata.name,
+                p.file,
+                p.line,
+                spec.to,
+                if spec.paused { " [paused]" } else { "" }
+            ))
         );
         for r in validate::validate(p, &tp.units, &all) {
-            let _ = writeln!(out, "  refused: {} ({})", r.message, r.reason.as_str());
+            let _ = writeln!(
+                out,
+                "{}",
+                Escaped(format_args!(
+                    "  refused: {} ({})",
+                    r.message,
+                    r.reason.as_str()
+                ))
+            );
         }
         // The plan's statuses, as the daemons wrote them.
         if let Ok(oid) = git2::Oid::from_str(sha)
@@ -51,7 +65,7 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
         {
             for line in note.message().unwrap_or("").lines() {
                 if line.contains("/plan/") {
-                    let _ = writeln!(out, "  {line}");
+                    let _ = writeln!(out, "  {}", Escaped(line));
                 }
             }
         }
@@ -67,18 +81,21 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
                 .collect();
             let _ = writeln!(
                 out,
-                "  wave {}/{} {} (maxParallel {}, soak {}): {}/{} committed at {}",
-                i + 1,
-                spec.waves.len(),
-                w.name,
-                w.max_parallel,
-                w.soak,
-                at.len(),
-                keys.len(),
-                spec.to
+                "{}",
+                Escaped(format_args!(
+                    "  wave {}/{} {} (maxParallel {}, soak {}): {}/{} committed at {}",
+                    i + 1,
+                    spec.waves.len(),
+                    w.name,
+                    w.max_parallel,
+                    w.soak,
+                    at.len(),
+                    keys.len(),
+                    spec.to
+                ))
             );
             for line in proposals(&repo, head, &p.plan.metadata.name, i, rev) {
-                let _ = writeln!(out, "    {line}");
+                let _ = writeln!(out, "    {}", Escaped(line));
             }
             for k in keys {
                 let release = tp
@@ -88,7 +105,11 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
                     .and_then(|u| u.release.clone())
                     .unwrap_or_else(|| "?".into());
                 let mark = if at.contains(&k) { "✓" } else { "·" };
-                let _ = writeln!(out, "    {mark} {k} at {release}");
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    Escaped(format_args!("    {mark} {k} at {release}"))
+                );
             }
         }
     }

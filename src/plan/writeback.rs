@@ -267,7 +267,9 @@ fn document_key(root: &Map) -> Option<Key> {
     let kind = as_str(get(root, "kind")?)?;
     let kind = match Kind::recognise(api_version, kind)? {
         Recognised::Ours(k) => k,
-        Recognised::WrongVersion(_) => return None,
+        Recognised::WrongVersion(_) | Recognised::Companion | Recognised::Unknown(_) => {
+            return None;
+        }
     };
     let Node::Map(meta) = &get(root, "metadata")?.value else {
         return None;
@@ -336,14 +338,18 @@ pub fn edit_file(path: &str, text: &str, bumps: &[&Bump]) -> Result<String, Writ
             message: p.message.clone(),
         });
     }
-    let options = serde_saphyr::options! { with_snippet: false };
+    // The gate's budget for this file (it read the file above without a
+    // byte limit): what the gate reads, the edit reads.
+    let limit = crate::yaml::Limit::manifest(usize::MAX);
+    let options = crate::yaml::options(&limit, body.len());
     let docs: Vec<Spanned<Node>> = serde_saphyr::from_multiple_with_options(body, options)
-        .map_err(|e| WritebackError::Manifest {
-            file: path.to_owned(),
-            line: e
-                .location()
-                .map_or(1, |l| u32::try_from(l.line()).unwrap_or(1)),
-            message: e.to_string(),
+        .map_err(|e| {
+            let d = crate::yaml::describe(&e, &limit);
+            WritebackError::Manifest {
+                file: path.to_owned(),
+                line: d.line,
+                message: d.message,
+            }
         })?;
 
     let mut edits = Vec::new();

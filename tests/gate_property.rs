@@ -1,0 +1,631 @@
+//! The gate's promise, proven over random histories rather than a table of
+//! cases: for every identity (kind, namespace, name; a ControlPlane's
+//! projected children included), the releases the gate accepts, in commit
+//! order, never go down and never move more than one release past the
+//! highest accepted before, whatever the history did in between: hops,
+//! skips, downgrades, stale images, patches, removals and re-adds under
+//! other paths and extensions, kind typos, a plane's child defined
+//! standalone, merges. The same holds for a range judged from a cut
+//! (looking back through older history), for a `--path` filter, and for
+//! what the simulated cluster receives from the daemon. A shallow clone
+//! either refuses or answers exactly like the whole repository.
+//!
+//! Histories are written with libgit2 in process (real repositories, real
+//! commits, real merges), so thousands run in `cargo test`. The number of
+//! cases: `PROPTEST_CASES` (default 1000 for the gate, a tenth of it for
+//! the daemon); `PROPTEST_CASES=20000 cargo test --release --test
+//! gate_property` is the long run.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use git2::{Oid, Repository, Signature};
+use lockstep::cluster::memory::MemoryCluster;
+use lockstep::cluster::{
+    ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentInfo, EventInfo, JobInfo,
+};
+use lockstep::daemon::{Daemon, Options, deliver_now};
+use lockstep::forge::AnyForge;
+use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
+use lockstep::forge::notes::Notes;
+use lockstep::gate::{Transition, Verdict};
+use lockstep::git::{GitError, GitRepo};
+use lockstep::history::{self, CheckOptions, CheckReport, EMPTY_TREE};
+use lockstep::kind::Key;
+use lockstep::metrics::Metrics;
+use lockstep::release::{Release, TaggedRelease};
+use lockstep::sim::{Params, World};
+use lockstep::source::{Origin, Source};
+use proptest::prelude::*;
+
+const RELEASES: [&str; 7] = [
+    "2025.1", "2025.2", "2026.1", "2026.2", "2027.1", "2027.2", "2028.1",
+];
+
+/// The objects a history plays with: two standalone Novas, the prod
+/// ControlPlane (eight projected children) and a standalone Nova named like
+/// prod's own child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Obj {
+    Nova,
+    NovaB,
+    Prod,
+    ProdNova,
+}
+
+const OBJS: [Obj; 4] = [Obj::Nova, Obj::NovaB, Obj::Prod, Obj::ProdNova];
+
+impl Obj {
+    /// Where it may live: the usual file, another extension, another
+    /// directory, and a name lockstep does not read.
+    fn paths(self) -> [&'static str; 4] {
+        match self {
+            Obj::Nova => [
+                "standalone/compute/nova.yaml",
+                "standalone/compute/nova.yml",
+                "moved/nova-again.yaml",
+                "standalone/compute/nova.yaml.off",
+            ],
+            Obj::NovaB => [
+                "standalone/compute/nova-b.yaml",
+                "standalone/nova-b.yml",
+                "moved/b.yaml",
+                "standalone/compute/nova-b.yaml.disabled",
+            ],
+            Obj::Prod => [
+                "clusters/prod/controlplane.yaml",
+                "clusters/prod.yml",
+                "moved/prod-plane.yaml",
+                "clusters/prod/controlplane.yaml.off",
+            ],
+            Obj::ProdNova => [
+                "standalone/openstack/prod-nova.yaml",
+                "standalone/openstack/prod-nova.yml",
+                "moved/prod-nova.yaml",
+                "standalone/openstack/prod-nova.bak",
+            ],
+        }
+    }
+
+    fn typos(self) -> [&'static str; 3] {
+        match self {
+            Obj::Prod => ["Controlplane", "CONTROLPLANE", "\"ControlPlane \""],
+            _ => ["NOVA", "nova", "\"Nova \""],
+        }
+    }
+}
+
+/// One object as the history last wrote it.
+#[derive(Clone, Debug, PartialEq)]
+struct Written {
+    path: usize,
+    release: usize,
+    /// The release the image tag names (a stale image keeps the old one).
+    tag: usize,
+    patch: bool,
+    typo: Option<usize>,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Write the object at a release (added at its usual path if absent).
+    Set {
+        obj: Obj,
+        release: usize,
+        stale_image: bool,
+    },
+    /// A patch: same release, the image tag gets a suffix.
+    Patch {
+        obj: Obj,
+    },
+    Remove {
+        obj: Obj,
+    },
+    /// Rename its file (to an unread name too).
+    Move {
+        obj: Obj,
+        path: usize,
+    },
+    /// Add (or rewrite) it at another path and release.
+    Add {
+        obj: Obj,
+        path: usize,
+        release: usize,
+    },
+    Typo {
+        obj: Obj,
+        typo: usize,
+    },
+    FixTypo {
+        obj: Obj,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let obj = prop::sample::select(OBJS.to_vec());
+    let rel = 0..RELEASES.len();
+    prop_oneof![
+        4 => (obj.clone(), rel.clone(), prop::bool::weighted(0.15))
+            .prop_map(|(obj, release, stale_image)| Op::Set { obj, release, stale_image }),
+        1 => obj.clone().prop_map(|obj| Op::Patch { obj }),
+        2 => obj.clone().prop_map(|obj| Op::Remove { obj }),
+        1 => (obj.clone(), 0..4usize).prop_map(|(obj, path)| Op::Move { obj, path }),
+        2 => (obj.clone(), 0..4usize, rel).prop_map(|(obj, path, release)| Op::Add { obj, path, release }),
+        1 => (obj.clone(), 0..3usize).prop_map(|(obj, typo)| Op::Typo { obj, typo }),
+        1 => obj.prop_map(|obj| Op::FixTypo { obj }),
+    ]
+}
+
+/// A commit: one or two edits, made directly on main or on a side branch
+/// merged with `--no-ff` (first-parent history sees only the merge).
+#[derive(Clone, Debug)]
+struct Step {
+    ops: Vec<Op>,
+    merged: bool,
+}
+
+fn history() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        (
+            prop::collection::vec(op(), 1..=2),
+            prop::bool::weighted(0.2),
+        )
+            .prop_map(|(ops, merged)| Step { ops, merged }),
+        1..=12,
+    )
+}
+
+fn content(obj: Obj, w: &Written) -> String {
+    let tag = if w.patch {
+        format!("{}-p1", RELEASES[w.tag])
+    } else {
+        RELEASES[w.tag].to_owned()
+    };
+    let release = RELEASES[w.release];
+    let text = match obj {
+        Obj::Nova => common::nova("nova", release, &tag),
+        Obj::NovaB => common::nova("nova-b", release, &tag),
+        Obj::ProdNova => common::nova("prod-nova", release, &tag).replacen(
+            "namespace: compute",
+            "namespace: openstack",
+            1,
+        ),
+        Obj::Prod => common::prod(release, &tag),
+    };
+    match w.typo {
+        None => text,
+        Some(t) => {
+            let kind = if obj == Obj::Prod {
+                "kind: ControlPlane"
+            } else {
+                "kind: Nova"
+            };
+            text.replacen(kind, &format!("kind: {}", obj.typos()[t]), 1)
+        }
+    }
+}
+
+fn apply_op(state: &mut BTreeMap<Obj, Written>, op: &Op) {
+    match op {
+        Op::Set {
+            obj,
+            release,
+            stale_image,
+        } => {
+            let w = state.entry(*obj).or_insert(Written {
+                path: 0,
+                release: *release,
+                tag: *release,
+                patch: false,
+                typo: None,
+            });
+            if !stale_image {
+                w.tag = *release;
+                w.patch = false;
+            }
+            w.release = *release;
+        }
+        Op::Patch { obj } => {
+            if let Some(w) = state.get_mut(obj) {
+                w.patch = !w.patch;
+            }
+        }
+        Op::Remove { obj } => {
+            state.remove(obj);
+        }
+        Op::Move { obj, path } => {
+            if let Some(w) = state.get_mut(obj) {
+                w.path = *path;
+            }
+        }
+        Op::Add { obj, path, release } => {
+            state.insert(
+                *obj,
+                Written {
+                    path: *path,
+                    release: *release,
+                    tag: *release,
+                    patch: false,
+                    typo: None,
+                },
+            );
+        }
+        Op::Typo { obj, typo } => {
+            if let Some(w) = state.get_mut(obj) {
+                w.typo = Some(*typo);
+            }
+        }
+        Op::FixTypo { obj } => {
+            if let Some(w) = state.get_mut(obj) {
+                w.typo = None;
+            }
+        }
+    }
+}
+
+fn tree_of(repo: &Repository, state: &BTreeMap<Obj, Written>) -> Oid {
+    let mut index = git2::Index::new().expect("index");
+    // Something that is not ours, so no tree is ever empty.
+    let files = std::iter::once((
+        "platform/namespaces.yaml".to_owned(),
+        common::example("platform/namespaces.yaml"),
+    ))
+    .chain(
+        state
+            .iter()
+            .map(|(o, w)| (o.paths()[w.path].to_owned(), content(*o, w))),
+    );
+    for (path, text) in files {
+        let entry = git2::IndexEntry {
+            ctime: git2::IndexTime::new(0, 0),
+            mtime: git2::IndexTime::new(0, 0),
+            dev: 0,
+            ino: 0,
+            mode: 0o100644,
+            uid: 0,
+            gid: 0,
+            file_size: u32::try_from(text.len()).expect("small file"),
+            id: repo.blob(text.as_bytes()).expect("blob"),
+            flags: 0,
+            flags_extended: 0,
+            path: path.into_bytes(),
+        };
+        index.add(&entry).expect("add to index");
+    }
+    index.write_tree_to(repo).expect("write tree")
+}
+
+/// Writes the history into a new repository; returns main's commits
+/// (first parent, oldest first).
+fn build(dir: &Path, steps: &[Step]) -> Vec<Oid> {
+    let repo = Repository::init(dir).expect("init");
+    let sig = Signature::new("Fleet", "fleet@example.invalid", &git2::Time::new(1, 0))
+        .expect("signature");
+    let mut state: BTreeMap<Obj, Written> = BTreeMap::new();
+    let mut main: Vec<Oid> = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        for op in &step.ops {
+            apply_op(&mut state, op);
+        }
+        let tree = repo.find_tree(tree_of(&repo, &state)).expect("tree");
+        let parents: Vec<git2::Commit<'_>> = main
+            .last()
+            .map(|p| repo.find_commit(*p).expect("parent"))
+            .into_iter()
+            .collect();
+        let parent_refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
+        let msg = format!("step {i}: {:?}", step.ops);
+        let id = if step.merged && !parents.is_empty() {
+            let side = repo
+                .commit(None, &sig, &sig, &format!("side {i}"), &tree, &parent_refs)
+                .expect("side commit");
+            let side = repo.find_commit(side).expect("side");
+            let both = [parent_refs[0], &side];
+            repo.commit(None, &sig, &sig, &format!("merge {msg}"), &tree, &both)
+                .expect("merge")
+        } else {
+            repo.commit(None, &sig, &sig, &msg, &tree, &parent_refs)
+                .expect("commit")
+        };
+        main.push(id);
+    }
+    let head = *main.last().expect("a commit");
+    repo.reference("refs/heads/main", head, true, "history")
+        .expect("main");
+    repo.set_head("refs/heads/main").expect("HEAD");
+    main
+}
+
+fn release_of(text: &str) -> Option<Release> {
+    TaggedRelease::parse(text).ok().map(|t| t.release)
+}
+
+/// The releases accepted per identity, in order, from accepted commits.
+fn accepted(report: &CheckReport) -> Vec<(Key, Release, String)> {
+    let mut out = Vec::new();
+    for c in &report.commits {
+        if c.verdict != Verdict::Accepted {
+            continue;
+        }
+        for o in &c.objects {
+            if o.verdict == Verdict::Refused || o.transition == Transition::Remove {
+                continue;
+            }
+            if let (Some(k), Some(r)) = (o.key(), o.to.as_deref().and_then(release_of)) {
+                out.push((k, r, c.sha.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// The promise: per identity, never down, never past next(highest before).
+fn never_down_never_skipping(seq: &[(Key, Release, String)]) -> Result<(), String> {
+    let mut highest: HashMap<&Key, Release> = HashMap::new();
+    for (k, r, sha) in seq {
+        if let Some(h) = highest.get(k).copied() {
+            if *r < h {
+                return Err(format!("{k} went down {h} → {r} at {sha}"));
+            }
+            if *r > h.next() {
+                return Err(format!("{k} skipped {h} → {r} at {sha}"));
+            }
+        }
+        let e = highest.entry(k).or_insert(*r);
+        *e = (*e).max(*r);
+    }
+    Ok(())
+}
+
+fn opts(base: &str, prefixes: &[&str]) -> CheckOptions {
+    CheckOptions {
+        base: Some(base.to_owned()),
+        head: "main".into(),
+        prefixes: prefixes.iter().map(|p| (*p).to_owned()).collect(),
+        ..CheckOptions::default()
+    }
+}
+
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(1000),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_gate_never_lets_a_release_go_down_or_skip(steps in history(), cut_seed in 0usize..1000, shallow_seed in 0u32..10) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let main = build(dir.path(), &steps);
+        let repo = GitRepo::open(dir.path()).expect("open");
+
+        // The whole first-parent history.
+        let whole = history::check(&repo, &opts(EMPTY_TREE, &[])).expect("check");
+        let seq = accepted(&whole);
+        never_down_never_skipping(&seq).map_err(|e| TestCaseError::fail(format!("whole history: {e}")))?;
+
+        // Judged from a cut at an accepted commit (its tree is the last
+        // accepted state there): the older history is looked back into.
+        let accepted_at: Vec<usize> = whole
+            .commits
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.verdict == Verdict::Accepted)
+            .map(|(i, _)| i)
+            .collect();
+        if !accepted_at.is_empty() {
+            let k = accepted_at[cut_seed % accepted_at.len()];
+            let cut = main[k].to_string();
+            let after = history::check(&repo, &opts(&cut, &[])).expect("check from a cut");
+            let before: Vec<(Key, Release, String)> = seq
+                .iter()
+                .filter(|(_, _, sha)| {
+                    main.iter().position(|m| m.to_string() == *sha).is_some_and(|i| i <= k)
+                })
+                .cloned()
+                .collect();
+            let joined: Vec<_> = before.into_iter().chain(accepted(&after)).collect();
+            never_down_never_skipping(&joined)
+                .map_err(|e| TestCaseError::fail(format!("from the cut after commit {k}: {e}")))?;
+        }
+
+        // A path filter sees fewer files; the promise holds for what it sees.
+        for prefix in ["standalone", "./clusters/"] {
+            match history::check(&repo, &opts(EMPTY_TREE, &[prefix])) {
+                Ok(r) => never_down_never_skipping(&accepted(&r))
+                    .map_err(|e| TestCaseError::fail(format!("--path {prefix}: {e}")))?,
+                // A prefix that names nothing anywhere is a usage error.
+                Err(GitError::Path { .. }) => {}
+                Err(e) => return Err(TestCaseError::fail(format!("--path {prefix}: {e}"))),
+            }
+        }
+
+        // A shallow clone (one case in ten: a clone costs a process) either
+        // refuses or answers exactly what the whole repository answers.
+        if shallow_seed == 0 && main.len() > 1 {
+            let depth = 1 + (cut_seed % main.len());
+            let clone = tempfile::tempdir().expect("tempdir");
+            let out = std::process::Command::new("git")
+                .args(["clone", "-q", "--depth", &depth.to_string(), "--branch", "main"])
+                .arg(format!("file://{}", dir.path().display()))
+                .arg(clone.path().join("c"))
+                .output()
+                .expect("git clone");
+            prop_assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let shallow = GitRepo::open(&clone.path().join("c")).expect("open clone");
+            for base in [None, Some(main[main.len() - 2].to_string())] {
+                let o = CheckOptions { base: base.clone(), head: "main".into(), ..CheckOptions::default() };
+                let full = history::check(&repo, &o).expect("full");
+                match history::check(&shallow, &o) {
+                    Err(GitError::Shallow { .. }) => {}
+                    // The base itself lies below the cut.
+                    Err(GitError::UnknownRevision { message, .. }) if message.contains("shallow clone") => {}
+                    Ok(r) => prop_assert_eq!(
+                        serde_json::to_value(&r).expect("json"),
+                        serde_json::to_value(&full).expect("json"),
+                        "depth {}, base {:?}", depth, base
+                    ),
+                    Err(e) => return Err(TestCaseError::fail(format!("shallow: {e}"))),
+                }
+            }
+        }
+    }
+}
+
+/// One apply as the cluster saw it: the release it ran before, and the one
+/// it was sent.
+type Sent = (Key, Option<Release>, Release);
+
+/// The simulated cluster, recording every apply lockstep sends it with
+/// what the object ran at that moment (objects are never deleted, so that
+/// is the floor the apply must respect).
+#[derive(Clone)]
+struct Recorder {
+    inner: MemoryCluster,
+    applies: Arc<Mutex<Vec<Sent>>>,
+}
+
+impl Cluster for Recorder {
+    async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
+        self.inner.get(key).await
+    }
+    async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
+        let before = {
+            let w = self.inner.world()?;
+            w.planes
+                .get(&req.key)
+                .map(|p| p.release.clone())
+                .or_else(|| w.objects.get(&req.key).and_then(|o| o.release.clone()))
+        };
+        if let Some(sent) = req.release.as_deref().and_then(release_of) {
+            self.applies.lock().expect("lock").push((
+                req.key.clone(),
+                before.as_deref().and_then(release_of),
+                sent,
+            ));
+        }
+        self.inner.apply(req).await
+    }
+    async fn jobs(&self, key: &Key) -> Result<Vec<JobInfo>, ClusterError> {
+        self.inner.jobs(key).await
+    }
+    async fn deployments(&self, key: &Key) -> Result<Vec<DeploymentInfo>, ClusterError> {
+        self.inner.deployments(key).await
+    }
+    async fn events(&self, key: &Key) -> Result<Vec<EventInfo>, ClusterError> {
+        self.inner.events(key).await
+    }
+    fn watch(&self) -> futures::stream::BoxStream<'static, Key> {
+        self.inner.watch()
+    }
+    async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
+        self.inner.delete_job(namespace, name).await
+    }
+    async fn record_event(
+        &self,
+        key: &Key,
+        reason: &str,
+        message: &str,
+        warning: bool,
+    ) -> Result<(), ClusterError> {
+        self.inner.record_event(key, reason, message, warning).await
+    }
+}
+
+/// Runs the daemon on the history until nothing is left to do; returns
+/// every apply the cluster received, in order.
+fn daemon_applies(dir: &Path) -> Vec<Sent> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mem = MemoryCluster::new(World::new(Params::default()));
+        let rec = Recorder {
+            inner: mem.clone(),
+            applies: Arc::default(),
+        };
+        let queue = StatusQueue::new(10_000);
+        let forge = AnyForge::Notes(Notes::open(dir).expect("notes"));
+        let source = Source::open(Origin::Local(dir.to_owned()), "main").expect("source");
+        let mut d = Daemon::new(
+            Options {
+                cluster_name: "prop".into(),
+                poll: Duration::from_millis(10),
+                ..Options::default()
+            },
+            source,
+            rec.clone(),
+            Some(mem.clone()),
+            queue.clone(),
+            Arc::new(Metrics::new()),
+        );
+        let metrics = Metrics::new();
+        // Passes as `run --until-idle` makes them: until nothing is in
+        // flight and the simulated operator has nothing left to do.
+        let mut last = None;
+        for _ in 0..2_000 {
+            let out = d.pass().await;
+            assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+            let busy = mem.step(Duration::from_secs(3600)).expect("step");
+            if !out.busy && !busy {
+                return rec.applies.lock().expect("lock").clone();
+            }
+            last = Some((out.applied, out.blocked, busy));
+        }
+        let w = mem.world().expect("world");
+        let objects: Vec<String> = w
+            .objects
+            .values()
+            .map(|o| format!("{} {:?} {:?}", o.key, o.release, o.status.installed_release))
+            .collect();
+        panic!(
+            "the daemon never settled (last pass applied, blocked, sim busy: {last:?}); the cluster: {objects:#?}"
+        );
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(1000) / 10,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_cluster_never_receives_a_lower_or_skipped_release(steps in history()) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        build(dir.path(), &steps);
+        let sent = daemon_applies(dir.path());
+        for (k, before, r) in &sent {
+            if let Some(b) = before {
+                prop_assert!(r >= b, "{} running {} was sent the lower {}", k, b, r);
+                prop_assert!(*r <= b.next(), "{} running {} was sent {}, past {}", k, b, r, b.next());
+            }
+        }
+        let seq: Vec<(Key, Release, String)> =
+            sent.iter().map(|(k, _, r)| (k.clone(), *r, String::new())).collect();
+        never_down_never_skipping(&seq).map_err(|e| TestCaseError::fail(format!("applied: {e}")))?;
+        // Everything sent was accepted by the gate for that object.
+        let repo = GitRepo::open(dir.path()).expect("open");
+        let whole = history::check(&repo, &opts(EMPTY_TREE, &[])).expect("check");
+        let ok = accepted(&whole);
+        for (k, _, r) in &sent {
+            prop_assert!(
+                ok.iter().any(|(ak, ar, _)| ak == k && ar == r),
+                "{} was sent {} which the gate never accepted for it", k, r
+            );
+        }
+    }
+}

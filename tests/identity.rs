@@ -1,0 +1,425 @@
+//! The ways around the gate, closed (`docs/gate.md`, "Identity over time"):
+//! an object removed and re-added lower, hidden behind another extension,
+//! renamed into another file, re-added as a plane's child; mistyped kinds
+//! and groups; shallow clones; `--path` spellings. Real Git repositories,
+//! the real binary, the message each case prints.
+
+mod common;
+
+use common::{FleetRepo, check_json, find, last_objects, lockstep, nova, prod};
+use serde_json::Value;
+
+const NOVA: &str = "standalone/compute/nova.yaml";
+const PROD: &str = "clusters/prod/controlplane.yaml";
+
+fn repo_path(repo: &FleetRepo) -> String {
+    repo.path().to_string_lossy().into_owned()
+}
+
+/// nova installed at 2026.1, hopped to 2026.2: its floor is 2026.2.
+fn hopped() -> FleetRepo {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("install nova");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova to 2026.2");
+    repo
+}
+
+fn verdict_of(json: &Value, summary: &str) -> Value {
+    json["commits"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["summary"] == summary))
+        .map(|c| c["verdict"].clone())
+        .unwrap_or_else(|| panic!("no commit {summary:?} in {json:#}"))
+}
+
+fn nova_in(json: &Value, summary: &str) -> Value {
+    let c = json["commits"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["summary"] == summary))
+        .unwrap_or_else(|| panic!("no commit {summary:?} in {json:#}"));
+    find(c["objects"].as_array().expect("objects"), "Nova", "nova").clone()
+}
+
+const EMPTY: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+
+#[test]
+fn removed_then_re_added_lower_under_another_name_is_a_downgrade() {
+    let repo = hopped();
+    repo.remove(NOVA);
+    repo.commit("drop nova");
+    repo.write(
+        "standalone/compute/nova-again.yaml",
+        nova("nova", "2025.2", "2025.2"),
+    );
+    repo.commit("nova is back");
+    // The whole history, and only the re-add (its base is past the removal,
+    // like a pull request opened after the removal landed): the same answer.
+    for base in [EMPTY, "HEAD~1"] {
+        let (code, json) = check_json(&repo, &["--base", base]);
+        assert_eq!(code, 1, "base {base}: {json:#}");
+        let o = nova_in(&json, "nova is back");
+        assert_eq!(o["reason"], "DowngradeNotSupported", "{o:#}");
+        assert_eq!(o["from"], "2026.2");
+        assert_eq!(o["to"], "2025.2");
+        let msg = o["message"].as_str().expect("message");
+        assert!(
+            msg.starts_with("re-added; last accepted at 2026.2 (standalone/compute/nova.yaml at "),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("lockstep.c5c3.io/recreate-below: \"2026.2\""),
+            "{msg}"
+        );
+    }
+    // The removal itself is accepted and says the object keeps running.
+    let (_, json) = check_json(&repo, &["--base", EMPTY]);
+    assert_eq!(verdict_of(&json, "drop nova"), "accepted");
+    assert_eq!(nova_in(&json, "drop nova")["transition"], "remove");
+}
+
+#[test]
+fn hidden_behind_another_extension_and_back_lower_is_refused() {
+    let repo = hopped();
+    let text = std::fs::read_to_string(repo.path().join(NOVA)).expect("read");
+    repo.remove(NOVA)
+        .write("standalone/compute/nova.yaml.off", text);
+    repo.commit("park nova");
+    repo.remove("standalone/compute/nova.yaml.off")
+        .write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova back at 2026.1");
+    let (code, json) = check_json(&repo, &["--base", EMPTY]);
+    assert_eq!(code, 1, "{json:#}");
+    assert_eq!(
+        nova_in(&json, "nova back at 2026.1")["reason"],
+        "DowngradeNotSupported"
+    );
+    // The text output names file, line, rule and the way out.
+    let out = lockstep(&["check", "--repo", &repo_path(&repo), "--base", "HEAD~1"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("standalone/compute/nova.yaml:7: re-added; last accepted at 2026.2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn re_adds_are_judged_as_transitions_from_the_floor() {
+    for (release, verdict, transition, reason) in [
+        ("2026.2", "accepted", "install", Value::Null),
+        ("2027.1", "accepted", "upgrade", Value::Null),
+        (
+            "2027.2",
+            "refused",
+            "skip",
+            Value::from("UpgradePathInvalid"),
+        ),
+    ] {
+        let repo = hopped();
+        repo.remove(NOVA);
+        repo.commit("drop nova");
+        repo.write("compute.yml", nova("nova", release, release));
+        repo.commit("nova is back");
+        let (code, json) = check_json(&repo, &["--base", "HEAD~1"]);
+        let o = nova_in(&json, "nova is back");
+        assert_eq!(
+            (
+                o["verdict"].clone(),
+                o["transition"].clone(),
+                o["reason"].clone()
+            ),
+            (Value::from(verdict), Value::from(transition), reason),
+            "{release}: {o:#}"
+        );
+        assert_eq!(code, if verdict == "accepted" { 0 } else { 1 });
+        assert_eq!(o["from"], "2026.2", "{o:#}");
+    }
+}
+
+#[test]
+fn the_recreate_annotation_drops_exactly_the_floor_it_names() {
+    let annotated = |value: &str| {
+        nova("nova", "2025.2", "2025.2").replacen(
+            "  namespace: compute\n",
+            &format!(
+                "  namespace: compute\n  annotations:\n    lockstep.c5c3.io/recreate-below: \"{value}\"\n"
+            ),
+            1,
+        )
+    };
+    let repo = hopped();
+    repo.remove(NOVA);
+    repo.commit("drop nova");
+    repo.write(NOVA, annotated("2026.1"));
+    repo.commit("wrong floor");
+    repo.write(NOVA, annotated("2026.2"));
+    repo.commit("recreate nova from scratch");
+    let (code, json) = check_json(&repo, &["--base", "HEAD~2"]);
+    assert_eq!(code, 1, "{json:#}");
+    let wrong = nova_in(&json, "wrong floor");
+    assert_eq!(wrong["reason"], "ManifestInvalid");
+    assert!(
+        wrong["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("is \"2026.1\", but the floor it would drop is 2026.2")),
+        "{wrong:#}"
+    );
+    let ok = nova_in(&json, "recreate nova from scratch");
+    assert_eq!(ok["verdict"], "accepted", "{ok:#}");
+    assert_eq!(ok["transition"], "install");
+    assert!(
+        ok["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("re-created from scratch below its floor 2026.2")),
+        "{ok:#}"
+    );
+    // Once accepted, 2025.2 is the floor: the annotation left in the file
+    // cannot wave a later drop through.
+    repo.remove(NOVA);
+    repo.commit("drop again");
+    repo.write(NOVA, annotated("2026.2").replace("2025.2", "2025.1"));
+    repo.commit("lower still");
+    let (code, json) = check_json(&repo, &["--base", EMPTY]);
+    assert_eq!(code, 1);
+    assert_eq!(verdict_of(&json, "recreate nova from scratch"), "accepted");
+    assert_eq!(nova_in(&json, "lower still")["reason"], "ManifestInvalid");
+}
+
+#[test]
+fn a_projected_child_re_added_standalone_keeps_the_planes_floor() {
+    let repo = FleetRepo::new();
+    repo.write(PROD, prod("2026.1", "2026.1"));
+    repo.commit("prod");
+    repo.write(PROD, prod("2026.2", "2026.2"));
+    repo.commit("prod to 2026.2");
+    repo.remove(PROD);
+    repo.commit("drop prod from Git");
+    repo.write(
+        "standalone/prod-nova.yaml",
+        nova("prod-nova", "2026.1", "2026.1").replace("namespace: compute", "namespace: openstack"),
+    );
+    repo.commit("prod-nova standalone");
+    let (code, json) = check_json(&repo, &["--base", "HEAD~1"]);
+    assert_eq!(code, 1, "{json:#}");
+    let o = find(&last_objects(&json), "Nova", "prod-nova").clone();
+    assert_eq!(o["reason"], "DowngradeNotSupported", "{o:#}");
+    assert_eq!(o["from"], "2026.2");
+}
+
+#[test]
+fn mistyped_kinds_and_groups_are_refused_never_ignored() {
+    for (api, kind, expect) in [
+        (
+            "nova.openstack.c5c3.io/v1alpha1",
+            "NOVA",
+            "did you mean Nova?",
+        ),
+        (
+            "nova.openstack.c5c3.io/v1alpha1",
+            "nova",
+            "did you mean Nova?",
+        ),
+        (
+            "nova.openstack.c5c3.io/v1alpha1",
+            "\"Nova \"",
+            "did you mean Nova?",
+        ),
+        (
+            "nova.openstack.c5c3.io/v1alpha1",
+            "NovaComptue",
+            "did you mean NovaCompute?",
+        ),
+        (
+            "nova.openstack.c5c3.oi/v1alpha1",
+            "Nova",
+            "did you mean nova.openstack.c5c3.io/v1alpha1?",
+        ),
+        (
+            "Nova.openstack.c5c3.io/v1alpha1",
+            "Nova",
+            "did you mean nova.openstack.c5c3.io/v1alpha1?",
+        ),
+        (
+            "octavia.openstack.c5c3.io/v1alpha1",
+            "Octavia",
+            "names no group the operators serve",
+        ),
+        (
+            "nova.openstack.c5c3.io/v1beta1",
+            "Nova",
+            "not served for Nova",
+        ),
+        ("nova.openstack.c5c3.io", "Nova", "not served for Nova"),
+    ] {
+        let repo = hopped();
+        // The typo and a downgrade in one commit: the typo must not read as
+        // a removal that lets the downgrade through elsewhere.
+        let typo = nova("nova", "2025.2", "2025.2")
+            .replacen("nova.openstack.c5c3.io/v1alpha1", api, 1)
+            .replacen("kind: Nova", &format!("kind: {kind}"), 1);
+        repo.write(NOVA, typo);
+        repo.commit("typo");
+        let (code, json) = check_json(&repo, &[]);
+        assert_eq!(code, 1, "{api} {kind}: {json:#}");
+        let objects = last_objects(&json);
+        let o = objects
+            .iter()
+            .find(|o| o["reason"] == "ManifestInvalid")
+            .unwrap_or_else(|| panic!("{api} {kind}: {objects:#?}"));
+        assert_eq!(o["file"], NOVA);
+        assert_eq!(o["line"], 1);
+        assert!(
+            o["message"].as_str().is_some_and(|m| m.contains(expect)),
+            "{api} {kind}: {o:#}"
+        );
+        assert!(
+            objects.iter().all(|o| o["transition"] != "remove"),
+            "a typo is not a removal: {objects:#?}"
+        );
+    }
+}
+
+#[test]
+fn companion_kinds_and_other_groups_stay_quiet() {
+    let repo = hopped();
+    repo.write(
+        "standalone/compute/extra.yaml",
+        "apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: NovaCompute\nmetadata: {name: az1, namespace: compute}\nspec: {}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n---\napiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata: {name: y}\n",
+    );
+    repo.commit("companions");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 0, "{json:#}");
+    assert!(last_objects(&json).is_empty(), "{json:#}");
+}
+
+#[test]
+fn half_an_identity_is_refused() {
+    let repo = hopped();
+    repo.write(
+        NOVA,
+        nova("nova", "2026.2", "2026.2").replacen("kind: Nova\n", "", 1),
+    );
+    repo.commit("kind lost");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1, "{json:#}");
+    let o = &last_objects(&json)[0];
+    assert!(
+        o["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("is a C5C3 group but the document has no kind")),
+        "{o:#}"
+    );
+}
+
+/// `git clone --depth N` of a repository, the way CI checkouts are made.
+fn shallow_clone(repo: &FleetRepo, depth: u32) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new("git")
+        .args([
+            "clone",
+            "-q",
+            "--depth",
+            &depth.to_string(),
+            &format!("file://{}", repo.path().display()),
+            &dir.path().join("c").to_string_lossy(),
+        ])
+        .output()
+        .expect("git clone");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+#[test]
+fn a_shallow_clone_is_an_error_not_a_root() {
+    let repo = hopped();
+    repo.remove(NOVA);
+    repo.commit("drop nova");
+    repo.write(NOVA, nova("nova", "2025.2", "2025.2"));
+    repo.commit("nova is back lower");
+    let one = shallow_clone(&repo, 1);
+    let path = one.path().join("c");
+    // No base: the head's parent is missing; judged from the empty tree the
+    // downgrade would be an install.
+    let out = lockstep(&["check", "--repo", &path.to_string_lossy()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("(a shallow clone)"), "{err}");
+    assert!(err.contains("git fetch --unshallow"), "{err}");
+    assert!(err.contains("fetch-depth: 0"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // With the parent there, the range is whole, but the re-added identity
+    // needs the history before it: still an error, never an install.
+    let two = shallow_clone(&repo, 2);
+    let path = two.path().join("c");
+    let out = lockstep(&["check", "--repo", &path.to_string_lossy()]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // A range that needs nothing older is judged: a hop in a depth-2 clone.
+    let repo = hopped();
+    let two = shallow_clone(&repo, 2);
+    let (code, json) = {
+        let out = lockstep(&[
+            "check",
+            "--repo",
+            &two.path().join("c").to_string_lossy(),
+            "-o",
+            "json",
+        ]);
+        (
+            out.status.code(),
+            serde_json::from_slice::<Value>(&out.stdout).unwrap_or(Value::Null),
+        )
+    };
+    assert_eq!(code, Some(0), "{json:#}");
+    assert_eq!(
+        find(&last_objects(&json), "Nova", "nova")["transition"],
+        "upgrade"
+    );
+}
+
+#[test]
+fn path_spellings_select_the_same_and_nonsense_is_a_usage_error() {
+    let repo = hopped();
+    repo.write(NOVA, nova("nova", "2027.2", "2027.2"));
+    repo.commit("skip");
+    for p in [
+        "standalone",
+        "./standalone",
+        "standalone/",
+        "standalone//compute/./nova.yaml",
+        ".",
+        "./",
+    ] {
+        let (code, json) = check_json(&repo, &["--path", p]);
+        assert_eq!(code, 1, "--path {p}: {json:#}");
+        assert_eq!(
+            find(&last_objects(&json), "Nova", "nova")["reason"],
+            "UpgradePathInvalid",
+            "--path {p}"
+        );
+    }
+    for (p, expect) in [
+        ("/etc", "is absolute"),
+        ("../x", "leaves the repository"),
+        ("standalone/../..", "leaves the repository"),
+        ("standalon", "matches no file or directory"),
+        ("clusters", "matches no file or directory"),
+        ("", "is empty"),
+    ] {
+        let out = lockstep(&["check", "--repo", &repo_path(&repo), "--path", p]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--path {p:?}: {err}");
+        assert!(err.contains(expect), "--path {p:?}: {err}");
+        assert!(out.stdout.is_empty(), "--path {p:?}: nothing judged");
+    }
+}
