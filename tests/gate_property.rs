@@ -12,8 +12,8 @@
 //!
 //! Histories are written with libgit2 in process (real repositories, real
 //! commits, real merges), so thousands run in `cargo test`. The number of
-//! cases: `PROPTEST_CASES` (default 1000 for the gate, a tenth of it for
-//! the daemon); `PROPTEST_CASES=20000 cargo test --release --test
+//! cases: `PROPTEST_CASES` (default 2000 for the gate, a twentieth of it
+//! for the daemon); `PROPTEST_CASES=40000 cargo test --release --test
 //! gate_property` is the long run.
 
 mod common;
@@ -302,7 +302,12 @@ fn tree_of(repo: &Repository, state: &BTreeMap<Obj, Written>) -> Oid {
 /// Writes the history into a new repository; returns main's commits
 /// (first parent, oldest first).
 fn build(dir: &Path, steps: &[Step]) -> Vec<Oid> {
-    let repo = Repository::init(dir).expect("init");
+    // No hook samples or other template files: thousands of repositories.
+    let repo = Repository::init_opts(
+        dir,
+        git2::RepositoryInitOptions::new().external_template(false),
+    )
+    .expect("init");
     let sig = Signature::new("Fleet", "fleet@example.invalid", &git2::Time::new(1, 0))
         .expect("signature");
     let mut state: BTreeMap<Obj, Written> = BTreeMap::new();
@@ -399,7 +404,7 @@ fn cases(default: u32) -> u32 {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: cases(1000),
+        cases: cases(2000),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
@@ -598,7 +603,7 @@ fn daemon_applies(dir: &Path) -> Vec<Sent> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: cases(1000) / 10,
+        cases: cases(2000) / 20,
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
