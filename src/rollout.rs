@@ -133,10 +133,7 @@ pub fn extend_chains(
         let mut planes: BTreeMap<String, PlaneChange> = BTreeMap::new();
         for o in &c.objects {
             let Some(key) = o.key() else { continue };
-            if !matches!(
-                o.transition,
-                Transition::Install | Transition::Upgrade | Transition::Patch | Transition::Abort
-            ) {
+            if !applies(o) {
                 continue;
             }
             let target = Target {
@@ -223,6 +220,15 @@ pub fn extend_chains(
             );
         }
     }
+}
+
+/// Whether an accepted object is something lockstep applies (a step of its
+/// unit's chain): removals are never applied, unchanged objects need nothing.
+fn applies(o: &crate::gate::ObjectVerdict) -> bool {
+    matches!(
+        o.transition,
+        Transition::Install | Transition::Upgrade | Transition::Patch | Transition::Abort
+    )
 }
 
 /// A plane's own change in one commit: key, from, to, file.
@@ -462,7 +468,23 @@ pub fn statuses(
             continue;
         }
         let Some(steps) = by_commit.get(c.sha.as_str()) else {
-            out.push((c.sha.clone(), verdict));
+            // Judged, not yet planned (a new commit's verdict goes out before
+            // its units are read): what it carries is still to be applied.
+            // Success is for work done, never for work accepted.
+            let state = if c.objects.iter().any(applies) {
+                Status {
+                    state: State::Pending,
+                    description: verdict.description.replacen(
+                        "accepted:",
+                        "accepted, applying:",
+                        1,
+                    ),
+                    ..verdict
+                }
+            } else {
+                verdict
+            };
+            out.push((c.sha.clone(), state));
             continue;
         };
         let mut waiting = None;
@@ -498,8 +520,36 @@ pub fn statuses(
             },
         ));
     }
-    // Per object, on the commit of the step it is in.
+    // Per object, on the commit of the step it is in; and every hop before
+    // it in the chain, complete (one hop at a time: a later step is only
+    // applied once the one before completed), so the first hop of a chain
+    // does not stay at the last progress it was seen with.
     for u in units.values() {
+        let done_before = match u.next {
+            Next::Apply(i) | Next::Follow(i) | Next::Done(i) => i,
+            Next::Blocked(_) => 0,
+        };
+        for (j, step) in u.chain.steps.iter().enumerate().take(done_before) {
+            let Some(from) = step.from.as_deref() else {
+                continue;
+            };
+            for (key, target) in u.chain.followed(j) {
+                out.push((
+                    step.sha.clone(),
+                    Status {
+                        state: State::Success,
+                        context: Context::object(cluster, &key.namespace, &key.name).to_string(),
+                        description: describe::progress(
+                            &key.name,
+                            from,
+                            target.release.as_deref().unwrap_or(""),
+                            "complete",
+                        ),
+                        target_url: target_url.map(str::to_owned),
+                    },
+                ));
+            }
+        }
         let i = match u.next {
             Next::Follow(i) | Next::Done(i) => i,
             _ => continue,
@@ -1038,5 +1088,120 @@ mod tests {
         let (st, d) = find(&s, "d", "lockstep/prod");
         assert_eq!(st, State::Failure);
         assert!(d.contains("lockstep retry"), "{d}");
+    }
+
+    /// A chain of `hops` hops of nova from 2026.1, some commits patches on
+    /// the hop before, some refused skips in between.
+    fn random_story(kinds: &[u8]) -> CheckReport {
+        let rel = |i: usize| format!("{}.{}", 2026 + i / 2, 1 + i % 2);
+        let n = nova();
+        let mut commits = Vec::new();
+        let mut at = 0usize;
+        let mut patch = 0;
+        for (k, kind) in kinds.iter().enumerate() {
+            let sha = format!("c{k}");
+            let c = match kind % 3 {
+                0 => {
+                    at += 1;
+                    patch = 0;
+                    commit(
+                        &sha,
+                        Verdict::Accepted,
+                        vec![ov(
+                            &n,
+                            Some(&rel(at - 1)),
+                            &rel(at),
+                            &img(&rel(at)),
+                            Transition::Upgrade,
+                        )],
+                    )
+                }
+                1 => {
+                    patch += 1;
+                    commit(
+                        &sha,
+                        Verdict::Accepted,
+                        vec![ov(
+                            &n,
+                            Some(&rel(at)),
+                            &rel(at),
+                            &img(&format!("{}-p{patch}", rel(at))),
+                            Transition::Patch,
+                        )],
+                    )
+                }
+                _ => {
+                    let mut skip = ov(
+                        &n,
+                        Some(&rel(at)),
+                        &rel(at + 2),
+                        &img(&rel(at + 2)),
+                        Transition::Skip,
+                    );
+                    skip.verdict = Verdict::Refused;
+                    commit(&sha, Verdict::Refused, vec![skip])
+                }
+            };
+            commits.push(c);
+        }
+        report(commits)
+    }
+
+    proptest::proptest! {
+        /// The status rules (`docs/gate.md`, "After acceptance"), over a
+        /// unit walking its chain one hop at a time: an accepted commit is
+        /// pending until every step it carries completed, then success;
+        /// no (commit, context) ever goes from success back to pending;
+        /// when the chain is done, nothing is left pending, and every
+        /// per-object status of every hop, mid-chain included, is success.
+        #[test]
+        fn statuses_settle_once_and_never_before_the_work(kinds in proptest::collection::vec(0u8..3, 1..8)) {
+            let r = random_story(&kinds);
+            let chain = chains(&r, |_, _, _| None).remove(&nova());
+            let mut seen: BTreeMap<(String, String), Vec<State>> = BTreeMap::new();
+            let mut record = |list: Vec<(String, Status)>| {
+                for (sha, st) in list {
+                    seen.entry((sha, st.context)).or_default().push(st.state);
+                }
+            };
+            // Judged, before any unit was read (the verdicts go out first).
+            record(statuses("prod", &r, &BTreeMap::new(), None));
+            let mut walk = Vec::new();
+            if let Some(c) = &chain {
+                let c = Arc::new(c.clone());
+                let phase = Progress::Phase { phase: "Migrating".into(), step: 2 };
+                for i in 0..c.steps.len() {
+                    walk.push((c.clone(), Next::Apply(i), Progress::Waiting));
+                    walk.push((c.clone(), Next::Follow(i), phase.clone()));
+                    walk.push((c.clone(), Next::Follow(i), Progress::Settling { what: "second roll of the workers".into() }));
+                }
+                walk.push((c.clone(), Next::Done(c.steps.len() - 1), Progress::Complete));
+            }
+            for (c, next, p) in walk {
+                let units: BTreeMap<Key, UnitReport> = [(
+                    nova(),
+                    UnitReport { chain: c, next, progress: [(nova(), p)].into_iter().collect(), needs_person: None },
+                )]
+                .into_iter()
+                .collect();
+                record(statuses("prod", &r, &units, None));
+            }
+            for ((sha, ctx), states) in &seen {
+                let first_success = states.iter().position(|s| *s == State::Success);
+                if let Some(f) = first_success {
+                    proptest::prop_assert!(
+                        states[f..].iter().all(|s| *s == State::Success),
+                        "{sha} {ctx} went back from success: {states:?}"
+                    );
+                }
+                let last = states.last().copied();
+                proptest::prop_assert_ne!(last, Some(State::Pending), "{} {} left pending", sha, ctx);
+            }
+            // Accepted commits that carry a step were pending first.
+            for c in r.commits.iter().filter(|c| c.verdict == Verdict::Accepted) {
+                let states = &seen[&(c.sha.clone(), "lockstep/prod".to_owned())];
+                proptest::prop_assert_eq!(states[0], State::Pending, "{} success before the apply", c.sha);
+            }
+        }
     }
 }

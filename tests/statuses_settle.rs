@@ -1,0 +1,195 @@
+//! Statuses settle (`docs/gate.md`, "After acceptance"): a fleet with
+//! chained hops on a standalone Nova and the prod ControlPlane, run by the
+//! real binary with `run --until-idle` against the simulated operator. Every
+//! notes commit lockstep wrote is read back in order, so the test sees each
+//! status as it was posted over time, not only the last one: an accepted
+//! commit goes pending → success exactly once (never success first, never
+//! back to pending), every per-object status of every hop ends success,
+//! mid-chain included, and nothing is left pending.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{FleetRepo, lockstep, nova, prod};
+
+const NOVA: &str = "standalone/compute/nova.yaml";
+const PROD: &str = "clusters/prod/controlplane.yaml";
+
+/// For every (commit, context): the states it had, in the order lockstep
+/// wrote them (oldest notes commit first, repeats folded).
+fn status_history(repo: &FleetRepo) -> BTreeMap<(String, String), Vec<String>> {
+    let r = git2::Repository::open(repo.path()).expect("open");
+    let mut walk = r.revwalk().expect("revwalk");
+    walk.push_ref("refs/notes/lockstep").expect("notes ref");
+    walk.simplify_first_parent().expect("first parent");
+    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)
+        .expect("sorting");
+    let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for id in walk {
+        let notes_commit = r.find_commit(id.expect("id")).expect("notes commit");
+        let tree = notes_commit.tree().expect("tree");
+        tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+            if entry.kind() != Some(git2::ObjectType::Blob) {
+                return git2::TreeWalkResult::Ok;
+            }
+            let annotated = format!("{dir}{}", entry.name().unwrap_or("")).replace('/', "");
+            let blob = r.find_blob(entry.id()).expect("blob");
+            for line in String::from_utf8_lossy(blob.content()).lines() {
+                let Some((ctx, rest)) = line.split_once(": ") else {
+                    continue;
+                };
+                let state = rest.split(" — ").next().unwrap_or("").to_owned();
+                let h = out.entry((annotated.clone(), ctx.to_owned())).or_default();
+                if h.last() != Some(&state) {
+                    h.push(state);
+                }
+            }
+            git2::TreeWalkResult::Ok
+        })
+        .expect("walk notes tree");
+    }
+    out
+}
+
+fn chained_fleet() -> (FleetRepo, Vec<String>, String) {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"))
+        .write(PROD, prod("2026.1", "2026.1"));
+    let install = repo.commit("fleet at 2026.1");
+    let mut hops = Vec::new();
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    hops.push(repo.commit("nova to 2026.2"));
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+    hops.push(repo.commit("nova to 2027.1"));
+    repo.write(PROD, prod("2026.2", "2026.2"));
+    hops.push(repo.commit("prod to 2026.2"));
+    repo.write(PROD, prod("2027.1", "2027.1"));
+    hops.push(repo.commit("prod to 2027.1"));
+    (repo, hops, install)
+}
+
+/// What every run must end with: each hop commit and each of its followed
+/// objects (nova's one, prod's eight children) success, nothing pending.
+fn assert_settled(
+    history: &BTreeMap<(String, String), Vec<String>>,
+    hops: &[String],
+    install: &str,
+) {
+    for sha in hops.iter().map(String::as_str).chain([install]) {
+        let states = &history[&(sha.to_owned(), "lockstep/t".to_owned())];
+        assert_eq!(
+            states.last().map(String::as_str),
+            Some("success"),
+            "{sha}: {states:?}"
+        );
+    }
+    let objects = |sha: &str| {
+        history
+            .keys()
+            .filter(|(s, ctx)| s == sha && ctx.starts_with("lockstep/t/"))
+            .count()
+    };
+    assert_eq!(
+        hops.iter().map(|h| objects(h)).collect::<Vec<_>>(),
+        vec![1, 1, 8, 8],
+        "every hop's objects, mid-chain included: {history:#?}"
+    );
+    for ((sha, ctx), states) in history {
+        assert_eq!(
+            states.last().map(String::as_str),
+            Some("success"),
+            "{sha} {ctx} ended {states:?}"
+        );
+    }
+}
+
+#[test]
+fn run_until_idle_leaves_every_hop_and_object_settled() {
+    let (repo, hops, install) = chained_fleet();
+    let out = lockstep(&[
+        "run",
+        "--repo",
+        &repo.path().to_string_lossy(),
+        "--until-idle",
+        "--cluster-name",
+        "t",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_settled(&status_history(&repo), &hops, &install);
+}
+
+/// The same fleet driven pass by pass, every status delivered after the
+/// pass that made it (as the long-running daemon delivers), so the notes
+/// history shows each commit's status as it moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_status_goes_pending_to_success_once() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use lockstep::cluster::memory::MemoryCluster;
+    use lockstep::daemon::{Daemon, Options, deliver_now};
+    use lockstep::forge::AnyForge;
+    use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
+    use lockstep::forge::notes::Notes;
+    use lockstep::metrics::Metrics;
+    use lockstep::sim::{Params, World};
+    use lockstep::source::{Origin, Source};
+
+    let (repo, hops, install) = chained_fleet();
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let mut d = Daemon::new(
+        Options {
+            cluster_name: "t".into(),
+            poll: Duration::from_millis(10),
+            ..Options::default()
+        },
+        source,
+        mem.clone(),
+        Some(mem.clone()),
+        queue.clone(),
+        Arc::new(Metrics::new()),
+    );
+    let metrics = Metrics::new();
+    let mut settled = false;
+    for _ in 0..2_000 {
+        let out = d.pass().await;
+        assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+        let busy = mem.step(Duration::from_secs(60)).expect("step");
+        if !out.busy && !busy {
+            settled = true;
+            break;
+        }
+    }
+    assert!(settled, "the upgrade did not finish");
+    let history = status_history(&repo);
+    assert_settled(&history, &hops, &install);
+    for sha in &hops {
+        let states = &history[&(sha.clone(), "lockstep/t".to_owned())];
+        assert_eq!(
+            states.first().map(String::as_str),
+            Some("pending"),
+            "{sha}: success before it was applied: {states:?}"
+        );
+    }
+    for ((sha, ctx), states) in &history {
+        if let Some(first) = states.iter().position(|s| s == "success") {
+            assert!(
+                states[first..].iter().all(|s| s == "success"),
+                "{sha} {ctx} went back from success: {states:?}"
+            );
+        }
+    }
+    // Chained hops really were in flight one after the other: the second
+    // nova hop's status was seen pending while the first was followed.
+    let second = &history[&(hops[1].clone(), "lockstep/t".to_owned())];
+    assert!(second.len() >= 2, "{second:?}");
+}
