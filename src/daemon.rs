@@ -1204,9 +1204,15 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         Ok(state)
     }
 
-    async fn apply(&self, path: &Path, chain: &Chain, i: usize) -> Result<(), ClusterError> {
+    async fn apply(&self, path: &Path, chain: &Chain, i: usize) -> Result<(), ApplyError> {
         let step = &chain.steps[i];
-        let document = load_document(path, &step.sha, &step.file, &chain.unit).await;
+        // The whole accepted document, or nothing: a smaller apply (release
+        // and image alone) would silently drop what server-side apply owns.
+        let document = Some(
+            load_document(path, &step.sha, &step.file, &chain.unit)
+                .await
+                .map_err(ApplyError::Document)?,
+        );
         let image = step
             .image
             .as_deref()
@@ -1537,27 +1543,58 @@ fn documents_at(repo: &GitRepo, sha: &str, file: &str) -> Option<Vec<serde_json:
 
 /// The whole document of `key` as Git has it at `sha`: what lockstep
 /// applies (server-side apply owns what it sends).
-async fn load_document(path: &Path, sha: &str, file: &str, key: &Key) -> Option<serde_json::Value> {
+async fn load_document(
+    path: &Path,
+    sha: &str,
+    file: &str,
+    key: &Key,
+) -> Result<serde_json::Value, String> {
     let (path, sha, file, key) = (
         path.to_owned(),
         sha.to_owned(),
         file.to_owned(),
         key.clone(),
     );
+    let short = sha.get(..10).unwrap_or(&sha).to_owned();
+    let where_ = format!("{} at {short}", crate::escape::escape(&file));
     tokio::task::spawn_blocking(move || {
-        let repo = GitRepo::open(&path).ok()?;
-        documents_at(&repo, &sha, &file)?.into_iter().find(|d| {
-            d.get("kind").and_then(|k| k.as_str()) == Some(key.kind.as_str())
-                && d.pointer("/metadata/name").and_then(|n| n.as_str()) == Some(key.name.as_str())
-                && d.pointer("/metadata/namespace")
-                    .and_then(|n| n.as_str())
-                    .unwrap_or("default")
-                    == key.namespace
-        })
+        let repo = GitRepo::open(&path).map_err(|e| e.to_string())?;
+        let docs = documents_at(&repo, &sha, &file)
+            .ok_or_else(|| format!("{where_} cannot be read as YAML"))?;
+        docs.into_iter()
+            .find(|d| {
+                d.get("kind").and_then(|k| k.as_str()) == Some(key.kind.as_str())
+                    && d.pointer("/metadata/name").and_then(|n| n.as_str())
+                        == Some(key.name.as_str())
+                    && d.pointer("/metadata/namespace")
+                        .and_then(|n| n.as_str())
+                        .unwrap_or("default")
+                        == key.namespace
+            })
+            .ok_or_else(|| format!("{where_} holds no {key}"))
     })
     .await
-    .ok()
-    .flatten()
+    .map_err(|e| format!("reading what to apply: {e}"))?
+}
+
+/// Why an accepted step was not applied.
+#[derive(Debug, thiserror::Error)]
+enum ApplyError {
+    /// The accepted document could not be read back from Git: nothing is
+    /// applied rather than part of it.
+    #[error("cannot read what to apply: {0}; nothing applied")]
+    Document(String),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
+impl ApplyError {
+    fn retryable(&self) -> bool {
+        match self {
+            ApplyError::Document(_) => false,
+            ApplyError::Cluster(e) => e.retryable(),
+        }
+    }
 }
 
 /// A plane's `services.<svc>.image` overrides.

@@ -556,3 +556,39 @@ async fn an_apply_the_cluster_rejects_ends_a_bounded_run_and_needs_a_person() {
         "{notes}"
     );
 }
+
+/// An accepted hop whose document cannot be read back as JSON (a YAML
+/// mapping with a sequence for a key: the gate reads it, JSON has no such
+/// thing) is not applied in part: before, lockstep sent release and image
+/// alone. Now nothing is applied and a person is told why.
+#[test]
+fn an_accepted_document_that_cannot_be_read_back_is_not_applied_in_part() {
+    let repo = common::FleetRepo::new();
+    const NOVA: &str = "standalone/compute/nova.yaml";
+    repo.write(NOVA, common::nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova");
+    repo.write(
+        NOVA,
+        common::nova("nova", "2026.2", "2026.2").replacen(
+            "  region: RegionTwo\n",
+            "  region: RegionTwo\n  extra: {? [a, b] : c}\n",
+            1,
+        ),
+    );
+    repo.commit("nova to 2026.2");
+    let (code, json) = common::check_json(&repo, &[]);
+    assert_eq!(code, 0, "the gate accepts it: {json:#}");
+    let out = common::lockstep(&[
+        "run",
+        "--repo",
+        &repo.path().to_string_lossy(),
+        "--until-idle",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("lockstep/default: failure — apply refused: cannot read what to apply: standalone/compute/nova.yaml at "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("nothing applied"), "{stdout}");
+}
