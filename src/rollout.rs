@@ -1173,7 +1173,7 @@ mod tests {
                 for i in 0..c.steps.len() {
                     walk.push((c.clone(), Next::Apply(i), Progress::Waiting));
                     walk.push((c.clone(), Next::Follow(i), phase.clone()));
-                    walk.push((c.clone(), Next::Follow(i), Progress::Settling { what: "second roll of the workers".into() }));
+                    walk.push((c.clone(), Next::Follow(i), Progress::Settling { what: "second roll of the workers" }));
                 }
                 walk.push((c.clone(), Next::Done(c.steps.len() - 1), Progress::Complete));
             }
