@@ -129,7 +129,9 @@ impl Default for SourceConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ClusterMode {
     /// The in-process simulated C5C3 operator (the embedded default).
@@ -171,7 +173,9 @@ impl Default for ClusterConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ReportKind {
     /// git notes under refs/notes/lockstep in the repository (the embedded default).
@@ -179,6 +183,8 @@ pub enum ReportKind {
     Notes,
     Github,
     Gitlab,
+    // Forgejo speaks Gitea's API: `--report forgejo` on the command line.
+    #[value(alias = "forgejo")]
     Gitea,
 }
 
@@ -259,7 +265,9 @@ impl Default for LeaderElectionConfig {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     #[default]

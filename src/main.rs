@@ -181,16 +181,16 @@ struct RunArgs {
     since: Option<String>,
     /// sim (the simulated operator, default) or kube. kube needs a source
     /// (--repo or --url): the example fleet is for sim only.
-    #[arg(long, env = "LOCKSTEP_CLUSTER_MODE", value_name = "MODE")]
-    cluster_mode: Option<String>,
+    #[arg(long, env = "LOCKSTEP_CLUSTER_MODE", value_name = "MODE", value_enum)]
+    cluster_mode: Option<lockstep::config::ClusterMode>,
     #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
     /// This cluster's name in status contexts (lockstep/<name>).
     #[arg(long, env = "LOCKSTEP_CLUSTER")]
     cluster_name: Option<String>,
-    /// notes (default), github, gitlab or gitea.
-    #[arg(long, env = "LOCKSTEP_REPORT", value_name = "HOST")]
-    report: Option<String>,
+    /// Where statuses go: notes (default), github, gitlab, gitea (or forgejo).
+    #[arg(long, env = "LOCKSTEP_REPORT", value_name = "HOST", value_enum)]
+    report: Option<lockstep::config::ReportKind>,
     #[arg(long, env = "LOCKSTEP_FORGE_URL", value_name = "URL")]
     forge_url: Option<String>,
     #[arg(long, env = "LOCKSTEP_FORGE_REPO", value_name = "REPO")]
@@ -220,8 +220,8 @@ struct RunArgs {
     #[arg(long)]
     leader_election: bool,
     /// text or json.
-    #[arg(long, env = "LOCKSTEP_LOG_FORMAT", value_name = "FORMAT")]
-    log_format: Option<String>,
+    #[arg(long, env = "LOCKSTEP_LOG_FORMAT", value_name = "FORMAT", value_enum)]
+    log_format: Option<lockstep::config::LogFormat>,
     /// A tracing filter (info, lockstep=debug).
     #[arg(long, env = "LOCKSTEP_LOG", value_name = "FILTER")]
     log_level: Option<String>,
@@ -243,7 +243,7 @@ struct RunArgs {
 impl RunArgs {
     /// The file's configuration with flags and environment on top.
     fn config(&self) -> anyhow::Result<lockstep::config::Config> {
-        use lockstep::config::{ClusterMode, Config, LogFormat, ReportKind};
+        use lockstep::config::Config;
         let mut c = match &self.config {
             Some(f) => Config::load(f)?,
             None => Config::default(),
@@ -277,27 +277,15 @@ impl RunArgs {
         if self.since.is_some() {
             c.source.since = self.since.clone();
         }
-        if let Some(m) = &self.cluster_mode {
-            c.cluster.mode = match m.as_str() {
-                "sim" => ClusterMode::Sim,
-                "kube" => ClusterMode::Kube,
-                other => anyhow::bail!("--cluster-mode {other:?}: expected sim or kube"),
-            };
+        if let Some(m) = self.cluster_mode {
+            c.cluster.mode = m;
         }
         set(&mut c.cluster.kubeconfig, &self.kubeconfig);
         if let Some(n) = &self.cluster_name {
             c.cluster.name = n.clone();
         }
-        if let Some(r) = &self.report {
-            c.report.kind = match r.as_str() {
-                "notes" => ReportKind::Notes,
-                "github" => ReportKind::Github,
-                "gitlab" => ReportKind::Gitlab,
-                "gitea" | "forgejo" => ReportKind::Gitea,
-                other => {
-                    anyhow::bail!("--report {other:?}: expected notes, github, gitlab or gitea")
-                }
-            };
+        if let Some(r) = self.report {
+            c.report.kind = r;
         }
         if self.forge_url.is_some() {
             c.report.url = self.forge_url.clone();
@@ -337,11 +325,7 @@ impl RunArgs {
             c.leader_election.enabled = true;
         }
         if let Some(f) = &self.log_format {
-            c.log.format = match f.as_str() {
-                "text" => LogFormat::Text,
-                "json" => LogFormat::Json,
-                other => anyhow::bail!("--log-format {other:?}: expected text or json"),
-            };
+            c.log.format = *f;
         }
         if let Some(l) = &self.log_level {
             c.log.level = l.clone();
@@ -475,20 +459,12 @@ enum PlanCommand {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum ReportTo {
-    Github,
-    Gitlab,
-    Gitea,
-    Notes,
-}
-
 /// Where verdicts go as commit statuses.
 #[derive(clap::Args)]
 struct ReportArgs {
     /// Post each judged commit's verdict as a commit status.
     #[arg(long, value_enum, value_name = "HOST")]
-    report: Option<ReportTo>,
+    report: Option<lockstep::config::ReportKind>,
     /// This cluster's name: statuses go under lockstep/<cluster>, so clusters never overwrite each other.
     #[arg(long, env = "LOCKSTEP_CLUSTER", default_value = "default")]
     cluster: String,
@@ -518,11 +494,12 @@ impl ReportArgs {
         let Some(to) = self.report else {
             return Ok(None);
         };
+        use lockstep::config::ReportKind;
         let kind = match to {
-            ReportTo::Github => ForgeKind::GitHub,
-            ReportTo::Gitlab => ForgeKind::GitLab,
-            ReportTo::Gitea => ForgeKind::Gitea,
-            ReportTo::Notes => ForgeKind::Notes,
+            ReportKind::Github => ForgeKind::GitHub,
+            ReportKind::Gitlab => ForgeKind::GitLab,
+            ReportKind::Gitea => ForgeKind::Gitea,
+            ReportKind::Notes => ForgeKind::Notes,
         };
         let token = match (&self.token_file, kind) {
             (_, ForgeKind::Notes) => None,

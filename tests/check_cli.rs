@@ -1206,3 +1206,30 @@ fn a_manifest_of_thousands_of_documents_under_8_mib_is_judged() {
         "{o:#}"
     );
 }
+
+/// Every mode is a closed list the command line names (clap value enums):
+/// `check` and `run` take the same report hosts, Forgejo as Gitea, and a
+/// value outside the list is a usage error that lists the possible ones.
+#[test]
+fn modes_are_closed_lists_shared_by_check_and_run() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("fleet");
+    let path = repo.path().to_string_lossy().into_owned();
+    // forgejo is Gitea's API: both commands accept it and ask for Gitea's server URL.
+    let out = lockstep(&["check", "--repo", &path, "--report", "forgejo"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("Gitea/Forgejo needs --forge-url"), "{err}");
+    for (flag, bad, listed) in [
+        ("--report", "bitbucket", "notes, github, gitlab, gitea"),
+        ("--cluster-mode", "k8s", "sim, kube"),
+        ("--log-format", "xml", "text, json"),
+    ] {
+        let out = lockstep(&["run", "--repo", &path, flag, bad, "--until-idle"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {bad}: {err}");
+        assert!(err.contains(&format!("invalid value '{bad}'")), "{err}");
+        assert!(err.contains(listed), "{err}");
+    }
+}
