@@ -37,7 +37,6 @@ pub mod rollout;
 pub mod secret;
 pub mod service;
 pub mod sim;
-pub mod sim_kube;
 pub mod source;
 pub mod webhook;
 pub mod yaml;

@@ -26,7 +26,7 @@ use lockstep::kind::{Key, Kind};
 use lockstep::release::ImageRef;
 use lockstep::repair::{self, Action, RepairHistory, RepairPolicy};
 use lockstep::sim::{Fault, JobKind, Params, World};
-use lockstep::sim_kube::KubeOperator;
+use common::sim_kube::KubeOperator;
 use serde_json::{Value, json};
 
 fn document(rel: &str) -> Value {

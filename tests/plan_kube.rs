@@ -52,7 +52,7 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use lockstep::cluster::kube::KubeCluster;
 use lockstep::kind::{Key, Kind, ReleaseSource, VERSION};
-use lockstep::sim_kube::KubeOperator;
+use common::sim_kube::KubeOperator;
 use serde_json::json;
 
 const N: usize = 20;

@@ -41,7 +41,7 @@ use lockstep::cluster::{Cluster, ClusterObject};
 use lockstep::kind::{Key, Kind};
 use lockstep::secret::Secret;
 use lockstep::sim::{Fault, JobKind, World};
-use lockstep::sim_kube::KubeOperator;
+use common::sim_kube::KubeOperator;
 use serde_json::json;
 
 // The story's commits (`lockstep::demo::SCRIPT` after the first).

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use lockstep::kind::Kind;
 use lockstep::sim::{Params, World};
-use lockstep::sim_kube::KubeOperator;
+use super::sim_kube::KubeOperator;
 use serde_json::{Value, json};
 
 use super::ApiServer;

@@ -7,6 +7,7 @@
 pub mod gitea;
 pub mod kube;
 pub mod prism;
+pub mod sim_kube;
 pub mod sshd;
 
 use std::io::{Read, Write};

@@ -10,7 +10,7 @@
 //! where no real operator can run. It projects Keystone, Glance and Nova
 //! children (from templates of the example fleet), enough for those tests.
 //!
-//! [`sim`]: crate::sim
+//! [`sim`]: lockstep::sim
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
@@ -26,11 +26,11 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 
-use crate::cluster::kube::{dynamic_api, spec_image};
-use crate::cluster::{ClusterError, image_json};
-use crate::kind::{Key, Kind, ReleaseSource, VERSION};
-use crate::release::ImageRef;
-use crate::sim::{JobState, World};
+use lockstep::cluster::kube::{dynamic_api, spec_image};
+use lockstep::cluster::{ClusterError, image_json};
+use lockstep::kind::{Key, Kind, ReleaseSource, VERSION};
+use lockstep::release::ImageRef;
+use lockstep::sim::{JobState, World};
 
 /// The manager the real operators project children as.
 pub const OPERATOR_MANAGER: &str = "cobaltcore-operator";
@@ -374,7 +374,7 @@ impl KubeOperator {
             self.written_jobs.remove(&id);
         }
         // Events, as the operators record them.
-        let new: Vec<crate::sim::Event> = self.world.events[self.events_posted..].to_vec();
+        let new: Vec<lockstep::sim::Event> = self.world.events[self.events_posted..].to_vec();
         for e in new {
             let evs: Api<Event> = Api::namespaced(self.client.clone(), &e.key.namespace);
             let ev = Event {
