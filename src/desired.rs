@@ -1,6 +1,7 @@
 //! The desired state the gate judges: every release-bearing object a set of
 //! documents asks for, with ControlPlanes expanded into their projected
-//! children (contract §4.2), so a plane edit is judged child by child.
+//! children (`docs/operators.md` §4.1, §4.2), so a plane edit is judged
+//! child by child.
 
 use std::sync::Arc;
 

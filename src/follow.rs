@@ -1,7 +1,8 @@
 //! Following an applied hop through the operator's phase machine: a pure
 //! tracker from observations of the child (never the plane: it does not
-//! aggregate progress, contract §3.3) to progress, completion (§9.8),
-//! failure (§9.9) and stall (no progress within a per-phase deadline).
+//! aggregate progress, `docs/operators.md` §4.7) to progress, completion
+//! (§9.1), failure (§9.2) and stall (no progress within a per-phase
+//! deadline, §9.3).
 
 use std::time::Duration;
 
@@ -36,7 +37,8 @@ pub enum Progress {
         what: &'static str,
     },
     Complete,
-    /// A condition the operator will not leave by itself (§9.9), with its message.
+    /// A condition the operator will not leave by itself (`docs/operators.md`
+    /// §9.2), with its message.
     Failed {
         reason: String,
         message: String,

@@ -14,9 +14,9 @@ use crate::live::{Live, LiveStatus};
 use crate::manifest::Problem;
 use crate::release::{Release, Step, TaggedRelease, step};
 
-/// The operators' condition reasons (contract §3.2), reused so that a refusal
-/// in Git reads the same as what the cluster would have parked on, plus the
-/// few of lockstep's own.
+/// The operators' condition reasons (`docs/operators.md` §3.2), reused so
+/// that a refusal in Git reads the same as what the cluster would have
+/// parked on, plus the few of lockstep's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Reason {
     VersionParseError,

@@ -1,5 +1,5 @@
-//! The C5C3 kinds lockstep understands (contract §1) and what each one's
-//! release and image mean (`docs/gate.md`, "What is read").
+//! The C5C3 kinds lockstep understands (`docs/operators.md` §1) and what
+//! each one's release and image mean (`docs/gate.md`, "What is read").
 
 use std::fmt;
 
@@ -221,7 +221,7 @@ impl Kind {
 }
 
 /// A group the C5C3 operators serve: its release-bearing kinds and its
-/// companions (contract §1; `docs/gate.md`, "What is read").
+/// companions (`docs/operators.md` §1; `docs/gate.md`, "What is read").
 struct Group {
     group: &'static str,
     kinds: &'static [Kind],

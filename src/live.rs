@@ -1,5 +1,5 @@
 //! The live state of the cluster as the gate sees it: per object, the status
-//! fields the operators write (contract §3). Read from what
+//! fields the operators write (`docs/operators.md` §3). Read from what
 //! `kubectl get <kinds> -A -o yaml` prints (a `v1 List`), or from a stream of
 //! documents; the cluster module fills the same type from the API server.
 //!

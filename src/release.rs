@@ -1,10 +1,10 @@
 //! OpenStack release identifiers (`YYYY.N`) and image references.
 //!
-//! The rules mirror the operators' own parser (contract §6) so that a refusal
-//! in Git reads the same as the condition the cluster would park on:
-//! `openStackRelease` is exactly `YYYY.N` with N in {1, 2}; an image tag may
-//! carry a patch suffix after the first `-` (`2026.1-p1`) that every
-//! comparison ignores.
+//! The rules mirror the operators' own parser (`docs/operators.md` §2) so
+//! that a refusal in Git reads the same as the condition the cluster would
+//! park on: `openStackRelease` is exactly `YYYY.N` with N in {1, 2}; an
+//! image tag may carry a patch suffix after the first `-` (`2026.1-p1`) that
+//! every comparison ignores.
 
 use std::cmp::Ordering;
 use std::fmt;

@@ -2,9 +2,10 @@
 //! decision. Projected services have no abort path (the plane re-asserts
 //! them), so the only ways out are forward: re-run a permanently failed
 //! phase Job by deleting it (the operator never re-creates one itself,
-//! contract §7.3), or re-assert the accepted target on the plane after an
-//! out-of-band edit parked a child. A release is never lowered. Standalone
-//! services are reported; `lockstep retry` does the same repair by hand.
+//! `docs/operators.md` §6.1), or re-assert the accepted target on the
+//! plane after an out-of-band edit parked a child (§6.3). A release is never
+//! lowered. Standalone services are reported; `lockstep retry` does the
+//! same repair by hand.
 
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! A simulated C5C3 operator over an in-memory world with a virtual clock,
-//! following `reference/c5c3-contract.md` §4 and §6–§8: ControlPlane
-//! projection, the release gates, the phase machine with its Jobs
-//! (backoffLimit 4), conditions, reasons and events, the roll order and the
-//! second roll of Nova and Cinder, abort and `UpgradeTargetChanged`.
+//! following `docs/operators.md` §2–§7: ControlPlane projection, the
+//! release gates, the phase machine with its Jobs (backoffLimit 4),
+//! conditions, reasons and events, the roll order and the second roll of
+//! Nova and Cinder, abort and `UpgradeTargetChanged`.
 //!
 //! Phases take realistic durations in virtual time, so a whole fleet hop is
 //! simulated in milliseconds; faults make a phase Job fail, a rollout stall
@@ -620,7 +620,8 @@ impl World {
         }
     }
 
-    /// Placement and Barbican: one sync Job behind a release gate (§6.4, §8.3).
+    /// Placement and Barbican: one sync Job behind a release gate
+    /// (`docs/operators.md` §2.4, §5.9).
     fn reconcile_gated(&mut self, key: &Key) {
         let Some(o) = self.objects.get(key) else {
             return;
@@ -724,7 +725,8 @@ impl World {
         self.refuse(key, &reason, msg);
     }
 
-    /// Keystone, Glance, Nova, Cinder, Neutron: the shared phase machine (§7).
+    /// Keystone, Glance, Nova, Cinder, Neutron: the shared phase machine
+    /// (`docs/operators.md` §5).
     fn reconcile_phased(&mut self, key: &Key) {
         let Some(o) = self.objects.get(key) else {
             return;
@@ -938,7 +940,8 @@ impl World {
                 if o.status.installed_release.is_none() && spec.is_some() {
                     o.status.installed_release = spec.map(str::to_owned);
                 }
-                // Neutron records the image that migrated the schema (§3.1).
+                // Neutron records the image that migrated the schema
+                // (`docs/operators.md` §3.1).
                 if key.kind == Kind::Neutron {
                     o.status.installed_image = Some(image.to_owned());
                 }
@@ -956,7 +959,8 @@ impl World {
     }
 }
 
-/// The `ImageReleaseMismatch` guard (§6.3): a tag naming another release.
+/// The `ImageReleaseMismatch` guard (`docs/operators.md` §2.3): a tag
+/// naming another release.
 fn lockstep_guard(o: &Object) -> Option<String> {
     if o.key.kind.release_source() != ReleaseSource::Field {
         return None;

@@ -1,4 +1,5 @@
-//! The simulated operator against the contract (§4, §6–§8), in virtual time.
+//! The simulated operator against the operators' behaviour
+//! (`docs/operators.md` §2–§7), in virtual time.
 
 use std::time::Duration;
 
@@ -177,7 +178,8 @@ fn plane_projection_admits_skips_and_rejects_downgrades() {
 #[test]
 fn release_gates_of_placement_and_the_lockstep_guard() {
     let (mut w, key) = world_with(Kind::Placement, "openstack", "placement", "2026.1");
-    // A bump with the image unchanged is refused by the gate (§6.4).
+    // A bump with the image unchanged is refused by the operator's gate
+    // (`docs/operators.md` §2.4).
     w.apply(
         &key,
         Some("2026.2".into()),

@@ -147,7 +147,7 @@ impl Cluster for KubeCluster {
     async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
         let body = apply_body(req);
         // No force: a field another manager owns with another value is a
-        // conflict to report, not a fight to win (contract §9.2).
+        // conflict to report, not a fight to win (`docs/operators.md` §8.3).
         let params = PatchParams::apply(FIELD_MANAGER);
         let obj = self
             .api(&req.key)

@@ -2,11 +2,12 @@
 //! trait, with a real implementation over kube-rs ([`kube`]) and an
 //! in-process one over the simulated operator ([`memory`]).
 //!
-//! Writes are few and careful (contract §9): one server-side-apply patch per
-//! object carrying release and image together, field manager `lockstep`,
-//! never forced (a conflict with another manager is reported, not won);
-//! deleting a permanently failed phase Job; recording an Event for every
-//! repair. Status is never written: the operators own it.
+//! Writes are few and careful (`docs/operators.md` §8): one
+//! server-side-apply patch per object carrying release and image together,
+//! field manager `lockstep`, never forced (a conflict with another manager
+//! is reported, not won); deleting a permanently failed phase Job;
+//! recording an Event for every repair. Status is never written: the
+//! operators own it.
 
 pub mod kube;
 pub mod memory;
@@ -50,8 +51,8 @@ pub struct JobInfo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeploymentInfo {
     pub name: String,
-    /// Fully converged (§7.1): observed the current generation, and updated
-    /// = ready = total = desired replicas.
+    /// Fully converged (`docs/operators.md` §5.4): observed the current
+    /// generation, and updated = ready = total = desired replicas.
     pub rolled_out: bool,
     /// The pod template's second-roll annotation
     /// (`nova.c5c3.io/installed-release`, `cinder.c5c3.io/installed-release`).
@@ -59,7 +60,7 @@ pub struct DeploymentInfo {
 }
 
 /// The pod-template annotation that makes Nova's and Cinder's workers roll
-/// a second time after contract (§7.6).
+/// a second time after contract (`docs/operators.md` §7).
 pub fn second_roll_annotation(kind: Kind) -> Option<&'static str> {
     match kind {
         Kind::Nova => Some("nova.c5c3.io/installed-release"),
@@ -231,7 +232,7 @@ where
 
 /// The server-side-apply body for a request: only the fields lockstep owns.
 /// The unused one of tag and digest is omitted, never sent empty (the CRDs'
-/// CEL rule uses `has()`, contract §2.2).
+/// CEL rule uses `has()`, `docs/operators.md` §2.2).
 pub fn apply_body(req: &ApplyRequest) -> serde_json::Value {
     let kind = req.key.kind;
     let mut spec = match req.document.as_ref().and_then(|d| d.get("spec")) {
@@ -257,7 +258,8 @@ pub fn apply_body(req: &ApplyRequest) -> serde_json::Value {
                     .entry(k.service())
                     .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
                 if let serde_json::Value::Object(e) = entry {
-                    // The override replaces the whole ImageSpec (§4.2).
+                    // The override replaces the whole ImageSpec
+                    // (`docs/operators.md` §4.2).
                     e.insert("image".into(), image_json(i));
                 }
             }
