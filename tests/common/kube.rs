@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::sim_kube::KubeOperator;
 use lockstep::kind::Kind;
 use lockstep::sim::{Params, World};
-use super::sim_kube::KubeOperator;
 use serde_json::{Value, json};
 
 use super::ApiServer;
