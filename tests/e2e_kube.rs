@@ -15,6 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::ApiServer;
+use common::sim_kube::KubeOperator;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
@@ -26,7 +27,6 @@ use lockstep::kind::{Key, Kind};
 use lockstep::release::ImageRef;
 use lockstep::repair::{self, Action, RepairHistory, RepairPolicy};
 use lockstep::sim::{Fault, JobKind, Params, World};
-use common::sim_kube::KubeOperator;
 use serde_json::{Value, json};
 
 fn document(rel: &str) -> Value {

@@ -46,13 +46,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::kube::{CLUSTER, Daemon, Rounds, template, world};
+use common::sim_kube::KubeOperator;
 use common::{ApiServer, FleetRepo, ring, ringed_plane, rings_plan};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use lockstep::cluster::kube::KubeCluster;
 use lockstep::kind::{Key, Kind, ReleaseSource, VERSION};
-use common::sim_kube::KubeOperator;
 use serde_json::json;
 
 const N: usize = 20;

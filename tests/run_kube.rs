@@ -32,6 +32,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::ApiServer;
 use common::kube::{CLUSTER, Daemon, Rounds, template, world};
+use common::sim_kube::KubeOperator;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
@@ -41,7 +42,6 @@ use lockstep::cluster::{Cluster, ClusterObject};
 use lockstep::kind::{Key, Kind};
 use lockstep::secret::Secret;
 use lockstep::sim::{Fault, JobKind, World};
-use common::sim_kube::KubeOperator;
 use serde_json::json;
 
 // The story's commits (`lockstep::demo::SCRIPT` after the first).
