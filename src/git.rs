@@ -271,6 +271,116 @@ impl GitRepo {
         Ok(out)
     }
 
+    /// What [`GitRepo::changed_files`] returns, by walking the two trees
+    /// side by side and descending only into subtrees whose ids differ.
+    /// libgit2's diff iterates every entry of each tree it enters (and
+    /// builds a path string for each); across thousands of commits of a
+    /// fleet with hundreds of entries per directory that is 1.3 ms a commit
+    /// against tens of microseconds here. For walks over long histories
+    /// (the look back for floors); `tests/gate_property.rs` checks that
+    /// both agree on every commit of random histories.
+    pub fn changed_files_walk(
+        &self,
+        old: Option<Oid>,
+        new: Oid,
+        prefixes: &[String],
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Vec<Change>, GitError> {
+        let tree = |id: Oid| self.repo.find_tree(id).map_err(other("reading a tree"));
+        let old = old.map(tree).transpose()?;
+        let new = tree(new)?;
+        let mut out = Vec::new();
+        self.walk_pair(old.as_ref(), Some(&new), "", prefixes, &wanted, &mut out)?;
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    fn walk_pair(
+        &self,
+        old: Option<&git2::Tree<'_>>,
+        new: Option<&git2::Tree<'_>>,
+        dir: &str,
+        prefixes: &[String],
+        wanted: &dyn Fn(&str) -> bool,
+        out: &mut Vec<Change>,
+    ) -> Result<(), GitError> {
+        use std::collections::BTreeMap;
+        type Side = (Oid, i32);
+        let mut both: BTreeMap<&str, (Option<Side>, Option<Side>)> = BTreeMap::new();
+        let entries = |t: Option<&git2::Tree<'_>>| -> Vec<(String, Side)> {
+            t.map(|t| {
+                t.iter()
+                    .map(|e| {
+                        (
+                            String::from_utf8_lossy(e.name_bytes()).into_owned(),
+                            (e.id(), e.filemode()),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+        };
+        let old_entries = entries(old);
+        let new_entries = entries(new);
+        for (name, side) in &old_entries {
+            both.entry(name.as_str()).or_default().0 = Some(*side);
+        }
+        for (name, side) in &new_entries {
+            both.entry(name.as_str()).or_default().1 = Some(*side);
+        }
+        let is_tree = |s: &Option<Side>| s.is_some_and(|(_, m)| m == 0o040000);
+        let file = |s: &Option<Side>| -> Option<Entry> {
+            let (id, mode) = (*s)?;
+            let kind = match mode {
+                0o040000 => return None,
+                0o120000 => EntryKind::Symlink,
+                0o160000 => EntryKind::Submodule,
+                _ => EntryKind::File,
+            };
+            Some(Entry { oid: id, kind })
+        };
+        for (name, (o, n)) in both {
+            if o == n {
+                continue;
+            }
+            let path = format!("{dir}{name}");
+            if is_tree(&o) || is_tree(&n) {
+                let sub = format!("{path}/");
+                // Only directories a prefix lies in, or under one.
+                let relevant = prefixes.is_empty()
+                    || prefixes.iter().any(|p| {
+                        let p = p.trim_end_matches('/');
+                        p.starts_with(&sub) || p == path || under_prefixes(&path, prefixes)
+                    });
+                if relevant {
+                    let load = |s: &Option<Side>| -> Result<Option<git2::Tree<'_>>, GitError> {
+                        match s {
+                            Some((id, 0o040000)) => self
+                                .repo
+                                .find_tree(*id)
+                                .map(Some)
+                                .map_err(other("reading a tree")),
+                            _ => Ok(None),
+                        }
+                    };
+                    let (ot, nt) = (load(&o)?, load(&n)?);
+                    self.walk_pair(ot.as_ref(), nt.as_ref(), &sub, prefixes, wanted, out)?;
+                }
+            }
+            // The non-tree side of a path (a file, or a file that became a
+            // directory or the other way round).
+            let (of, nf) = (file(&o), file(&n));
+            if (of.is_some() || nf.is_some()) && wanted(&path) && under_prefixes(&path, prefixes) {
+                out.push(Change {
+                    path,
+                    old: of,
+                    new: nf,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Every wanted path of a tree, for the rare judgments that need files the
     /// commit did not touch.
     pub fn files(

@@ -660,7 +660,7 @@ impl Walker<'_> {
             let mut parent_tree = None;
             for id in ids {
                 let tree = self.repo.commit(id)?.tree;
-                let changes = self.repo.changed_files(
+                let changes = self.repo.changed_files_walk(
                     parent_tree,
                     tree,
                     &self.opts.prefixes,

@@ -415,6 +415,33 @@ proptest! {
         let main = build(dir.path(), &steps);
         let repo = GitRepo::open(dir.path()).expect("open");
 
+        // The look back's own tree walk lists exactly what libgit2's diff
+        // lists, commit by commit, with and without a prefix.
+        let raw = Repository::open(dir.path()).expect("open");
+        let mut parent = None;
+        for id in &main {
+            let tree = raw.find_commit(*id).expect("commit").tree_id();
+            for prefixes in [vec![], vec!["standalone".to_owned()], vec!["clusters/prod".to_owned()]] {
+                let key = |c: &lockstep::git::Change| (c.path.clone(), c.old.clone(), c.new.clone());
+                let mut a: Vec<_> = repo
+                    .changed_files(parent, tree, &prefixes, lockstep::manifest::is_manifest_path)
+                    .expect("diff")
+                    .iter()
+                    .map(key)
+                    .collect();
+                let mut b: Vec<_> = repo
+                    .changed_files_walk(parent, tree, &prefixes, lockstep::manifest::is_manifest_path)
+                    .expect("walk")
+                    .iter()
+                    .map(key)
+                    .collect();
+                a.sort_by(|x, y| x.0.cmp(&y.0));
+                b.sort_by(|x, y| x.0.cmp(&y.0));
+                prop_assert_eq!(a, b, "commit {}, prefixes {:?}", id, prefixes);
+            }
+            parent = Some(tree);
+        }
+
         // The whole first-parent history.
         let whole = history::check(&repo, &opts(EMPTY_TREE, &[])).expect("check");
         let seq = accepted(&whole);
