@@ -388,23 +388,19 @@ struct Judged {
 }
 
 /// The first-parent history before the judged range (from its starting
-/// commit back to the root), read once per run and only when a commit in
+/// commit back to the root), judged once per run, and only when a commit in
 /// the range introduces an identity its baseline lacks.
 struct Past {
     start: Oid,
-    /// Each commit (oldest first) with the manifest files it changed
-    /// against its first parent; filled on first use.
-    commits: Option<Vec<(Oid, Vec<Change>)>>,
-    /// Identities already looked up (found or not).
-    looked: BTreeSet<Key>,
+    /// The floors after judging that history; filled on first use.
+    memory: Option<Arc<Memory>>,
 }
 
 impl Past {
     fn new(start: Oid) -> Self {
         Self {
             start,
-            commits: None,
-            looked: BTreeSet::new(),
+            memory: None,
         }
     }
 }
@@ -419,7 +415,7 @@ impl Walker<'_> {
         tree: Oid,
     ) -> Result<Vec<ObjectVerdict>, GitError> {
         use crate::plan;
-        let changes = self.repo.changed_files(
+        let changes = self.repo.changed_files_walk(
             baseline_tree,
             tree,
             &self.opts.prefixes,
@@ -627,51 +623,72 @@ impl Walker<'_> {
     }
 
     /// Fills the memory with the floors older history gives `keys`: the
-    /// identity's own sequence of definitions, oldest first, replayed
-    /// through the gate's rules for one object (a step it would refuse does
-    /// not move the floor). Whole commits are not judged again, so a step
-    /// refused only for another object's sake still counts: the floor can
-    /// come out higher than the history strictly accepted, never lower
-    /// (fail closed). Cost: one tree diff per first-parent commit before
-    /// the range, once per run, plus a substring scan of the files those
-    /// diffs touched; only files naming a wanted identity are parsed.
+    /// first-parent history before the range is judged by the same gate,
+    /// from the root, once per run, and its floors are the ones an
+    /// unbroken judgment would have reached. (Replaying one identity's
+    /// definitions alone is not enough: a commit refused for another
+    /// object's sake does not move a floor, and a floor set too high lets a
+    /// skip through.) Cost: one judgment of that history, which reads only
+    /// what each commit changed; see `docs/gate.md`, "Identity over time".
     fn look_back(&mut self, keys: &[&Key]) -> Result<(), GitError> {
+        let Some(past) = self.past.as_ref() else {
+            return Ok(());
+        };
+        // Most identities new to a baseline are new to history too: a scan
+        // of what each older commit changed for the identity's name says
+        // so without judging anything.
+        if past.memory.is_none() && !self.ever_defined(past.start, keys)? {
+            return Ok(());
+        }
         let Some(past) = self.past.as_mut() else {
             return Ok(());
         };
-        let wanted: BTreeSet<Key> = keys
-            .iter()
-            .filter(|k| !self.memory.floors.contains_key(**k) && !past.looked.contains(**k))
-            .map(|k| (*k).clone())
-            .collect();
-        if wanted.is_empty() {
-            return Ok(());
-        }
-        past.looked.extend(wanted.iter().cloned());
-        if past.commits.is_none() {
-            let mut ids = Vec::new();
-            let mut cur = Some(past.start);
-            while let Some(id) = cur {
-                ids.push(id);
-                cur = self.repo.first_parent(id)?;
-            }
-            ids.reverse();
-            let mut commits = Vec::with_capacity(ids.len());
-            let mut parent_tree = None;
-            for id in ids {
-                let tree = self.repo.commit(id)?.tree;
-                let changes = self.repo.changed_files_walk(
-                    parent_tree,
-                    tree,
-                    &self.opts.prefixes,
-                    manifest::is_manifest_path,
+        let memory = match &past.memory {
+            Some(m) => m.clone(),
+            None => {
+                let start = past.start;
+                // The past is judged from Git alone: the live state is now's.
+                let opts = CheckOptions {
+                    base: None,
+                    head: start.to_string(),
+                    live: None,
+                    memory: None,
+                    ..self.opts.clone()
+                };
+                let commits = self.repo.first_parent_range(None, start)?;
+                let report = judge_commits(
+                    self.repo,
+                    &opts,
+                    commits,
+                    None,
+                    None,
+                    start,
+                    Memory::default(),
+                    None,
                 )?;
-                commits.push((id, changes));
-                parent_tree = Some(tree);
+                let m = report.memory;
+                if let Some(past) = self.past.as_mut() {
+                    past.memory = Some(m.clone());
+                }
+                m
             }
-            past.commits = Some(commits);
+        };
+        for k in keys {
+            if !self.memory.floors.contains_key(*k)
+                && let Some(f) = memory.floors.get(*k)
+            {
+                self.memory.floors.insert((*k).clone(), f.clone());
+            }
         }
-        let needles: BTreeSet<String> = wanted
+        Ok(())
+    }
+
+    /// Whether any first-parent commit up to `start` defined one of `keys`
+    /// in a file it changed: one tree walk per commit, a substring scan of
+    /// the files changed, and a parse of only those naming a key.
+    fn ever_defined(&mut self, start: Oid, keys: &[&Key]) -> Result<bool, GitError> {
+        let wanted: BTreeSet<&Key> = keys.iter().copied().collect();
+        let needles: BTreeSet<String> = keys
             .iter()
             .flat_map(|k| {
                 std::iter::once(k.name.clone()).chain(plane_name_for(k).map(str::to_owned))
@@ -681,68 +698,44 @@ impl Walker<'_> {
             .iter()
             .map(|n| memchr::memmem::Finder::new(n.as_bytes()))
             .collect();
-        let commits = past.commits.take().unwrap_or_default();
-        let mut found: HashMap<Key, Floor> = HashMap::new();
-        let result = (|| {
-            for (id, changes) in &commits {
-                let sha: Arc<str> = Arc::from(id.to_string());
-                for ch in changes {
-                    let Some(new) = ch.new.as_ref().filter(|e| e.kind == EntryKind::File) else {
+        let mut cur = Some(start);
+        while let Some(id) = cur {
+            let parent = self.repo.first_parent(id)?;
+            let tree = self.repo.commit(id)?.tree;
+            let parent_tree = parent.map(|p| self.repo.commit(p)).transpose()?.map(|c| c.tree);
+            for ch in self.repo.changed_files_walk(
+                parent_tree,
+                tree,
+                &self.opts.prefixes,
+                manifest::is_manifest_path,
+            )? {
+                let Some(new) = ch.new.filter(|e| e.kind == EntryKind::File) else {
+                    continue;
+                };
+                {
+                    let blob = self.repo.blob(new.oid)?;
+                    let bytes = blob.content();
+                    if !finders.iter().any(|f| f.find(bytes).is_some())
+                        && !may_spell_names_in_disguise(bytes)
+                    {
                         continue;
-                    };
-                    let cached = self
-                        .cache
-                        .get(&(new.oid, Arc::from(ch.path.as_str())))
-                        .cloned();
-                    let parsed = match cached {
-                        Some(p) => p,
-                        None => {
-                            let blob = self.repo.blob(new.oid)?;
-                            let bytes = blob.content();
-                            if !finders.iter().any(|f| f.find(bytes).is_some())
-                                && !may_spell_names_in_disguise(bytes)
-                            {
-                                continue;
-                            }
-                            drop(blob);
-                            self.parse(&ch.path, new.oid)?
-                        }
-                    };
-                    for d in expand(&parsed.documents) {
-                        if !wanted.contains(&d.key) {
-                            continue;
-                        }
-                        let moves = match found.get(&d.key) {
-                            None => true,
-                            Some(f) => {
-                                gate::judge_object(Some(&f.last), &d, None).verdict
-                                    == Verdict::Accepted
-                            }
-                        };
-                        if moves {
-                            found.insert(
-                                d.key.clone(),
-                                Floor {
-                                    last: d,
-                                    commit: Some(sha.clone()),
-                                },
-                            );
-                        }
                     }
                 }
+                let parsed = self.parse(&ch.path, new.oid)?;
+                if expand(&parsed.documents)
+                    .iter()
+                    .any(|d| wanted.contains(&d.key))
+                {
+                    return Ok(true);
+                }
             }
-            Ok::<(), GitError>(())
-        })();
-        if let Some(past) = self.past.as_mut() {
-            past.commits = Some(commits);
+            cur = parent;
         }
-        result?;
-        self.memory.floors.extend(found);
-        Ok(())
+        Ok(false)
     }
 
     fn judge(&mut self, baseline_tree: Option<Oid>, tree: Oid) -> Result<Judged, GitError> {
-        let changes: Vec<Change> = self.repo.changed_files(
+        let changes: Vec<Change> = self.repo.changed_files_walk(
             baseline_tree,
             tree,
             &self.opts.prefixes,

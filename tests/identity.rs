@@ -423,3 +423,38 @@ fn path_spellings_select_the_same_and_nonsense_is_a_usage_error() {
         assert!(out.stdout.is_empty(), "--path {p:?}: nothing judged");
     }
 }
+
+/// Found by `gate_property.rs`: the floor from older history must be the
+/// one an unbroken judgment reaches. Here the plane's child at 2027.1 only
+/// ever appeared in a refused commit, so prod-nova's floor is the standalone
+/// 2025.1, and the plane coming back at 2027.1 is a skip for it, judged
+/// from the root or from a cut after the removal.
+#[test]
+fn a_floor_from_older_history_ignores_what_was_refused_there() {
+    let standalone = || {
+        nova("prod-nova", "2025.1", "2025.1").replacen(
+            "namespace: compute",
+            "namespace: openstack",
+            1,
+        )
+    };
+    let repo = FleetRepo::new();
+    repo.write(PROD, prod("2027.1", "2027.1"))
+        .write("standalone/openstack/prod-nova.yaml", standalone());
+    repo.commit("plane and its child standalone");
+    repo.remove(PROD);
+    repo.commit("drop the plane");
+    let text = standalone();
+    repo.remove("standalone/openstack/prod-nova.yaml")
+        .write("standalone/openstack/prod-nova.bak", text);
+    repo.commit("park prod-nova");
+    repo.write(PROD, prod("2027.1", "2027.1"));
+    repo.commit("the plane is back");
+    for base in [EMPTY, "HEAD~1"] {
+        let (code, json) = check_json(&repo, &["--base", base]);
+        assert_eq!(code, 1, "base {base}: {json:#}");
+        let o = find(&last_objects(&json), "Nova", "prod-nova").clone();
+        assert_eq!(o["reason"], "UpgradePathInvalid", "base {base}: {o:#}");
+        assert_eq!(o["from"], "2025.1", "base {base}: {o:#}");
+    }
+}
