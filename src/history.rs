@@ -702,7 +702,10 @@ impl Walker<'_> {
         while let Some(id) = cur {
             let parent = self.repo.first_parent(id)?;
             let tree = self.repo.commit(id)?.tree;
-            let parent_tree = parent.map(|p| self.repo.commit(p)).transpose()?.map(|c| c.tree);
+            let parent_tree = parent
+                .map(|p| self.repo.commit(p))
+                .transpose()?
+                .map(|c| c.tree);
             for ch in self.repo.changed_files_walk(
                 parent_tree,
                 tree,
