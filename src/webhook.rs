@@ -446,6 +446,47 @@ mod tests {
     }
 
     #[test]
+    fn parse_unverified_reads_each_hosts_headers() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, v.parse().unwrap());
+            }
+            h
+        };
+        let push = br#"{"ref":"refs/heads/main","after":"1111111111111111111111111111111111111111",
+                        "repository":{"full_name":"ops/fleet"},"project":{"path_with_namespace":"ops/fleet"}}"#;
+        // Forgejo's own header names, when Gitea's are absent.
+        let h = headers(&[("x-forgejo-event", "push"), ("x-forgejo-delivery", "f1")]);
+        let Parsed::Trigger(t) = parse_unverified(Host::Gitea, &h, push) else {
+            panic!("a Forgejo push is a trigger");
+        };
+        assert_eq!(
+            (t.delivery.as_str(), t.git_ref.as_str()),
+            ("f1", "refs/heads/main")
+        );
+        // GitLab: the event UUID, else the idempotency key.
+        let h = headers(&[("x-gitlab-event", "Push Hook"), ("idempotency-key", "k1")]);
+        let Parsed::Trigger(t) = parse_unverified(Host::GitLab, &h, push) else {
+            panic!("a GitLab push is a trigger");
+        };
+        assert_eq!(t.delivery, "k1");
+        // Another host's header names are not read.
+        let h = headers(&[("x-gitea-event", "push")]);
+        assert_eq!(parse_unverified(Host::GitHub, &h, push), Parsed::Ignored);
+        let h = headers(&[("x-github-event", "ping")]);
+        assert_eq!(
+            parse_unverified(Host::GitHub, &h, b"not json"),
+            Parsed::Ignored
+        );
+        let h = headers(&[("x-github-event", "push")]);
+        assert_eq!(
+            parse_unverified(Host::GitHub, &h, b"not json"),
+            Parsed::Malformed
+        );
+    }
+
+    #[test]
     fn seen_is_bounded() {
         let mut s = Seen::default();
         assert!(s.first_time("a", 2));
