@@ -359,6 +359,10 @@ fn may_spell_names_in_disguise(bytes: &[u8]) -> bool {
         || memchr::memmem::find(bytes, b"binary").is_some()
 }
 
+/// Above this many new identities in one commit, the look back judges the
+/// older history rather than scan it for each name.
+const MAX_SCANNED_NAMES: usize = 64;
+
 /// Git's well-known empty tree.
 pub const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
@@ -637,7 +641,14 @@ impl Walker<'_> {
         // Most identities new to a baseline are new to history too: a scan
         // of what each older commit changed for the identity's name says
         // so without judging anything.
-        if past.memory.is_none() && !self.ever_defined(past.start, keys)? {
+        // Scanning for hundreds of names at once costs more than judging
+        // the older history outright (one substring search per name per
+        // file changed): a commit that brings in a whole new fleet goes
+        // straight to the judgment.
+        if past.memory.is_none()
+            && keys.len() <= MAX_SCANNED_NAMES
+            && !self.ever_defined(past.start, keys)?
+        {
             return Ok(());
         }
         let Some(past) = self.past.as_mut() else {

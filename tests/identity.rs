@@ -458,3 +458,32 @@ fn a_floor_from_older_history_ignores_what_was_refused_there() {
         assert_eq!(o["from"], "2025.1", "base {base}: {o:#}");
     }
 }
+
+/// A commit bringing in a whole batch of new objects (past the number of
+/// names the look back scans for one by one) still finds the floor of the
+/// one that existed before, by judging the older history outright.
+#[test]
+fn a_re_add_inside_a_large_batch_keeps_its_floor() {
+    let repo = hopped();
+    repo.remove(NOVA);
+    repo.commit("drop nova");
+    for i in 0..70 {
+        repo.write(
+            &format!("standalone/batch/nova-{i:02}.yaml"),
+            nova(&format!("nova-{i:02}"), "2026.1", "2026.1"),
+        );
+    }
+    repo.write(
+        "standalone/batch/nova.yaml",
+        nova("nova", "2025.2", "2025.2"),
+    );
+    repo.commit("onboard a batch, nova among them");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1, "{json:#}");
+    let objects = last_objects(&json);
+    assert_eq!(
+        find(&objects, "Nova", "nova")["reason"],
+        "DowngradeNotSupported"
+    );
+    assert_eq!(find(&objects, "Nova", "nova-69")["transition"], "install");
+}
