@@ -1158,6 +1158,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 image: o.image.as_ref().map(ImageRef::reference),
             }),
             objects: BTreeMap::new(),
+            projected_by: unit.as_ref().and_then(|o| o.status.projected_by.clone()),
         };
         // Followed objects: the unit, or every child any step names.
         let mut keys: Vec<Key> = Vec::new();

@@ -249,6 +249,7 @@ mod tests {
                     message: String::new(),
                     observed_generation: Some(3),
                 }],
+                projected_by: None,
             },
             second_roll_done: true,
             image_reference: "ghcr.io/c5c3/glance:2026.2".into(),

@@ -429,13 +429,33 @@ fn judge_readd(floor: &Floor, d: &Desired, live: Option<&LiveStatus>) -> ObjectV
     v
 }
 
+/// Why a standalone definition of `key` must not be applied while the
+/// cluster shows `plane` projecting it: the plane re-asserts its children on
+/// every pass, also after it left Git (lockstep never deletes), so the two
+/// writers would flap. One text for `check --live` and the daemon.
+pub fn projected_in_cluster(key: &Key, plane: &Key) -> String {
+    format!(
+        "the cluster shows {key} projected by ControlPlane {}/{}, which re-asserts it on every pass (also after the plane left Git: lockstep never deletes); a standalone definition would flap against it. Change the plane in Git instead, or delete the plane from the cluster deliberately first",
+        plane.namespace, plane.name
+    )
+}
+
 /// The rules for one object (`docs/gate.md`, "Rules for one object in one commit").
 pub fn judge_object(
     base: Option<&Desired>,
     d: &Desired,
     live: Option<&LiveStatus>,
 ) -> ObjectVerdict {
-    let mut v = judge_object_inner(base, d, live);
+    let mut v = match live.and_then(|l| l.projected_by.as_ref()) {
+        Some(plane) if d.projected_by.is_none() && d.key.kind != Kind::ControlPlane => refuse(
+            d,
+            base,
+            Transition::Invalid,
+            Reason::ProjectedChildEdited,
+            projected_in_cluster(&d.key, plane),
+        ),
+        _ => judge_object_inner(base, d, live),
+    };
     if v.verdict == Verdict::Refused {
         // Point at the field to fix, not just the document.
         v.line = match v.reason {

@@ -31,6 +31,12 @@ pub struct LiveStatus {
     pub installed_image: Option<String>,
     pub generation: Option<i64>,
     pub conditions: Vec<Condition>,
+    /// The ControlPlane that projects this object, from its metadata (a
+    /// controller ownerReference to a ControlPlane, or the
+    /// `c5c3.io/controlplane-name`/`-namespace` labels across namespaces;
+    /// `docs/operators.md` §4). The plane re-asserts such an object on every
+    /// pass, whatever Git says about the object itself.
+    pub projected_by: Option<Key>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -337,13 +343,14 @@ impl Reader<'_> {
             _ => return Ok(()),
         };
         let what = format!("{at} {kind}");
-        let (key, generation) = self.metadata(map, line, kind, &what)?;
+        let (key, generation, projected_by) = self.metadata(map, line, kind, &what)?;
         let who = format!("{at} {kind} {}/{}", key.namespace, key.name);
         let status = self.status(map, &who)?;
         self.live.objects.insert(
             key,
             LiveStatus {
                 generation,
+                projected_by,
                 ..status
             },
         );
@@ -356,7 +363,7 @@ impl Reader<'_> {
         line: u32,
         kind: Kind,
         who: &str,
-    ) -> Result<(Key, Option<i64>), LiveError> {
+    ) -> Result<(Key, Option<i64>, Option<Key>), LiveError> {
         let meta = match get(map, "metadata") {
             None => return Err(self.item(line, who, "metadata is missing".into())),
             Some(Lined {
@@ -421,7 +428,72 @@ impl Reader<'_> {
                 ));
             }
         };
-        Ok((Key::new(kind, namespace, name), generation))
+        let projected_by = self.plane_of(meta, namespace, who)?;
+        Ok((Key::new(kind, namespace, name), generation, projected_by))
+    }
+
+    /// The ControlPlane that projects the object, read as [`projecting_plane`]
+    /// reads it. Ownership misread as "none" would let a standalone manifest
+    /// fight the plane, so a malformed ownerReferences or labels is an error.
+    fn plane_of(&self, meta: &Map, namespace: &str, who: &str) -> Result<Option<Key>, LiveError> {
+        let bad = |l: &Lined, what: &str| {
+            self.item(
+                l.line,
+                who,
+                format!("metadata.{what} is a {}", l.value.kind_name()),
+            )
+        };
+        let mut owners: Vec<(String, String, String)> = Vec::new();
+        match get(meta, "ownerReferences") {
+            None
+            | Some(Lined {
+                value: Value::Null, ..
+            }) => {}
+            Some(Lined {
+                value: Value::Seq(refs),
+                ..
+            }) => {
+                for (i, r) in refs.iter().enumerate() {
+                    let Value::Map(m) = &r.value else {
+                        return Err(bad(r, &format!("ownerReferences[{i}]")));
+                    };
+                    let text = |f: &str| match get(m, f) {
+                        Some(Lined {
+                            value: Value::Str(s),
+                            ..
+                        }) => s.clone(),
+                        _ => String::new(),
+                    };
+                    owners.push((text("apiVersion"), text("kind"), text("name")));
+                }
+            }
+            Some(other) => return Err(bad(other, "ownerReferences")),
+        }
+        let labels = match get(meta, "labels") {
+            Some(Lined {
+                value: Value::Map(m),
+                ..
+            }) => Some(m),
+            None
+            | Some(Lined {
+                value: Value::Null, ..
+            }) => None,
+            Some(other) => return Err(bad(other, "labels")),
+        };
+        let label = |k: &str| match labels.and_then(|m| get(m, k)) {
+            Some(Lined {
+                value: Value::Str(s),
+                ..
+            }) => Some(s.as_str()),
+            _ => None,
+        };
+        Ok(projecting_plane(
+            namespace,
+            owners
+                .iter()
+                .map(|(a, k, n)| (a.as_str(), k.as_str(), n.as_str())),
+            label,
+        ))
     }
 
     fn status(&self, map: &Map, who: &str) -> Result<LiveStatus, LiveError> {
@@ -558,8 +630,33 @@ impl Reader<'_> {
             installed_image,
             generation: None,
             conditions,
+            projected_by: None,
         })
     }
+}
+
+/// The ControlPlane projecting an object, from its metadata
+/// (`docs/operators.md` §4.1): a controller ownerReference to a
+/// `c5c3.io` ControlPlane in the object's own namespace, or, across
+/// namespaces, the labels `c5c3.io/controlplane-name` and
+/// `c5c3.io/controlplane-namespace`. `owners` are (apiVersion, kind, name).
+/// One reading for `kubectl get` snapshots and the API server.
+pub fn projecting_plane<'a>(
+    namespace: &str,
+    owners: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+    label: impl Fn(&str) -> Option<&'a str>,
+) -> Option<Key> {
+    let owned = owners.into_iter().find(|(api, kind, name)| {
+        *kind == "ControlPlane" && api.split('/').next() == Some("c5c3.io") && !name.is_empty()
+    });
+    if let Some((_, _, name)) = owned {
+        return Some(Key::new(Kind::ControlPlane, namespace, name));
+    }
+    let name = label("c5c3.io/controlplane-name").filter(|n| !n.is_empty())?;
+    let ns = label("c5c3.io/controlplane-namespace")
+        .filter(|n| !n.is_empty())
+        .unwrap_or(namespace);
+    Some(Key::new(Kind::ControlPlane, ns, name))
 }
 
 type Map = Vec<(String, Lined)>;

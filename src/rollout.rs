@@ -289,6 +289,9 @@ pub struct UnitState {
     /// Per followed object: its spec and the tracker's progress towards the
     /// step the spec matches.
     pub objects: BTreeMap<Key, ObjectState>,
+    /// The ControlPlane the cluster shows projecting the unit's object, if
+    /// one does (`LiveStatus::projected_by`).
+    pub projected_by: Option<Key>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -325,6 +328,13 @@ pub enum Next {
 /// Decides the next move. `complete(i)` says whether every followed object
 /// of step `i` is complete (the caller's trackers know).
 pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) -> Next {
+    // A standalone unit whose object a live ControlPlane projects: the same
+    // rule `check --live` refuses it by (`gate::projected_in_cluster`).
+    if chain.unit.kind != Kind::ControlPlane
+        && let Some(plane) = &state.projected_by
+    {
+        return Next::Blocked(crate::gate::projected_in_cluster(&chain.unit, plane));
+    }
     let n = next_step(chain, state, complete);
     // Whatever the chain says, an apply never takes a running object to a
     // lower release: the gate keeps accepted chains from going down, and
@@ -788,6 +798,7 @@ mod tests {
                 image: Some(image.into()),
             }),
             objects: BTreeMap::new(),
+            projected_by: None,
         }
     }
 
@@ -869,6 +880,7 @@ mod tests {
                 })
                 .into_iter()
                 .collect(),
+            projected_by: None,
         };
         assert_eq!(
             next(&c, &state("2026.1", Some("2026.1")), |_| true),

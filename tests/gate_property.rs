@@ -661,3 +661,41 @@ proptest! {
         }
     }
 }
+
+/// Found by the property above: a plane removed from Git keeps running and
+/// re-asserts its children, so a standalone manifest for one of them (one
+/// hop above what the plane projects, which the gate accepts from Git alone)
+/// would flap against the operator forever. The daemon sees the owner in the
+/// cluster and waits for a person instead of applying.
+#[test]
+fn a_standalone_manifest_for_a_child_a_live_plane_projects_is_not_applied() {
+    let steps = vec![
+        Step {
+            ops: vec![Op::Set {
+                obj: Obj::Prod,
+                release: 1,
+                stale_image: false,
+            }],
+            merged: false,
+        },
+        Step {
+            ops: vec![Op::Remove { obj: Obj::Prod }],
+            merged: false,
+        },
+        Step {
+            ops: vec![Op::Set {
+                obj: Obj::ProdNova,
+                release: 2,
+                stale_image: false,
+            }],
+            merged: false,
+        },
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    build(dir.path(), &steps);
+    let sent = daemon_applies(dir.path());
+    assert!(
+        !sent.iter().any(|(k, _, _)| k.name == "prod-nova" && k.kind == lockstep::kind::Kind::Nova),
+        "the standalone prod-nova was applied over its live plane: {sent:?}"
+    );
+}

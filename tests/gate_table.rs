@@ -429,3 +429,45 @@ fn keystone_release_is_its_tag() {
         Some(Reason::VersionParseError)
     );
 }
+
+/// A standalone manifest for an object the cluster shows a ControlPlane
+/// projecting (the plane removed from Git keeps running and re-asserts it):
+/// refused with `--live`, whether the snapshot shows the controller
+/// ownerReference (same namespace) or the labels (another namespace). The
+/// daemon blocks such a unit by the same rule (`gate_property.rs`).
+#[test]
+fn standalone_over_a_child_a_live_plane_projects_is_refused() {
+    let child = nova("prod-nova", "2026.1", "2026.1").replacen(
+        "namespace: compute",
+        "namespace: openstack",
+        1,
+    );
+    let by_owner = "apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: Nova\nmetadata:\n  name: prod-nova\n  namespace: openstack\n  ownerReferences:\n  - {apiVersion: c5c3.io/v1alpha1, kind: ControlPlane, name: prod, uid: u1, controller: true}\nstatus: {installedRelease: \"2025.2\"}\n";
+    let by_labels = "apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: Nova\nmetadata:\n  name: prod-nova\n  namespace: openstack\n  labels: {c5c3.io/controlplane-name: prod, c5c3.io/controlplane-namespace: planes}\nstatus: {installedRelease: \"2025.2\"}\n";
+    for (snapshot, plane) in [(by_owner, "openstack/prod"), (by_labels, "planes/prod")] {
+        let live = parse_live("live.yaml", snapshot).expect("live");
+        let v = judge_live(&[], &[("prod-nova.yaml", &child)], Some(&live));
+        let o = one(&v, "Nova", "prod-nova");
+        assert_eq!(
+            (o.verdict, o.reason),
+            (Verdict::Refused, Some(Reason::ProjectedChildEdited)),
+            "{o:#?}"
+        );
+        assert!(
+            o.message.contains(&format!("ControlPlane {plane}"))
+                && o.message.contains("Change the plane in Git"),
+            "{}",
+            o.message
+        );
+    }
+    // Owned by something else (a Deployment, another group's ControlPlane):
+    // not a plane's child; the ordinary rules judge it.
+    let other = "apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: Nova\nmetadata:\n  name: prod-nova\n  namespace: openstack\n  ownerReferences:\n  - {apiVersion: example.com/v1, kind: ControlPlane, name: prod, uid: u1}\nstatus: {installedRelease: \"2025.2\"}\n";
+    let live = parse_live("live.yaml", other).expect("live");
+    let v = judge_live(&[], &[("prod-nova.yaml", &child)], Some(&live));
+    assert_eq!(one(&v, "Nova", "prod-nova").verdict, Verdict::Accepted);
+    // A malformed ownerReferences is an error, not "no owner".
+    let bad = "apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: Nova\nmetadata:\n  name: prod-nova\n  namespace: openstack\n  ownerReferences: prod\n";
+    let e = parse_live("live.yaml", bad).expect_err("refused").to_string();
+    assert!(e.contains("metadata.ownerReferences is a string"), "{e}");
+}

@@ -130,6 +130,21 @@ fn to_object(key: &Key, obj: &DynamicObject) -> ClusterObject {
             installed_image: text(status, "installedImage"),
             generation: obj.metadata.generation,
             conditions,
+            projected_by: crate::live::projecting_plane(
+                &key.namespace,
+                obj.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .map(|o| (o.api_version.as_str(), o.kind.as_str(), o.name.as_str())),
+                |k| {
+                    obj.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(k))
+                        .map(String::as_str)
+                },
+            ),
         },
     }
 }

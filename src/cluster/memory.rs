@@ -108,6 +108,7 @@ impl Cluster for MemoryCluster {
         Ok(w.objects.get(key).map(|o| {
             let mut status = o.status.clone();
             status.generation = Some(o.generation);
+            status.projected_by = o.projected_by.clone();
             ClusterObject {
                 key: key.clone(),
                 generation: o.generation,

@@ -119,7 +119,8 @@ impl KubeOperator {
                 format!("{}-{}", plane.name, kind.service()),
             );
             let image = child_image(&spec, kind, &release);
-            self.project(&key, &template, &release, &image).await?;
+            self.project(&key, &template, &release, &image, (plane, obj.metadata.uid.as_deref()))
+                .await?;
             let rel = (kind.release_source() == ReleaseSource::Field).then(|| release.clone());
             self.world
                 .install_steady(key.clone(), rel, image, Some(plane.clone()));
@@ -146,6 +147,7 @@ impl KubeOperator {
         template: &Value,
         release: &str,
         image: &ImageRef,
+        (plane, uid): (&Key, Option<&str>),
     ) -> Result<(), ClusterError> {
         let mut spec = template.clone();
         spec["image"] = image_json(image);
@@ -154,10 +156,24 @@ impl KubeOperator {
         }
         let body = json!({
             "apiVersion": key.kind.api_version(), "kind": key.kind.as_str(),
-            "metadata": {"name": key.name, "namespace": key.namespace,
-                         "labels": {"c5c3.io/controlplane-name": key.name.rsplit_once('-').map_or("", |(p, _)| p)}},
+            "metadata": {"name": key.name, "namespace": key.namespace},
             "spec": spec,
         });
+        // The ownership marker the operator sets (`docs/operators.md` §4.1):
+        // a controller ownerReference in the plane's namespace, labels across.
+        let mut body = body;
+        if plane.namespace == key.namespace {
+            body["metadata"]["ownerReferences"] = json!([{
+                "apiVersion": Kind::ControlPlane.api_version(), "kind": "ControlPlane",
+                "name": plane.name, "uid": uid.unwrap_or_default(),
+                "controller": true, "blockOwnerDeletion": true,
+            }]);
+        } else {
+            body["metadata"]["labels"] = json!({
+                "c5c3.io/controlplane-name": plane.name,
+                "c5c3.io/controlplane-namespace": plane.namespace,
+            });
+        }
         dynamic_api(&self.client, key)
             .patch(
                 &key.name,
@@ -249,7 +265,14 @@ impl KubeOperator {
                 // refusal of a downgrade stands in for it.
                 if self.world.apply_plane(&plane, &release, &images).is_ok() {
                     for ((key, template), (_, image)) in children.iter().zip(&images) {
-                        self.project(key, template, &release, image).await?;
+                        self.project(
+                            key,
+                            template,
+                            &release,
+                            image,
+                            (&plane, obj.metadata.uid.as_deref()),
+                        )
+                        .await?;
                     }
                 }
             }
