@@ -695,7 +695,9 @@ fn a_standalone_manifest_for_a_child_a_live_plane_projects_is_not_applied() {
     build(dir.path(), &steps);
     let sent = daemon_applies(dir.path());
     assert!(
-        !sent.iter().any(|(k, _, _)| k.name == "prod-nova" && k.kind == lockstep::kind::Kind::Nova),
+        !sent
+            .iter()
+            .any(|(k, _, _)| k.name == "prod-nova" && k.kind == lockstep::kind::Kind::Nova),
         "the standalone prod-nova was applied over its live plane: {sent:?}"
     );
 }

@@ -468,6 +468,8 @@ fn standalone_over_a_child_a_live_plane_projects_is_refused() {
     assert_eq!(one(&v, "Nova", "prod-nova").verdict, Verdict::Accepted);
     // A malformed ownerReferences is an error, not "no owner".
     let bad = "apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: Nova\nmetadata:\n  name: prod-nova\n  namespace: openstack\n  ownerReferences: prod\n";
-    let e = parse_live("live.yaml", bad).expect_err("refused").to_string();
+    let e = parse_live("live.yaml", bad)
+        .expect_err("refused")
+        .to_string();
     assert!(e.contains("metadata.ownerReferences is a string"), "{e}");
 }

@@ -432,7 +432,10 @@ async fn the_demo_story_end_to_end() {
         assert_eq!(o.status.projected_by.as_ref(), Some(&prod()), "{c}");
     }
     let n = fleet.get(&nova()).await.unwrap();
-    assert_eq!(n.status.projected_by, None, "a standalone Nova has no plane");
+    assert_eq!(
+        n.status.projected_by, None,
+        "a standalone Nova has no plane"
+    );
     assert_eq!(
         (n.release.as_deref(), n.status.installed_release.as_deref()),
         (Some("2026.2"), Some("2026.2"))

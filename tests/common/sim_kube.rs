@@ -119,8 +119,14 @@ impl KubeOperator {
                 format!("{}-{}", plane.name, kind.service()),
             );
             let image = child_image(&spec, kind, &release);
-            self.project(&key, &template, &release, &image, (plane, obj.metadata.uid.as_deref()))
-                .await?;
+            self.project(
+                &key,
+                &template,
+                &release,
+                &image,
+                (plane, obj.metadata.uid.as_deref()),
+            )
+            .await?;
             let rel = (kind.release_source() == ReleaseSource::Field).then(|| release.clone());
             self.world
                 .install_steady(key.clone(), rel, image, Some(plane.clone()));
