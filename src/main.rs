@@ -30,7 +30,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     name = "lockstep",
     version,
     about = "GitOps release gate for C5C3 OpenStack control planes: one release hop at a time, release and image together",
-    after_help = "Exit codes: 0 every judged commit accepted (held objects included), 1 a commit refused, 2 usage error or unreadable repository, revision or file."
+    after_help = "Exit codes, every subcommand: 0 done and nothing refused or failed; 1 the work was done and its answer is no (check: a commit refused; rehearse: a hop would not complete; run --until-idle: a status undelivered or a person must act; retry: nothing to retry); 2 usage error or unreadable repository, revision or file. One exception: demo exits 0 once it has run, because the refused commits it shows are the demonstration (check exits 1 on the same history)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -133,6 +133,7 @@ enum Command {
     },
     /// Build a throwaway repository from the embedded example fleet, walk a
     /// scripted history through the gate and print what a user would see.
+    /// Exits 0 once it has run: its refused commits are the demonstration.
     Demo {
         /// Keep the demo repository in this (new or empty) directory.
         #[arg(long, value_name = "DIR")]
@@ -381,8 +382,13 @@ fn run_daemon(args: &RunArgs) -> anyhow::Result<ExitCode> {
         };
         demo::build_repository(&dir)?;
         eprintln!(
-            "lockstep: no source given: running on the example fleet at {}",
-            dir.display()
+            "lockstep: no source given: running on the example fleet at {}{}",
+            dir.display(),
+            if tmp.is_some() {
+                " (temporary: removed at exit; --keep DIR keeps it)"
+            } else {
+                ""
+            }
         );
         config.source.repo = Some(dir);
         config.source.branch = "main".into();
@@ -673,6 +679,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { keep, output } => {
+            let keep_given = keep.is_some();
             let tmp;
             let dir = match keep {
                 Some(d) => {
@@ -689,15 +696,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             if matches!(output, Output::Text) {
                 println!(
-                    "lockstep demo: a fleet repository with a scripted history, built in {}\n",
-                    dir.display()
+                    "lockstep demo: a fleet repository with a scripted history, built in {}{}\n",
+                    dir.display(),
+                    if !keep_given {
+                        " (temporary: removed at exit; --keep DIR keeps it)"
+                    } else {
+                        ""
+                    }
                 );
             }
             let report = demo::run(&dir)?;
             print(&report, output);
             if matches!(output, Output::Text) {
                 println!(
-                    "\nEach refused commit left the baseline where it was, so each fix was judged against the last good state.\nTry it yourself: lockstep demo --keep ./demo-fleet && lockstep check --repo ./demo-fleet --base HEAD~3 -o json"
+                    "\nEach refused commit left the baseline where it was, so each fix was judged against the last good state.\nTry it yourself: lockstep demo --keep ./demo-fleet && lockstep check --repo ./demo-fleet --base HEAD~5 -o json\n(HEAD~5 is the accepted prod upgrade: the five commits after it are judged as above)"
                 );
             }
             Ok(ExitCode::SUCCESS)

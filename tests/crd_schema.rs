@@ -12,15 +12,9 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
-
-fn shared_dir() -> PathBuf {
-    std::env::var_os("LOCKSTEP_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"))
-}
 
 struct Crd {
     validator: jsonschema::Validator,
@@ -31,7 +25,7 @@ struct Crd {
 fn crds() -> &'static HashMap<(String, String), Crd> {
     static CRDS: std::sync::OnceLock<HashMap<(String, String), Crd>> = std::sync::OnceLock::new();
     CRDS.get_or_init(|| {
-        let dir = shared_dir().join("fixtures/crds");
+        let dir = common::shared_crds();
         let mut out = HashMap::new();
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
             let path = entry.expect("dir entry").path();

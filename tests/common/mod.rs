@@ -227,22 +227,46 @@ fn kube_peer() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/kube")
 }
 
+/// The one sentence a test that needs the upstream CRDs fails with when
+/// they are not there: which files, where it looked, which variable moves it.
+pub fn missing_crds(dir: &Path) -> String {
+    format!(
+        "this test needs the upstream C5C3 CRDs (*.yaml) in {}: put the shared fixtures at ../shared beside the checkout, or set LOCKSTEP_SHARED to the directory holding fixtures/crds",
+        dir.display()
+    )
+}
+
+/// The directory of the upstream CRD schemas (`$LOCKSTEP_SHARED/fixtures/crds`,
+/// else `../shared/fixtures/crds`); fails at once, with [`missing_crds`], when
+/// it holds no `*.yaml`.
+pub fn shared_crds() -> PathBuf {
+    let shared = std::env::var_os("LOCKSTEP_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let dir = shared.join("fixtures/crds");
+    let any = std::fs::read_dir(&dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "yaml"))
+    });
+    assert!(any, "{}", missing_crds(&dir));
+    dir
+}
+
 impl ApiServer {
     pub fn start() -> Self {
-        let shared = std::env::var_os("LOCKSTEP_SHARED")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+        let crds = shared_crds();
         let dir = tempfile::tempdir().expect("tempdir");
         let out = Command::new("bash")
             .arg(kube_peer().join("start.sh"))
             .arg(dir.path())
             .arg("--crds")
-            .arg(shared)
+            .arg(crds)
             .output()
             .expect("start.sh runs");
         assert!(
             out.status.success(),
-            "the API server did not start (build it with tests/peers/install.sh): {}",
+            "the API server with the CRDs did not start (its binaries come from tests/peers/install.sh): {}",
             String::from_utf8_lossy(&out.stderr)
         );
         Self { dir }

@@ -35,7 +35,7 @@ if ((${#missing[@]})); then
       printf '#!/bin/sh\nexit 101\n' >"$guard" && chmod +x "$guard"
       trap 'rm -f "$guard"' EXIT
     fi
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
   else
     echo "install.sh: missing tools: ${missing[*]}" >&2
@@ -44,7 +44,7 @@ if ((${#missing[@]})); then
 fi
 
 if [[ ! -d $here/github/node_modules/@stoplight/prism-cli ]] || [[ $here/github/package-lock.json -nt $here/github/node_modules ]]; then
-  npm ci --prefix "$here/github" --no-audit --no-fund --loglevel=error
+  npm ci --prefix "$here/github" --no-audit --no-fund --loglevel=error >/dev/null
 fi
 echo "github peer: ready ($here/github)"
 
