@@ -35,6 +35,7 @@ pub mod repair;
 pub mod report;
 pub mod rollout;
 pub mod secret;
+pub mod server;
 pub mod service;
 pub mod sim;
 pub mod source;

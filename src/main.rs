@@ -111,7 +111,7 @@ enum Command {
         /// The object, as kind/namespace/name (e.g. nova/compute/nova).
         object: String,
         /// Kubeconfig to use [default: in-cluster, or $KUBECONFIG / ~/.kube/config].
-        #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
+        #[arg(long, hide_env_values = true, env = "KUBECONFIG", value_name = "FILE")]
         kubeconfig: Option<PathBuf>,
     },
     /// The continuous-sync daemon: watch the repository, judge every new
@@ -147,56 +147,114 @@ enum Command {
 #[derive(clap::Args)]
 struct RunArgs {
     /// YAML configuration (see plans/lockstep-config.schema.json).
-    #[arg(long, env = "LOCKSTEP_CONFIG", value_name = "FILE")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_CONFIG",
+        value_name = "FILE"
+    )]
     config: Option<PathBuf>,
     /// A local fleet repository to watch.
     #[arg(
         long,
+        hide_env_values = true,
         env = "LOCKSTEP_REPO",
         value_name = "PATH",
         conflicts_with = "url"
     )]
     repo: Option<PathBuf>,
     /// A remote fleet repository (https://, ssh://, git://).
-    #[arg(long, env = "LOCKSTEP_URL")]
+    #[arg(long, hide_env_values = true, env = "LOCKSTEP_URL")]
     url: Option<String>,
-    #[arg(long, env = "LOCKSTEP_BRANCH")]
+    #[arg(long, hide_env_values = true, env = "LOCKSTEP_BRANCH")]
     branch: Option<String>,
     /// Only manifests under this path (repeatable).
     #[arg(long = "path", value_name = "PREFIX")]
     paths: Vec<String>,
-    #[arg(long, env = "LOCKSTEP_CACHE_DIR", value_name = "DIR")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_CACHE_DIR",
+        value_name = "DIR"
+    )]
     cache_dir: Option<PathBuf>,
     /// HTTPS token for the remote repository (a file).
-    #[arg(long, env = "LOCKSTEP_GIT_TOKEN_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_GIT_TOKEN_FILE",
+        value_name = "FILE"
+    )]
     git_token_file: Option<PathBuf>,
-    #[arg(long, env = "LOCKSTEP_SSH_KEY_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_SSH_KEY_FILE",
+        value_name = "FILE"
+    )]
     ssh_key_file: Option<PathBuf>,
-    #[arg(long, env = "LOCKSTEP_KNOWN_HOSTS_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_KNOWN_HOSTS_FILE",
+        value_name = "FILE"
+    )]
     known_hosts_file: Option<PathBuf>,
     /// Poll interval (90s, 5m).
-    #[arg(long, env = "LOCKSTEP_POLL", value_name = "DURATION")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_POLL",
+        value_name = "DURATION"
+    )]
     poll: Option<String>,
     /// Judge only commits after this one.
     #[arg(long, value_name = "REV")]
     since: Option<String>,
     /// sim (the simulated operator, default) or kube. kube needs a source
     /// (--repo or --url): the example fleet is for sim only.
-    #[arg(long, env = "LOCKSTEP_CLUSTER_MODE", value_name = "MODE", value_enum)]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_CLUSTER_MODE",
+        value_name = "MODE",
+        value_enum
+    )]
     cluster_mode: Option<lockstep::config::ClusterMode>,
-    #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
+    #[arg(long, hide_env_values = true, env = "KUBECONFIG", value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
     /// This cluster's name in status contexts (lockstep/<name>).
-    #[arg(long, env = "LOCKSTEP_CLUSTER")]
+    #[arg(long, hide_env_values = true, env = "LOCKSTEP_CLUSTER")]
     cluster_name: Option<String>,
     /// Where statuses go: notes (default), github, gitlab, gitea (or forgejo).
-    #[arg(long, env = "LOCKSTEP_REPORT", value_name = "HOST", value_enum)]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_REPORT",
+        value_name = "HOST",
+        value_enum
+    )]
     report: Option<lockstep::config::ReportKind>,
-    #[arg(long, env = "LOCKSTEP_FORGE_URL", value_name = "URL")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_FORGE_URL",
+        value_name = "URL"
+    )]
     forge_url: Option<String>,
-    #[arg(long, env = "LOCKSTEP_FORGE_REPO", value_name = "REPO")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_FORGE_REPO",
+        value_name = "REPO"
+    )]
     forge_repo: Option<String>,
-    #[arg(long, env = "LOCKSTEP_TOKEN_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_TOKEN_FILE",
+        value_name = "FILE"
+    )]
     token_file: Option<PathBuf>,
     #[arg(long, value_name = "VAR")]
     token_env: Option<String>,
@@ -206,25 +264,61 @@ struct RunArgs {
     #[arg(long, value_name = "REMOTE", num_args = 0..=1, default_missing_value = "")]
     push_notes: Option<String>,
     /// Webhook receiver address (HOST:PORT).
-    #[arg(long, env = "LOCKSTEP_LISTEN", value_name = "ADDR")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_LISTEN",
+        value_name = "ADDR"
+    )]
     listen: Option<String>,
     /// /healthz, /readyz and /metrics address (HOST:PORT).
-    #[arg(long, env = "LOCKSTEP_METRICS_LISTEN", value_name = "ADDR")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_METRICS_LISTEN",
+        value_name = "ADDR"
+    )]
     metrics_listen: Option<String>,
-    #[arg(long, env = "LOCKSTEP_GITHUB_WEBHOOK_SECRET_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_GITHUB_WEBHOOK_SECRET_FILE",
+        value_name = "FILE"
+    )]
     github_webhook_secret_file: Option<PathBuf>,
-    #[arg(long, env = "LOCKSTEP_GITLAB_WEBHOOK_SECRET_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_GITLAB_WEBHOOK_SECRET_FILE",
+        value_name = "FILE"
+    )]
     gitlab_webhook_secret_file: Option<PathBuf>,
-    #[arg(long, env = "LOCKSTEP_GITEA_WEBHOOK_SECRET_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_GITEA_WEBHOOK_SECRET_FILE",
+        value_name = "FILE"
+    )]
     gitea_webhook_secret_file: Option<PathBuf>,
     /// Elect a leader on a Lease (several replicas, kube mode).
     #[arg(long)]
     leader_election: bool,
     /// text or json.
-    #[arg(long, env = "LOCKSTEP_LOG_FORMAT", value_name = "FORMAT", value_enum)]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_LOG_FORMAT",
+        value_name = "FORMAT",
+        value_enum
+    )]
     log_format: Option<lockstep::config::LogFormat>,
     /// A tracing filter (info, lockstep=debug).
-    #[arg(long, env = "LOCKSTEP_LOG", value_name = "FILTER")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_LOG",
+        value_name = "FILTER"
+    )]
     log_level: Option<String>,
     /// Stop once every hop is complete (or waits on a person) and every
     /// status is delivered. Exit 1 when a status could not be delivered or
@@ -472,16 +566,36 @@ struct ReportArgs {
     #[arg(long, value_enum, value_name = "HOST")]
     report: Option<lockstep::config::ReportKind>,
     /// This cluster's name: statuses go under lockstep/<cluster>, so clusters never overwrite each other.
-    #[arg(long, env = "LOCKSTEP_CLUSTER", default_value = "default")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_CLUSTER",
+        default_value = "default"
+    )]
     cluster: String,
     /// API base (GitHub Enterprise: https://HOST/api/v3) or server URL (GitLab, Gitea).
-    #[arg(long, env = "LOCKSTEP_FORGE_URL", value_name = "URL")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_FORGE_URL",
+        value_name = "URL"
+    )]
     forge_url: Option<String>,
     /// owner/name (GitLab: the project path or id) [default: from the origin remote].
-    #[arg(long, env = "LOCKSTEP_FORGE_REPO", value_name = "REPO")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_FORGE_REPO",
+        value_name = "REPO"
+    )]
     forge_repo: Option<String>,
     /// File holding the API token (a mounted Secret).
-    #[arg(long, env = "LOCKSTEP_TOKEN_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_TOKEN_FILE",
+        value_name = "FILE"
+    )]
     token_file: Option<PathBuf>,
     /// Environment variable holding the API token.
     #[arg(long, default_value = "LOCKSTEP_TOKEN", value_name = "VAR")]

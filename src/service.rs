@@ -382,8 +382,8 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
         let tt = trigger_tx.clone();
         tokio::spawn(async move {
             while let Some(t) = rx.recv().await {
-                let t: crate::webhook::Trigger = t;
-                tracing::info!(host = ?t.host, git_ref = %t.git_ref, sha = %t.sha, delivery = %t.delivery, "webhook trigger");
+                // The receiver logged it (once, the delivery id cut short).
+                let _: crate::webhook::Trigger = t;
                 let _ = tt.try_send(());
             }
         });
@@ -447,19 +447,8 @@ fn daemon_until_idle<C: Cluster + 'static, R: Repo + 'static>(d: &Daemon<C, R>) 
     d.until_idle()
 }
 
-async fn serve(
-    listener: tokio::net::TcpListener,
-    app: axum::Router,
-    mut stop: watch::Receiver<bool>,
-) {
-    let r = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await;
-    if let Err(e) = r {
-        tracing::error!(error = %e, "server stopped");
-    }
+async fn serve(listener: tokio::net::TcpListener, app: axum::Router, stop: watch::Receiver<bool>) {
+    crate::server::serve(listener, app, crate::server::Limits::default(), stop).await;
 }
 
 /// SIGTERM (Kubernetes) or Ctrl-C. The handlers are installed when this is

@@ -76,27 +76,59 @@ struct AppState {
     seen: Mutex<Seen>,
 }
 
+/// What the receiver remembers of past deliveries: a SHA-256 of each
+/// delivery id and of each body, never the id itself. The id is a header
+/// the signature does not cover, so a replayed signed body may come under
+/// any number of new ids of any length; remembering digests keeps memory
+/// fixed (`remember` × two 32-byte digests), and remembering the body makes
+/// such a replay (and a delivery with no id at all) a duplicate too.
 #[derive(Default)]
 struct Seen {
-    order: VecDeque<String>,
-    ids: HashSet<String>,
+    order: VecDeque<[u8; 32]>,
+    digests: HashSet<[u8; 32]>,
 }
 
 impl Seen {
-    /// Records an id; false when it was already there.
-    fn first_time(&mut self, id: &str, remember: usize) -> bool {
-        if self.ids.contains(id) {
+    /// Records a delivery; false when its id or its body was seen before.
+    fn first_time(&mut self, id: &str, body: &[u8], remember: usize) -> bool {
+        let id = (!id.is_empty()).then(|| digest(b"id", id.as_bytes()));
+        let body = digest(b"body", body);
+        if id.is_some_and(|d| self.digests.contains(&d)) || self.digests.contains(&body) {
             return false;
         }
-        self.ids.insert(id.to_owned());
-        self.order.push_back(id.to_owned());
-        while self.order.len() > remember {
+        for d in id.into_iter().chain([body]) {
+            self.digests.insert(d);
+            self.order.push_back(d);
+        }
+        while self.order.len() > remember.saturating_mul(2) {
             if let Some(old) = self.order.pop_front() {
-                self.ids.remove(&old);
+                self.digests.remove(&old);
             }
         }
         true
     }
+}
+
+fn digest(domain: &[u8], bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    let mut h = Sha256::new();
+    h.update(domain);
+    h.update([0]);
+    h.update(bytes);
+    h.finalize().into()
+}
+
+/// Longest delivery id kept or logged; real ones are UUIDs (36).
+const MAX_DELIVERY_ID: usize = 64;
+
+/// A delivery id as lockstep keeps and logs it: cut to
+/// [`MAX_DELIVERY_ID`] characters (the log layer escapes what it prints).
+fn short_id(id: &str) -> String {
+    let mut out: String = id.chars().take(MAX_DELIVERY_ID).collect();
+    if out.len() < id.len() {
+        out.push('…');
+    }
+    out
 }
 
 /// The routes: `POST /hooks/github`, `/hooks/gitlab`, `/hooks/gitea`.
@@ -259,20 +291,19 @@ fn accept(app: &AppState, host: Host, headers: &HeaderMap, body: &[u8]) -> Reply
     if is_ping(event) {
         return (StatusCode::OK, "pong\n");
     }
-    if !delivery.is_empty() {
-        let first = app
-            .seen
-            .lock()
-            .map(|mut s| s.first_time(delivery, app.config.remember))
-            .unwrap_or(true);
-        if !first {
-            return (StatusCode::OK, "duplicate delivery, already handled\n");
-        }
+    let first = app
+        .seen
+        .lock()
+        .map(|mut s| s.first_time(delivery, body, app.config.remember))
+        .unwrap_or(true);
+    if !first {
+        return (StatusCode::OK, "duplicate delivery, already handled\n");
     }
     let Ok(json) = serde_json::from_slice::<Value>(body) else {
         return (StatusCode::BAD_REQUEST, "body is not JSON\n");
     };
-    match parser(host)(event, &json, delivery) {
+    let delivery = short_id(delivery);
+    match parser(host)(event, &json, &delivery) {
         Parsed::Trigger(t) => {
             tracing::info!(host = ?host, repo = %t.repo, git_ref = %t.git_ref, sha = %t.sha, pr = ?t.pull_request, delivery = %delivery, "webhook trigger");
             if let Err(e) = app.tx.try_send(t) {
@@ -489,13 +520,46 @@ mod tests {
     #[test]
     fn seen_is_bounded() {
         let mut s = Seen::default();
-        assert!(s.first_time("a", 2));
-        assert!(!s.first_time("a", 2));
-        assert!(s.first_time("b", 2));
-        assert!(s.first_time("c", 2));
+        assert!(s.first_time("a", b"1", 2));
+        assert!(!s.first_time("a", b"1", 2));
+        assert!(s.first_time("b", b"2", 2));
+        assert!(s.first_time("c", b"3", 2));
         assert!(
-            s.first_time("a", 2),
+            s.first_time("a", b"1", 2),
             "a was forgotten once the bound was reached"
         );
+        assert_eq!(s.order.len(), 4, "two digests per delivery, bounded");
+    }
+
+    #[test]
+    fn a_replayed_body_is_a_duplicate_under_any_id_and_memory_stays_flat() {
+        let mut s = Seen::default();
+        assert!(s.first_time("real-id", b"{\"signed\":1}", 100));
+        // The same signed body under 2,000 new 60 KB ids, or none.
+        for i in 0..2_000 {
+            let id = format!("{i}{}", "x".repeat(60 * 1024));
+            assert!(!s.first_time(&id, b"{\"signed\":1}", 100));
+        }
+        assert!(!s.first_time("", b"{\"signed\":1}", 100));
+        assert_eq!(s.digests.len(), 2);
+        // Distinct deliveries: at most 2 × remember digests of 32 bytes.
+        for i in 0..1_000 {
+            s.first_time(
+                &format!("{i}{}", "y".repeat(60 * 1024)),
+                i.to_string().as_bytes(),
+                100,
+            );
+        }
+        assert!(s.digests.len() <= 200 && s.order.len() <= 200);
+    }
+
+    #[test]
+    fn delivery_ids_are_kept_short() {
+        let short = short_id(&"a".repeat(60 * 1024));
+        assert!(
+            short.ends_with('…') && short.chars().count() == MAX_DELIVERY_ID + 1,
+            "{short}"
+        );
+        assert_eq!(short_id("6f1a-uuid"), "6f1a-uuid");
     }
 }

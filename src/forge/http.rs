@@ -62,17 +62,30 @@ pub async fn send(
     what: &str,
     req: RequestBuilder,
 ) -> Result<Response, ForgeError> {
-    let resp = req.send().await.map_err(|e| ForgeError::Transport {
+    let (client, req) = req.build_split();
+    let req = req.map_err(|e| ForgeError::Transport {
         host,
         what: what.to_owned(),
         message: without_url_secrets(e),
     })?;
+    // What this request carries that must never come back out: a proxy or
+    // a host that echoes the request in its error body would otherwise put
+    // the token into stderr and the log.
+    let secrets = credentials(req.headers());
+    let resp = client
+        .execute(req)
+        .await
+        .map_err(|e| ForgeError::Transport {
+            host,
+            what: what.to_owned(),
+            message: redact(&without_url_secrets(e), &secrets),
+        })?;
     if resp.status().is_success() {
         return Ok(resp);
     }
     let status = resp.status();
     let headers = resp.headers().clone();
-    let body = resp.text().await.unwrap_or_default();
+    let body = redact(&resp.text().await.unwrap_or_default(), &secrets);
     let retry_after = wait_hint(status, &headers);
     let retryable = status.is_server_error()
         || status == StatusCode::TOO_MANY_REQUESTS
@@ -138,6 +151,52 @@ fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
 
 /// reqwest errors print the URL; ours carry no credentials, but keep the
 /// message to the cause anyway.
+/// The credential values of a request's headers (`Authorization`, with and
+/// without its scheme, and any header naming a token), longest first.
+fn credentials(headers: &HeaderMap) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (name, value) in headers {
+        let name = name.as_str();
+        if name != "authorization" && !name.contains("token") {
+            continue;
+        }
+        let Ok(v) = value.to_str() else { continue };
+        out.push(v.to_owned());
+        if let Some((_, rest)) = v.split_once(' ') {
+            out.push(rest.trim().to_owned());
+            // Basic auth: the base64 pair, and the password inside it.
+            if let Ok(pair) = base64_decode(rest.trim())
+                && let Some((_, password)) = pair.split_once(':')
+            {
+                out.push(password.to_owned());
+            }
+        }
+    }
+    out.retain(|s| s.len() >= 4);
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out.dedup();
+    out
+}
+
+fn base64_decode(s: &str) -> Result<String, ()> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map_err(|_| ())?;
+    String::from_utf8(bytes).map_err(|_| ())
+}
+
+/// `text` with every secret replaced by `<redacted>`.
+pub fn redact(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_owned();
+    for s in secrets {
+        if out.contains(s.as_str()) {
+            out = out.replace(s.as_str(), "<redacted>");
+        }
+    }
+    out
+}
+
 fn without_url_secrets(e: reqwest::Error) -> String {
     let timeout = e.is_timeout();
     let mut msg = e.without_url().to_string();
@@ -150,6 +209,37 @@ fn without_url_secrets(e: reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_never_come_back_out() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            "Bearer ghs_SEKRET1234".parse().expect("header"),
+        );
+        h.insert("private-token", "glpat-OTHER5678".parse().expect("header"));
+        h.insert("accept", "application/json".parse().expect("header"));
+        let secrets = credentials(&h);
+        let echoed = "proxy says: got Authorization: Bearer ghs_SEKRET1234 and PRIVATE-TOKEN glpat-OTHER5678, token ghs_SEKRET1234";
+        let out = redact(echoed, &secrets);
+        assert!(
+            !out.contains("SEKRET") && !out.contains("OTHER5678"),
+            "{out}"
+        );
+        assert!(out.contains("application/json") || !echoed.contains("application/json"));
+        assert_eq!(out.matches("<redacted>").count(), 3, "{out}");
+        // Basic auth: the pair and the password alone.
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            "Basic dXNlcjpwYXNzd29yZDk5".parse().expect("header"),
+        );
+        let out = redact("echo dXNlcjpwYXNzd29yZDk5 / password99", &credentials(&h));
+        assert!(
+            !out.contains("password99") && !out.contains("dXNlcjpw"),
+            "{out}"
+        );
+    }
 
     #[test]
     fn joins_paths() {
