@@ -1,0 +1,105 @@
+//! Secrets never print. A Git host (or a proxy in front of it) that echoes
+//! the request in its error body would put the token into stderr: the
+//! real binary posts statuses to a host that does exactly that, for every
+//! host kind lockstep speaks to, and neither stdout nor stderr may carry
+//! the token. The host is a few lines of std over loopback: what matters
+//! here is an answer no real host gives on purpose, so no real peer can
+//! play it.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::Command;
+
+use common::{FleetRepo, lockstep_bin, nova};
+
+const TOKEN: &str = "glpat-EchoedBack-91c2d3e4f5";
+
+/// Answers every request with `status` and a body echoing the request's
+/// head (Authorization and PRIVATE-TOKEN included), as some proxies do.
+fn echo_host(status: &'static str) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut head = String::new();
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&line);
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let text = format!(
+                "{{\"message\":\"denied; you sent: {}\"}}",
+                head.replace(['\r', '\n', '"'], " ")
+            );
+            let mut s = reader.into_inner();
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                text.len()
+            );
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn a_host_that_echoes_the_request_never_gets_the_token_printed() {
+    let repo = FleetRepo::new();
+    repo.write("nova.yaml", nova("nova", "2026.1", "2026.1"));
+    repo.commit("fleet");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).expect("write");
+    let path = repo.path().to_string_lossy().into_owned();
+    for (host, status) in [
+        ("github", "401 Unauthorized"),
+        ("gitlab", "403 Forbidden"),
+        ("gitea", "422 Unprocessable Entity"),
+        ("github", "500 Internal Server Error"),
+    ] {
+        let url = echo_host(status);
+        let out = Command::new(lockstep_bin())
+            .args([
+                "check",
+                "--repo",
+                &path,
+                "--report",
+                host,
+                "--forge-url",
+                &url,
+                "--forge-repo",
+                "fleet/fleet",
+                "--token-file",
+                &token_file.to_string_lossy(),
+            ])
+            .env("RUST_LOG", "trace")
+            .output()
+            .expect("lockstep runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{host} {status}: a status not posted is an error\n{stderr}"
+        );
+        // The echo did reach the message: the host's words are shown,
+        // with the credential taken out.
+        assert!(stderr.contains("you sent"), "{host}: {stderr}");
+        assert!(stderr.contains("<redacted>"), "{host}: {stderr}");
+        assert!(
+            !stdout.contains(TOKEN) && !stderr.contains(TOKEN) && !stderr.contains("EchoedBack"),
+            "{host} {status}: the token was printed\n{stderr}"
+        );
+    }
+}
