@@ -32,6 +32,26 @@ pub struct Config {
     pub log: LogConfig,
     #[serde(default)]
     pub plans: PlansConfig,
+    #[serde(default)]
+    pub trust: TrustConfig,
+}
+
+/// Whose signatures make a commit trusted (`docs/gate.md`, "Signed
+/// commits"). With neither set, commits are judged on their content alone;
+/// with either, every judged commit (branch and pull requests) must carry a
+/// signature by a key trusted for its committer at its time.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TrustConfig {
+    /// SSH keys in git's allowed-signers format (`gpg.ssh.allowedSignersFile`):
+    /// `PRINCIPALS [OPTIONS] KEYTYPE BASE64KEY`; the principals match the
+    /// committer's email.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_signers_file: Option<PathBuf>,
+    /// A directory of armored OpenPGP public keys (`*.asc`); a key's user
+    /// IDs must hold the committer's email.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_keys_dir: Option<PathBuf>,
 }
 
 /// How upgrade plans write their hop commits.
@@ -100,7 +120,7 @@ pub struct SourceConfig {
     /// How often to look for new commits (webhooks and the local watcher
     /// only make it sooner).
     #[serde(default = "default_poll")]
-    #[schemars(schema_with = "duration_schema")]
+    #[schemars(schema_with = "lockstep_core::duration::schema")]
     pub poll_interval: String,
     /// Judge pull/merge request heads and post their status before merge.
     #[serde(default = "yes")]
@@ -154,11 +174,16 @@ pub struct ClusterConfig {
     pub name: String,
     /// How long a phase may show no progress before it is reported stalled.
     #[serde(default = "default_stall")]
-    #[schemars(schema_with = "duration_schema")]
+    #[schemars(schema_with = "lockstep_core::duration::schema")]
     pub stall_after: String,
     /// Re-runs of a failed phase Job per hop before lockstep reports.
     #[serde(default = "default_budget")]
     pub repair_budget: u32,
+    /// Sim mode only: trouble the simulated operator injects, in the
+    /// grammar of `lockstep rehearse --fault` (`nova:expand:fail=2`,
+    /// `prod-glance:db-down=15m`), so a run and a rehearsal can be compared.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<String>,
 }
 
 impl Default for ClusterConfig {
@@ -169,6 +194,7 @@ impl Default for ClusterConfig {
             name: default_cluster_name(),
             stall_after: default_stall(),
             repair_budget: default_budget(),
+            faults: Vec::new(),
         }
     }
 }
@@ -250,7 +276,7 @@ pub struct LeaderElectionConfig {
     #[serde(default = "default_lease_name")]
     pub lease_name: String,
     #[serde(default = "default_lease_duration")]
-    #[schemars(schema_with = "duration_schema")]
+    #[schemars(schema_with = "lockstep_core::duration::schema")]
     pub lease_duration: String,
 }
 
@@ -322,28 +348,6 @@ fn default_level() -> String {
     "info".into()
 }
 
-/// A duration field of another schema (plans).
-pub fn duration_schema_pub(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    duration_schema(g)
-}
-
-/// A duration that may be zero (`0s`: no soak).
-pub fn duration_or_zero_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "string",
-        "pattern": "^[0-9]+(s|m|h)$",
-        "description": "A duration: 0s, 90s, 15m, 1h."
-    })
-}
-
-fn duration_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "string",
-        "pattern": "^[0-9]+(s|m|h)$",
-        "description": "A duration: 90s, 15m, 1h."
-    })
-}
-
 #[derive(Debug, Error)]
 pub enum ConfigError {
     /// Unreadable, over [`crate::yaml::CONFIG_MAX_BYTES`], or not UTF-8.
@@ -383,7 +387,7 @@ impl Config {
     /// never reading past that (`--config /dev/zero` fails at once). Errors
     /// name the file and line.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = crate::yaml::read_text(path, &crate::yaml::Limit::CONFIG).map_err(|reason| {
+        let text = crate::file::read_text(path, &crate::yaml::Limit::CONFIG).map_err(|reason| {
             ConfigError::Read {
                 path: path.to_owned(),
                 reason,
@@ -450,13 +454,23 @@ impl Config {
                 &self.leader_election.lease_duration,
             ),
         ] {
-            duration(v).ok_or_else(|| bad(field, "expected a duration like 90s, 15m or 1h"))?;
+            lockstep_core::duration::positive(v)
+                .map_err(|_| bad(field, "expected a duration like 90s, 15m or 1h"))?;
         }
         if self.cluster.name.is_empty() || self.cluster.name.contains(char::is_whitespace) {
             return Err(bad("cluster.name", "a non-empty name without spaces"));
         }
         if self.report.kind == ReportKind::Gitea && self.report.url.is_none() {
             return Err(bad("report.url", "Gitea/Forgejo needs the server's URL"));
+        }
+        for f in &self.cluster.faults {
+            crate::sim::parse_fault(f).map_err(|e| bad("cluster.faults", &e.to_string()))?;
+        }
+        if !self.cluster.faults.is_empty() && self.cluster.mode != ClusterMode::Sim {
+            return Err(bad(
+                "cluster.faults",
+                "faults are injected into the simulated operator: cluster.mode sim only",
+            ));
         }
         if self.leader_election.enabled && self.cluster.mode != ClusterMode::Kube {
             return Err(bad(
@@ -498,13 +512,15 @@ impl Config {
     }
 
     pub fn poll_interval(&self) -> Duration {
-        duration(&self.source.poll_interval).unwrap_or(Duration::from_secs(30))
+        lockstep_core::duration::positive(&self.source.poll_interval)
+            .unwrap_or(Duration::from_secs(30))
     }
 }
 
-/// `90s`, `15m`, `1h`.
+/// `90s`, `15m`, `1h`, longer than zero: [`lockstep_core::duration::positive`],
+/// kept under this name for callers outside the crate (the fuzz targets).
 pub fn duration(s: &str) -> Option<Duration> {
-    crate::rehearse::parse_duration(s).filter(|d| !d.is_zero())
+    lockstep_core::duration::positive(s).ok()
 }
 
 /// The JSON Schema of the configuration file, as committed under `plans/`.

@@ -67,6 +67,73 @@ pub struct CommitInfo {
     pub summary: String,
 }
 
+/// What a signed commit's signature covers and whom it must come from.
+#[derive(Clone, Debug)]
+pub struct CommitSignature {
+    pub signature: Vec<u8>,
+    pub signed_data: Vec<u8>,
+    /// The committer timestamp, seconds since the epoch.
+    pub when: i64,
+    pub committer_email: String,
+}
+
+/// The CA certificate file libgit2's TLS context is missing, when
+/// [`init_without_certificates`] left it out; loaded by
+/// [`load_certificates`].
+static DEFERRED_CERTIFICATES: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Initializes libgit2 without reading the system's CA certificates.
+///
+/// libgit2 is built with OpenSSL (for fetches over https), and its
+/// initialization sets up a TLS context whether or not a connection is ever
+/// opened: OpenSSL parses every certificate of the system's CA bundle, about
+/// 20 ms of CPU, three quarters of a one-file `check`
+/// (`cargo bench --bench fleet`). Here libgit2 initializes with OpenSSL's
+/// certificate file pointed at `/dev/null`; the real one (the one libgit2
+/// would have used: `SSL_CERT_FILE`, else what `openssl-probe` finds, which
+/// libgit2's own initialization leaves in `SSL_CERT_FILE` as before) is
+/// loaded by [`load_certificates`], which every libgit2 network operation
+/// of such a command must call first.
+///
+/// # Safety
+///
+/// Sets and restores `SSL_CERT_FILE`: call it before any other thread
+/// exists, and before anything else touches libgit2.
+pub unsafe fn init_without_certificates() {
+    const VAR: &str = "SSL_CERT_FILE";
+    let Some(file) = openssl_probe::probe().cert_file else {
+        // Nothing to defer: OpenSSL finds no bundle either.
+        git2::opts::strict_hash_verification(false);
+        return;
+    };
+    // SAFETY: single-threaded, by this function's contract.
+    unsafe { std::env::set_var(VAR, "/dev/null") };
+    git2::opts::strict_hash_verification(false);
+    // SAFETY: as above.
+    unsafe { std::env::set_var(VAR, &file) };
+    if let Ok(mut d) = DEFERRED_CERTIFICATES.lock() {
+        *d = Some(file);
+    }
+}
+
+/// Loads the CA certificates [`init_without_certificates`] left out, once;
+/// a no-op otherwise. Call before libgit2 opens a connection.
+pub fn load_certificates() -> Result<(), GitError> {
+    let Ok(mut deferred) = DEFERRED_CERTIFICATES.lock() else {
+        return Ok(());
+    };
+    if let Some(file) = deferred.take() {
+        // SAFETY: libgit2 is initialized; the option only loads a file into
+        // its TLS context (no connection uses it concurrently: this runs
+        // before the first).
+        unsafe { git2::opts::set_ssl_cert_file(&file) }.map_err(other(format!(
+            "loading CA certificates from {}",
+            file.display()
+        )))?;
+    }
+    Ok(())
+}
+
 pub struct GitRepo {
     repo: Repository,
     path: PathBuf,
@@ -148,6 +215,37 @@ impl GitRepo {
             tree: c.tree_id(),
             summary: String::from_utf8_lossy(c.summary_bytes().unwrap_or_default()).into_owned(),
         })
+    }
+
+    /// A commit's signature (its `gpgsig` header) with the bytes it signs
+    /// (the commit object without that header), the committer's time and
+    /// email; `None` for an unsigned commit.
+    pub fn signature(&self, id: Oid) -> Result<Option<CommitSignature>, GitError> {
+        let c = self
+            .repo
+            .find_commit(id)
+            .map_err(other(format!("reading commit {id}")))?;
+        let committer = c.committer();
+        let (signature, signed) = match self.repo.extract_signature(&id, None) {
+            Ok(pair) => pair,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
+            Err(e) => return Err(other(format!("reading the signature of commit {id}"))(e)),
+        };
+        Ok(Some(CommitSignature {
+            signature: signature.to_vec(),
+            signed_data: signed.to_vec(),
+            when: committer.when().seconds(),
+            committer_email: String::from_utf8_lossy(committer.email_bytes()).into_owned(),
+        }))
+    }
+
+    /// The committer's email (for an unsigned commit's refusal).
+    pub fn committer_email(&self, id: Oid) -> Result<String, GitError> {
+        let c = self
+            .repo
+            .find_commit(id)
+            .map_err(other(format!("reading commit {id}")))?;
+        Ok(String::from_utf8_lossy(c.committer().email_bytes()).into_owned())
     }
 
     /// The first parent; `None` only for a real root. A shallow clone's

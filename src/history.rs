@@ -13,14 +13,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use git2::Oid;
-use serde::Serialize;
 
 use crate::desired::{Desired, expand, plane_name_for};
 use crate::gate::{self, CommitInput, Floor, ObjectVerdict, Verdict};
 use crate::git::{Change, EntryKind, GitError, GitRepo, Resolved};
 use crate::kind::Key;
 use crate::live::Live;
-use crate::manifest::{self, ParsedFile, Problem, Skip};
+use crate::manifest::{self, ParsedFile, Problem};
 
 #[derive(Clone)]
 pub struct CheckOptions {
@@ -35,6 +34,9 @@ pub struct CheckOptions {
     /// branch): when the range starts exactly there, it replaces the look
     /// back through older history.
     pub memory: Option<Arc<Memory>>,
+    /// Whose signatures make a commit trusted (`docs/gate.md`, "Signed
+    /// commits"); `None`: commits are judged on their content alone.
+    pub trust: Option<Arc<crate::trust::TrustPolicy>>,
 }
 
 impl Default for CheckOptions {
@@ -46,6 +48,7 @@ impl Default for CheckOptions {
             live: None,
             max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
             memory: None,
+            trust: None,
         }
     }
 }
@@ -83,48 +86,10 @@ impl Memory {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CheckReport {
-    pub verdict: Verdict,
-    /// The starting baseline (commit or tree id), null for the empty tree.
-    pub base: Option<String>,
-    pub head: String,
-    pub commits: Vec<CommitReport>,
-    /// The floors after the last judged commit, for judging on from here.
-    #[serde(skip)]
-    pub memory: Arc<Memory>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CommitReport {
-    pub sha: String,
-    pub summary: String,
-    pub verdict: Verdict,
-    pub objects: Vec<ObjectVerdict>,
-    /// Content that is not a Kubernetes object, passed over.
-    pub skipped: Vec<SkipReport>,
-    /// Manifest files this commit changed relative to its baseline.
-    pub files_changed: usize,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct SkipReport {
-    pub file: Arc<str>,
-    pub line: u32,
-    pub message: String,
-}
-
-impl From<&Skip> for SkipReport {
-    fn from(s: &Skip) -> Self {
-        Self {
-            file: s.file.clone(),
-            line: s.line,
-            message: s.message.clone(),
-        }
-    }
-}
+/// The judged report of a range, with the floors ([`Memory`]) to judge on
+/// from; the report types themselves are the pure core's.
+pub type CheckReport = lockstep_core::verdict::CheckReport<Arc<Memory>>;
+pub use lockstep_core::verdict::{CommitReport, SkipReport};
 
 /// Judges `base..head` of `repo`.
 pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitError> {
@@ -265,13 +230,31 @@ fn judge_commits(
         cache: HashMap::new(),
         memory,
         past: look_back.map(Past::new),
+        mentions: Mentions::default(),
+        without_plans: Default::default(),
     };
     let mut reports = Vec::with_capacity(commits.len());
     for c in commits {
+        // An untrusted commit is refused before its content is read:
+        // nothing of it is applied, whatever it holds (`docs/gate.md`,
+        // "Signed commits").
+        if let Some(trust) = &opts.trust
+            && let Some(refusal) = untrusted(repo, trust, c.id)?
+        {
+            reports.push(CommitReport {
+                sha: c.id.to_string(),
+                summary: c.summary,
+                verdict: Verdict::Refused,
+                objects: vec![refusal],
+                skipped: Vec::new(),
+                files_changed: 0,
+            });
+            continue;
+        }
         let judged = walker.judge(baseline_tree, c.tree)?;
         let (mut objects, skipped, files_changed) =
-            (judged.objects, judged.skipped, judged.files_changed);
-        objects.extend(walker.judge_plans(baseline_tree, c.tree)?);
+            (judged.objects, judged.skipped, judged.changes.len());
+        objects.extend(walker.judge_plans(c.tree, &judged.changes)?);
         let verdict = gate::commit_verdict(&objects);
         if verdict == Verdict::Accepted {
             baseline_tree = Some(c.tree);
@@ -304,6 +287,39 @@ fn judge_commits(
     })
 }
 
+/// The refusal of a commit whose signature the trust policy does not
+/// accept; `None` when it does. The message names the signer (key and
+/// principal) or says there is none.
+fn untrusted(
+    repo: &GitRepo,
+    trust: &crate::trust::TrustPolicy,
+    id: Oid,
+) -> Result<Option<ObjectVerdict>, GitError> {
+    let (why, email) = match repo.signature(id)? {
+        None => (crate::trust::Untrusted::Unsigned, repo.committer_email(id)?),
+        Some(s) => match trust.verify(&s.signature, &s.signed_data, s.when, &s.committer_email) {
+            Ok(_) => return Ok(None),
+            Err(why) => (why, s.committer_email),
+        },
+    };
+    Ok(Some(ObjectVerdict {
+        kind: None,
+        namespace: None,
+        name: None,
+        file: Arc::from(""),
+        line: 0,
+        projected_by: None,
+        from: None,
+        to: None,
+        from_image: None,
+        to_image: None,
+        transition: gate::Transition::Invalid,
+        verdict: Verdict::Refused,
+        reason: Some(gate::Reason::UntrustedCommit),
+        message: format!("commit by <{email}> is not trusted: {why}; nothing of it is applied"),
+    }))
+}
+
 /// Every desired object of a tree (`None`: the empty tree), with the
 /// problems found on the way: the full picture a rehearsal starts from.
 pub fn tree_desired(
@@ -320,6 +336,8 @@ pub fn tree_desired(
         cache: HashMap::new(),
         memory: Memory::default(),
         past: None,
+        mentions: Mentions::default(),
+        without_plans: Default::default(),
     };
     let files = repo.files(tree, &opts.prefixes, manifest::is_manifest_path)?;
     walker.parse_many(
@@ -380,13 +398,25 @@ struct Walker<'a> {
     /// The history before the range, looked into only for identities that
     /// appear in the range without a baseline or a floor.
     past: Option<Past>,
+    /// Which blobs mention one of a set of names (the set, then the answers).
+    mentions: Mentions,
+    /// Blobs known not to hold an UpgradePlan (seen by `parse_many`):
+    /// `judge_plans` need not read them again.
+    without_plans: std::collections::HashSet<Oid>,
 }
+
+/// Whether blobs name one of a set of needles, per blob, for the last set
+/// asked about: a commit adding an object asks it of the whole tree in
+/// `lookup` and again of the history in `ever_defined`, whose first commit
+/// is often that same tree.
+type Mentions = (BTreeSet<String>, HashMap<Oid, bool>);
 
 /// One commit's judgment, with the two sides the memory needs.
 struct Judged {
     objects: Vec<ObjectVerdict>,
     skipped: Vec<SkipReport>,
-    files_changed: usize,
+    /// The manifest files the commit changed relative to its baseline.
+    changes: Vec<Change>,
     baseline: Vec<Desired>,
     next: Vec<Desired>,
 }
@@ -415,22 +445,19 @@ impl Walker<'_> {
     /// tree's other plans. Only refusals are reported.
     fn judge_plans(
         &mut self,
-        baseline_tree: Option<Oid>,
         tree: Oid,
+        changes: &[Change],
     ) -> Result<Vec<ObjectVerdict>, GitError> {
         use crate::plan;
-        let changes = self.repo.changed_files_walk(
-            baseline_tree,
-            tree,
-            &self.opts.prefixes,
-            manifest::is_manifest_path,
-        )?;
         let mut changed_plans = Vec::new();
         let mut errors = Vec::new();
-        for ch in &changes {
+        for ch in changes {
             let Some(new) = ch.new.as_ref().filter(|e| e.kind == EntryKind::File) else {
                 continue;
             };
+            if self.without_plans.contains(&new.oid) {
+                continue;
+            }
             let blob = self.repo.blob(new.oid)?;
             if memchr::memmem::find(blob.content(), plan::KIND.as_bytes()).is_none() {
                 continue;
@@ -517,6 +544,28 @@ impl Walker<'_> {
         Ok(out)
     }
 
+    /// Whether a blob holds one of `needles` (searched with `finders`, one
+    /// per needle) or could spell a name in disguise.
+    fn mentions(
+        &mut self,
+        needles: &BTreeSet<String>,
+        finders: &[memchr::memmem::Finder<'_>],
+        oid: Oid,
+    ) -> Result<bool, GitError> {
+        if self.mentions.0 != *needles {
+            self.mentions = (needles.clone(), HashMap::new());
+        }
+        if let Some(&m) = self.mentions.1.get(&oid) {
+            return Ok(m);
+        }
+        let blob = self.repo.blob(oid)?;
+        let bytes = blob.content();
+        let m =
+            finders.iter().any(|f| f.find(bytes).is_some()) || may_spell_names_in_disguise(bytes);
+        self.mentions.1.insert(oid, m);
+        Ok(m)
+    }
+
     fn parse(&mut self, path: &str, oid: Oid) -> Result<Arc<ParsedFile>, GitError> {
         let path: Arc<str> = Arc::from(path);
         if let Some(p) = self.cache.get(&(oid, path.clone())) {
@@ -546,6 +595,9 @@ impl Walker<'_> {
                 continue;
             }
             let blob = self.repo.blob(oid)?;
+            if memchr::memmem::find(blob.content(), crate::plan::KIND.as_bytes()).is_none() {
+                self.without_plans.insert(oid);
+            }
             todo.push((path, oid, blob.content().to_vec()));
         }
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -557,20 +609,30 @@ impl Walker<'_> {
             return Ok(());
         }
         let max = self.opts.max_file_bytes;
-        let chunk = todo.len().div_ceil(threads);
+        let keys: Vec<CacheKey> = todo.iter().map(|(p, o, _)| (*o, p.clone())).collect();
+        // Files are handed out one at a time, not in fixed slices: their
+        // costs differ widely (a ControlPlane projects nine children, a
+        // standalone service is one object) and often cluster by path, and
+        // fixed halves left one core idle for most of a whole-tree judgment.
+        // Each file's bytes are dropped as soon as it is parsed.
+        let queue = std::sync::Mutex::new(todo.into_iter());
         let results: Vec<Vec<(CacheKey, Arc<ParsedFile>)>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = todo
-                .chunks(chunk)
-                .map(|part| {
-                    scope.spawn(move || {
-                        part.iter()
-                            .map(|(path, oid, bytes)| {
-                                (
-                                    (*oid, path.clone()),
-                                    Arc::new(manifest::parse_file(path, bytes, max)),
-                                )
-                            })
-                            .collect::<Vec<_>>()
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut out = Vec::new();
+                        loop {
+                            let item = match queue.lock() {
+                                Ok(mut q) => q.next(),
+                                Err(_) => None,
+                            };
+                            let Some((path, oid, bytes)) = item else {
+                                break;
+                            };
+                            let parsed = Arc::new(manifest::parse_file(&path, &bytes, max));
+                            out.push(((oid, path), parsed));
+                        }
+                        out
                     })
                 })
                 .collect();
@@ -581,10 +643,12 @@ impl Walker<'_> {
         for part in results {
             self.cache.extend(part);
         }
-        for (path, oid, bytes) in todo {
-            self.cache
-                .entry((oid, path.clone()))
-                .or_insert_with(|| Arc::new(manifest::parse_file(&path, &bytes, max)));
+        for (oid, path) in keys {
+            if !self.cache.contains_key(&(oid, path.clone())) {
+                let blob = self.repo.blob(oid)?;
+                let parsed = manifest::parse_file(&path, blob.content(), max);
+                self.cache.insert((oid, path), Arc::new(parsed));
+            }
         }
         Ok(())
     }
@@ -659,11 +723,14 @@ impl Walker<'_> {
             None => {
                 let start = past.start;
                 // The past is judged from Git alone: the live state is now's.
+                // Floors come from what may be running, so the look back
+                // judges content only (`docs/gate.md`, "Signed commits").
                 let opts = CheckOptions {
                     base: None,
                     head: start.to_string(),
                     live: None,
                     memory: None,
+                    trust: None,
                     ..self.opts.clone()
                 };
                 let commits = self.repo.first_parent_range(None, start)?;
@@ -726,14 +793,8 @@ impl Walker<'_> {
                 let Some(new) = ch.new.filter(|e| e.kind == EntryKind::File) else {
                     continue;
                 };
-                {
-                    let blob = self.repo.blob(new.oid)?;
-                    let bytes = blob.content();
-                    if !finders.iter().any(|f| f.find(bytes).is_some())
-                        && !may_spell_names_in_disguise(bytes)
-                    {
-                        continue;
-                    }
+                if !self.mentions(&needles, &finders, new.oid)? {
+                    continue;
                 }
                 let parsed = self.parse(&ch.path, new.oid)?;
                 if expand(&parsed.documents)
@@ -821,7 +882,7 @@ impl Walker<'_> {
         Ok(Judged {
             objects,
             skipped,
-            files_changed: changes.len(),
+            changes,
             baseline,
             next,
         })
@@ -857,14 +918,9 @@ impl Walker<'_> {
             let parsed = match cached {
                 Some(p) => p,
                 None => {
-                    let blob = self.repo.blob(entry.oid)?;
-                    let bytes = blob.content();
-                    let candidate = finders.iter().any(|f| f.find(bytes).is_some())
-                        || may_spell_names_in_disguise(bytes);
-                    if !candidate {
+                    if !self.mentions(needles, &finders, entry.oid)? {
                         continue;
                     }
-                    drop(blob);
                     self.parse(&path, entry.oid)?
                 }
             };

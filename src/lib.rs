@@ -1,9 +1,11 @@
 //! lockstep: a GitOps release gate and reconciler for C5C3 (CobaltCore)
 //! OpenStack-on-Kubernetes control planes.
 //!
-//! The core is pure ([`release`], [`manifest`], [`desired`], [`gate`]); the
-//! edges ([`git`], reading live state) feed it; [`history`] walks commits and
-//! [`report`] prints what the gate decided.
+//! The core is pure and its own crate, `lockstep_core` ([`release`],
+//! [`manifest`], [`desired`], [`gate`], [`rollout`], the plan format, ...),
+//! re-exported here under the same paths; this crate is the shell: the
+//! edges ([`git`], [`cluster`], [`forge`]) feed the core, [`history`] walks
+//! commits and [`report`] prints what the gate decided.
 
 // Input never panics the library: errors name the file, line and rule.
 #![cfg_attr(
@@ -11,33 +13,31 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+// The pure core, under the paths the shell has always used.
+pub use lockstep_core::{
+    desired, duration, follow, gate, kind, live, manifest, release, rollout, status, verdict, yaml,
+};
+
 pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod demo;
-pub mod desired;
 pub mod escape;
-pub mod follow;
+pub mod file;
 pub mod forge;
 pub mod forward;
-pub mod gate;
 pub mod git;
 pub mod history;
-pub mod kind;
 pub mod lease;
-pub mod live;
-pub mod manifest;
 pub mod metrics;
 pub mod plan;
 pub mod rehearse;
-pub mod release;
 pub mod repair;
 pub mod report;
-pub mod rollout;
 pub mod secret;
 pub mod server;
 pub mod service;
 pub mod sim;
 pub mod source;
+pub mod trust;
 pub mod webhook;
-pub mod yaml;

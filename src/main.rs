@@ -16,7 +16,7 @@ use lockstep::git::GitRepo;
 use lockstep::history::{CheckOptions, check};
 use lockstep::repair::Retried;
 use lockstep::secret::Secret;
-use lockstep::{demo, history, live, manifest, rehearse, report};
+use lockstep::{demo, live, manifest, rehearse, report};
 
 /// mimalloc, not glibc's malloc: after the first judgement frees a large,
 /// fragmented heap, glibc's `posix_memalign` (behind every tokio task)
@@ -74,6 +74,15 @@ enum Command {
         /// and document limits grow with it.
         #[arg(long, default_value_t = live::DEFAULT_MAX_LIVE_BYTES, value_name = "BYTES")]
         max_live_bytes: usize,
+        /// Refuse commits not signed by an SSH key this allowed-signers
+        /// file (git's gpg.ssh.allowedSignersFile format) trusts for the
+        /// committer's email at the commit's time (UntrustedCommit).
+        #[arg(long, value_name = "FILE")]
+        allowed_signers: Option<PathBuf>,
+        /// Refuse commits not signed by an OpenPGP key of this directory
+        /// (armored *.asc files) with a user ID of the committer's email.
+        #[arg(long, value_name = "DIR")]
+        trusted_keys: Option<PathBuf>,
         #[command(flatten)]
         report: ReportArgs,
     },
@@ -333,6 +342,28 @@ struct RunArgs {
     /// directory. With a source it is a usage error.
     #[arg(long, value_name = "DIR")]
     keep: Option<PathBuf>,
+    /// Sim mode: inject trouble into the simulated operator, as `rehearse
+    /// --fault` does (repeatable).
+    #[arg(long = "fault", value_name = "SPEC")]
+    faults: Vec<String>,
+    /// Refuse commits not signed by an SSH key this allowed-signers file
+    /// trusts (as `check --allowed-signers`).
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_ALLOWED_SIGNERS",
+        value_name = "FILE"
+    )]
+    allowed_signers: Option<PathBuf>,
+    /// Refuse commits not signed by an OpenPGP key of this directory (as
+    /// `check --trusted-keys`).
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_TRUSTED_KEYS",
+        value_name = "DIR"
+    )]
+    trusted_keys: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -374,6 +405,9 @@ impl RunArgs {
         }
         if let Some(m) = self.cluster_mode {
             c.cluster.mode = m;
+        }
+        if !self.faults.is_empty() {
+            c.cluster.faults = self.faults.clone();
         }
         set(&mut c.cluster.kubeconfig, &self.kubeconfig);
         if let Some(n) = &self.cluster_name {
@@ -425,6 +459,8 @@ impl RunArgs {
         if let Some(l) = &self.log_level {
             c.log.level = l.clone();
         }
+        set(&mut c.trust.allowed_signers_file, &self.allowed_signers);
+        set(&mut c.trust.trusted_keys_dir, &self.trusted_keys);
         Ok(c)
     }
 }
@@ -638,6 +674,12 @@ impl ReportArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Check { .. } = cli.command {
+        // A check reads the repository; only `--push-notes` may connect,
+        // and loads the CA certificates first (`post_statuses`).
+        // SAFETY: no other thread exists yet, and libgit2 is untouched.
+        unsafe { lockstep::git::init_without_certificates() };
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -658,11 +700,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             output,
             max_file_bytes,
             max_live_bytes,
+            allowed_signers,
+            trusted_keys,
             report: report_args,
         } => {
             let spec = report_args.spec(&repo)?;
+            let trust = lockstep::trust::TrustPolicy::load(
+                allowed_signers.as_deref(),
+                trusted_keys.as_deref(),
+            )?;
             let live = live
-                .map(|path| live::read_live(&path, max_live_bytes))
+                .map(|path| lockstep::file::read_live(&path, max_live_bytes))
                 .transpose()?;
             let git = GitRepo::open(&repo)?;
             let report = check(
@@ -674,6 +722,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     live,
                     max_file_bytes,
                     memory: None,
+                    trust,
                 },
             )?;
             print(&report, output);
@@ -723,28 +772,24 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     ExitCode::SUCCESS
                 });
             }
-            let git = GitRepo::open(&repo)?;
-            let opts = CheckOptions {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let r = rt.block_on(rehearse::rehearse(&rehearse::Range {
+                repo,
                 base,
                 head,
-                prefixes: paths,
-                ..CheckOptions::default()
-            };
-            let report = check(&git, &opts)?;
-            let (baseline, _) =
-                history::tree_desired(&git, history::base_tree(&git, &report)?, &opts)?;
-            let refused = report
-                .commits
-                .iter()
-                .filter(|c| c.verdict == Verdict::Refused)
-                .count();
-            if refused > 0 {
+                paths,
+                faults,
+                params: lockstep::sim::Params::default(),
+            }))?;
+            if r.refused > 0 {
                 println!(
-                    "{refused} refused commit(s) in the range are not rehearsed (see lockstep check)"
+                    "{} refused commit(s) in the range are not rehearsed (see lockstep check)",
+                    r.refused
                 );
             }
-            let r =
-                rehearse::rehearse(&baseline, &report, faults, lockstep::sim::Params::default());
             print!("{}", rehearse::text(&r));
             Ok(if r.failed {
                 ExitCode::from(1)
@@ -868,6 +913,7 @@ fn post_statuses(
         } else {
             remote.clone()
         };
+        lockstep::git::load_certificates()?;
         n.push(&remote)?;
         eprintln!(
             "lockstep: pushed {} to {remote}",
@@ -891,6 +937,13 @@ fn parse_object(s: &str) -> anyhow::Result<lockstep::kind::Key> {
 fn print(report: &lockstep::history::CheckReport, output: Output) {
     match output {
         Output::Text => print!("{}", report::text(report)),
-        Output::Json => println!("{}", report::json(report)),
+        Output::Json => {
+            use std::io::Write as _;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            if let Err(e) = report::write_json(report, &mut out).and_then(|()| out.flush()) {
+                // As `println!` would.
+                panic!("failed printing to stdout: {e}");
+            }
+        }
     }
 }

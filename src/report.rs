@@ -11,6 +11,13 @@ pub fn json(report: &CheckReport) -> String {
     serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
+/// [`json`] and a line break, written as it is serialized: the report of a
+/// whole fleet is tens of megabytes, and no second copy of it is held.
+pub fn write_json(report: &CheckReport, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, report)?;
+    out.write_all(b"\n")
+}
+
 /// The report for people. Every line that holds text from Git (summaries,
 /// file names, releases, images, the gate's messages quoting them) is
 /// escaped as a whole ([`crate::escape`]): the JSON keeps the raw values.
@@ -103,6 +110,8 @@ fn commit_text(s: &mut String, c: &CommitReport) {
 fn object_text(s: &mut String, o: &ObjectVerdict) {
     let who = match (&o.kind, &o.namespace, &o.name) {
         (Some(k), Some(ns), Some(n)) => format!("{k} {ns}/{n}"),
+        // A refusal of the commit itself (its signature), at no file.
+        _ if o.file.is_empty() => "commit".to_owned(),
         _ => "file".to_owned(),
     };
     let via = o
@@ -125,11 +134,15 @@ fn object_text(s: &mut String, o: &ObjectVerdict) {
                 "{}",
                 Escaped(format_args!("  ✗ {who}{via}{hop}: {reason}"))
             );
-            let _ = writeln!(
-                s,
-                "{}",
-                Escaped(format_args!("      {}:{}: {}", o.file, o.line, o.message))
-            );
+            if o.file.is_empty() {
+                let _ = writeln!(s, "{}", Escaped(format_args!("      {}", o.message)));
+            } else {
+                let _ = writeln!(
+                    s,
+                    "{}",
+                    Escaped(format_args!("      {}:{}: {}", o.file, o.line, o.message))
+                );
+            }
         }
         Verdict::Held => {
             let _ = writeln!(

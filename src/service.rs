@@ -63,6 +63,49 @@ pub struct Summary {
 }
 
 /// Runs the service until SIGTERM/Ctrl-C, or until idle with `until_idle`.
+/// The configured trust policy, if any. lockstep's own plan commits are
+/// judged like anyone's, so with a policy their signing key must be trusted
+/// for `plans.authorEmail` now: a key that is not stops the start, and no
+/// key at all is a warning (plan commits would be unsigned and refused).
+fn load_trust(config: &Config) -> Result<Option<Arc<crate::trust::TrustPolicy>>, ServiceError> {
+    let trust = crate::trust::TrustPolicy::load(
+        config.trust.allowed_signers_file.as_deref(),
+        config.trust.trusted_keys_dir.as_deref(),
+    )
+    .map_err(|e| ServiceError::Other(e.to_string()))?;
+    let Some(policy) = &trust else {
+        return Ok(None);
+    };
+    match &config.plans.signing_key_file {
+        Some(key) => {
+            let public = ssh_key::PrivateKey::read_openssh_file(key)
+                .map_err(|e| {
+                    ServiceError::Other(format!(
+                        "plans.signingKeyFile {}: cannot read the key ({e})",
+                        key.display()
+                    ))
+                })?
+                .public_key()
+                .to_openssh()
+                .map_err(|e| ServiceError::Other(e.to_string()))?;
+            let now = jiff::Timestamp::now().as_second();
+            policy
+                .trusts_ssh_key(&public, &config.plans.author_email, now)
+                .map_err(|why| {
+                    ServiceError::Other(format!(
+                        "plans.signingKeyFile {}: lockstep's plan commits would be refused by its own trust policy: {why}; add its public key to the allowed signers for {:?} (plans.authorEmail)",
+                        key.display(),
+                        config.plans.author_email
+                    ))
+                })?;
+        }
+        None => tracing::warn!(
+            "a trust policy is configured but plans.signingKeyFile is not: plan hop commits would be unsigned and refused (UntrustedCommit); set it to an SSH key the allowed signers trust for plans.authorEmail"
+        ),
+    }
+    Ok(trust)
+}
+
 pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceError> {
     config.validate()?;
     // `./clusters/prod/` selects what `clusters/prod` does; `/etc` and `..`
@@ -70,6 +113,7 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
     let paths = crate::git::normalize_prefixes(&config.source.paths)
         .map_err(|e| ServiceError::Other(e.to_string()))?;
     let metrics = Arc::new(Metrics::new());
+    let trust = load_trust(&config)?;
 
     // The source.
     let auth = || -> Result<Auth, ServiceError> {
@@ -189,7 +233,8 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
         pull_requests: config.source.pull_requests,
         target_url: config.report.target_url.clone(),
         deadlines: stall_deadlines(
-            crate::config::duration(&config.cluster.stall_after)
+            crate::duration::positive(&config.cluster.stall_after)
+                .ok()
                 .unwrap_or(Duration::from_secs(1800)),
         ),
         repair: RepairPolicy {
@@ -207,18 +252,37 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
         plan_push,
         plan_propose_to,
         plan_merge_proposals: false,
+        trust,
+        ..Options::default()
     };
     let queue = StatusQueue::new(10_000);
 
     match config.cluster.mode {
         ClusterMode::Sim => {
-            let mem = MemoryCluster::new(World::new(Params::default()));
+            let mut world = World::new(Params::default());
+            world.faults = config
+                .cluster
+                .faults
+                .iter()
+                .map(|f| crate::sim::parse_fault(f))
+                .collect::<Result<_, _>>()
+                .map_err(|e| ServiceError::Other(e.to_string()))?;
+            let mem = MemoryCluster::new(world);
+            // The simulated cluster runs what the first judged commit says,
+            // "taken as given"; the engine applies what follows.
+            if let Some(head) = Repo::head(&source) {
+                let (m, p, o) = (mem.clone(), repo_path.clone(), opts.clone());
+                tokio::task::spawn_blocking(move || daemon::seed_simulation(&m, &p, head, &o))
+                    .await
+                    .map_err(|e| ServiceError::Other(e.to_string()))?
+                    .map_err(|e| ServiceError::Other(e.to_string()))?;
+            }
             let (_keep, leader) = watch::channel(true);
             let mut daemon = Daemon::new(
                 opts,
                 source,
                 mem.clone(),
-                Some(mem),
+                Arc::new(daemon::VirtualClock::new(mem)),
                 queue.clone(),
                 metrics.clone(),
             );
@@ -250,7 +314,8 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
                     .or_else(|| std::env::var("POD_NAMESPACE").ok())
                     .unwrap_or_else(|| "lockstep".into());
                 let identity = identity(&config);
-                let duration = crate::config::duration(&config.leader_election.lease_duration)
+                let duration = crate::duration::positive(&config.leader_election.lease_duration)
+                    .ok()
                     .unwrap_or(Duration::from_secs(15));
                 crate::lease::Leadership::start(
                     cluster.client().clone(),
@@ -269,8 +334,14 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
                 crate::lease::Leadership::always()
             };
             let leader = leadership.subscribe();
-            let mut daemon =
-                Daemon::new(opts, source, cluster, None, queue.clone(), metrics.clone());
+            let mut daemon = Daemon::new(
+                opts,
+                source,
+                cluster,
+                Arc::new(daemon::SystemClock::new()),
+                queue.clone(),
+                metrics.clone(),
+            );
             daemon.set_forge(forge.clone());
             let leadership = Arc::new(leadership);
             let r = drive(

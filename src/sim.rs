@@ -6,8 +6,9 @@
 //!
 //! Phases take realistic durations in virtual time, so a whole fleet hop is
 //! simulated in milliseconds; faults make a phase Job fail, a rollout stall
-//! or the database be unreachable for a while. `rehearse` runs lockstep's own
-//! follow and repair logic against it.
+//! or the database be unreachable for a while. `cluster::memory` puts it
+//! behind the `Cluster` trait, so the daemon's own engine runs against it
+//! (`run` in sim mode, `rehearse`, `rehearse --plan`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -189,6 +190,20 @@ fn roles(kind: Kind, name: &str) -> Vec<(String, bool)> {
 }
 
 /// The release an object's spec asks for (Keystone: its tag).
+/// The key of the plane named `plane` that projects `child`: the plane
+/// defined in the child's file (a plane's children come from its document).
+fn plane_of(desired: &[crate::desired::Desired], plane: &str, child: &Key) -> Key {
+    let file = desired
+        .iter()
+        .find(|c| &c.key == child)
+        .map_or("", |c| &*c.file);
+    desired
+        .iter()
+        .find(|d| d.key.kind == Kind::ControlPlane && d.key.name == plane && &*d.file == file)
+        .map(|d| d.key.clone())
+        .unwrap_or_else(|| Key::new(Kind::ControlPlane, child.namespace.clone(), plane))
+}
+
 fn spec_release(o: &Object) -> Option<String> {
     match o.key.kind.release_source() {
         ReleaseSource::Field => o.release.clone(),
@@ -276,6 +291,42 @@ impl World {
             },
         );
         self.objects.insert(key, o);
+    }
+
+    /// Installs every desired object the world lacks, steady at its
+    /// desired release: the state a simulated cluster starts from, and what
+    /// the simulated operator does for an object lockstep installs fresh.
+    /// A plane that projects an object already running standalone takes it
+    /// over, as the operator does (server-side apply with force): from then
+    /// on the plane re-asserts it.
+    pub fn seed(&mut self, desired: &[crate::desired::Desired]) {
+        for d in desired {
+            if d.key.kind == Kind::ControlPlane {
+                if !self.planes.contains_key(&d.key) {
+                    self.install_plane(d.key.clone(), d.release.clone().unwrap_or_default());
+                }
+            } else if let (Some(plane), Some(existing)) =
+                (&d.projected_by, self.objects.get(&d.key))
+            {
+                if existing.projected_by.is_none() {
+                    let plane = plane_of(desired, plane, &d.key);
+                    if let Some(o) = self.objects.get_mut(&d.key) {
+                        o.projected_by = Some(plane);
+                    }
+                }
+            } else if let Some(image) = &d.image
+                && !self.objects.contains_key(&d.key)
+            {
+                let plane = d
+                    .projected_by
+                    .as_ref()
+                    .map(|p| plane_of(desired, p, &d.key));
+                let release = (d.key.kind.release_source() == ReleaseSource::Field)
+                    .then(|| d.release.clone())
+                    .flatten();
+                self.install_steady(d.key.clone(), release, image.clone(), plane);
+            }
+        }
     }
 
     pub fn install_plane(&mut self, key: Key, release: String) {
@@ -1000,5 +1051,65 @@ fn set_ready(o: &mut Object, workloads_done: bool) {
         set_cond(o, "Ready", true, "AllReady", "All sub-conditions are ready");
     } else {
         set_cond(o, "Ready", false, "NotAllReady", "");
+    }
+}
+
+/// A `--fault` that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--fault {spec:?}: {why}; expected OBJECT:JOB:fail=N (JOB: sync, expand, migrate, contract), OBJECT:db-down=DURATION or OBJECT:roll-stall=DURATION"
+)]
+pub struct FaultError {
+    pub spec: String,
+    pub why: String,
+}
+
+/// Parses `nova:expand:fail=2`, `prod-glance:db-down=15m`,
+/// `prod-nova:roll-stall=20m`: one grammar for `rehearse --fault` and
+/// `run --fault` (sim mode), so both inject the same trouble.
+pub fn parse_fault(spec: &str) -> Result<Fault, FaultError> {
+    let bad = |why: &str| FaultError {
+        spec: spec.to_owned(),
+        why: why.to_owned(),
+    };
+    let parts: Vec<&str> = spec.split(':').collect();
+    match parts.as_slice() {
+        [object, job, what] => {
+            let job = match *job {
+                "sync" => JobKind::Sync,
+                "expand" => JobKind::Expand,
+                "migrate" => JobKind::Migrate,
+                "contract" => JobKind::Contract,
+                _ => return Err(bad("unknown job")),
+            };
+            let n = what
+                .strip_prefix("fail=")
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| bad("expected fail=N"))?;
+            Ok(Fault::JobFails {
+                object: (*object).to_owned(),
+                job,
+                tries: n,
+            })
+        }
+        [object, what] => {
+            let (k, v) = what
+                .split_once('=')
+                .ok_or_else(|| bad("expected KEY=VALUE"))?;
+            let d =
+                crate::duration::parse(v).map_err(|_| bad("bad duration (e.g. 90s, 15m, 1h)"))?;
+            match k {
+                "db-down" => Ok(Fault::DatabaseDown {
+                    object: (*object).to_owned(),
+                    until: d,
+                }),
+                "roll-stall" => Ok(Fault::RolloutStall {
+                    object: (*object).to_owned(),
+                    extra: d,
+                }),
+                _ => Err(bad("unknown fault")),
+            }
+        }
+        _ => Err(bad("wrong number of parts")),
     }
 }

@@ -139,15 +139,17 @@ fn world() -> World {
 
 fn daemon(repo: &Path, chaos: &Chaos, queue: &StatusQueue) -> Daemon<Chaos, Source> {
     let source = Source::open(Origin::Local(repo.to_owned()), "main").unwrap();
+    let opts = Options {
+        cluster_name: "test".into(),
+        poll: Duration::from_millis(10),
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(&chaos.inner, &source, &opts).unwrap();
     Daemon::new(
-        Options {
-            cluster_name: "test".into(),
-            poll: Duration::from_millis(10),
-            ..Options::default()
-        },
+        opts,
         source,
         chaos.clone(),
-        Some(chaos.inner.clone()),
+        clock,
         queue.clone(),
         Arc::new(Metrics::new()),
     )

@@ -591,15 +591,17 @@ fn daemon_applies(dir: &Path) -> Vec<Sent> {
         let queue = StatusQueue::new(10_000);
         let forge = AnyForge::Notes(Notes::open(dir).expect("notes"));
         let source = Source::open(Origin::Local(dir.to_owned()), "main").expect("source");
+        let opts = Options {
+            cluster_name: "prop".into(),
+            poll: Duration::from_millis(10),
+            ..Options::default()
+        };
+        let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
         let mut d = Daemon::new(
-            Options {
-                cluster_name: "prop".into(),
-                poll: Duration::from_millis(10),
-                ..Options::default()
-            },
+            opts,
             source,
             rec.clone(),
-            Some(mem.clone()),
+            clock,
             queue.clone(),
             Arc::new(Metrics::new()),
         );

@@ -258,17 +258,19 @@ fn daemon_at(
     .expect("source opens");
     let target = source.push_target();
     assert!(target.is_some(), "a remote source has a push target");
+    let opts = Options {
+        cluster_name: "sim".into(),
+        poll: Duration::ZERO,
+        plan_push: target.clone(),
+        plan_propose_to: target,
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(mem, &source, &opts).expect("seeded");
     let mut d = Daemon::new(
-        Options {
-            cluster_name: "sim".into(),
-            poll: Duration::ZERO,
-            plan_push: target.clone(),
-            plan_propose_to: target,
-            ..Options::default()
-        },
+        opts,
         source,
         mem.clone(),
-        Some(mem.clone()),
+        clock,
         queue,
         Arc::new(Metrics::new()),
     );

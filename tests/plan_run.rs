@@ -88,14 +88,17 @@ impl Rig {
     }
 
     fn daemon(&self) -> Daemon<MemoryCluster, Source> {
+        let opts = Options {
+            cluster_name: "sim".into(),
+            ..Options::default()
+        };
+        let source = Source::open(Origin::Local(self.dir.path().to_owned()), "main").unwrap();
+        let clock = lockstep::daemon::virtual_start(&self.mem, &source, &opts).unwrap();
         Daemon::new(
-            Options {
-                cluster_name: "sim".into(),
-                ..Options::default()
-            },
-            Source::open(Origin::Local(self.dir.path().to_owned()), "main").unwrap(),
+            opts,
+            source,
             self.mem.clone(),
-            Some(self.mem.clone()),
+            clock,
             self.queue.clone(),
             Arc::new(Metrics::new()),
         )

@@ -226,3 +226,44 @@ fn the_demo_sample_and_its_suggestion_hold() {
     assert_eq!(demo.len(), 7, "{stdout}");
     assert_eq!(judged, demo[2..].to_vec());
 }
+
+/// A sample that starts with `$ ` lines is a session: the commands run in
+/// order in a fresh directory (the binary under test as `lockstep`), and
+/// the lines after the last command are what it prints.
+#[test]
+fn the_rehearse_session_is_what_the_commands_print() {
+    let lines = sample("rehearse");
+    let commands: Vec<&str> = lines
+        .iter()
+        .take_while(|l| l.starts_with("$ "))
+        .map(|l| &l[2..])
+        .collect();
+    assert!(!commands.is_empty(), "a session starts with commands");
+    let expected: Vec<String> = lines[commands.len()..].to_vec();
+    let work = tempfile::tempdir().expect("tempdir");
+    let bin_dir = lockstep_bin()
+        .parent()
+        .expect("the binary's directory")
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut last = String::new();
+    for c in &commands {
+        let out = Command::new("bash")
+            .args(["-c", c])
+            .current_dir(work.path())
+            .env("PATH", &path)
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "{c}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last = String::from_utf8_lossy(&out.stdout).into_owned();
+    }
+    matches(&expected, &last).unwrap_or_else(|e| panic!("README rehearse sample: {e}"));
+}

@@ -6,23 +6,25 @@ mod common;
 use std::time::Duration;
 
 use common::{FleetRepo, lockstep, nova, prod};
-use lockstep::git::GitRepo;
-use lockstep::history::{CheckOptions, base_tree, check, tree_desired};
-use lockstep::rehearse::{Rehearsal, parse_fault, rehearse};
+use lockstep::rehearse::{Range, Rehearsal, parse_fault, rehearse};
 use lockstep::sim::Params;
 
 fn run(repo: &FleetRepo, base: &str, faults: &[&str]) -> Rehearsal {
-    let git = GitRepo::open(repo.path()).unwrap();
-    let opts = CheckOptions {
-        base: Some(base.into()),
-        ..CheckOptions::default()
-    };
-    let report = check(&git, &opts).unwrap();
-    let (baseline, problems) =
-        tree_desired(&git, base_tree(&git, &report).unwrap(), &opts).unwrap();
-    assert!(problems.is_empty());
     let faults = faults.iter().map(|f| parse_fault(f).unwrap()).collect();
-    rehearse(&baseline, &report, faults, Params::default())
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(rehearse(&Range {
+        repo: repo.path().to_owned(),
+        base: Some(base.into()),
+        head: "HEAD".into(),
+        paths: Vec::new(),
+        faults,
+        params: Params::default(),
+    }))
+    .unwrap()
 }
 
 fn fleet() -> (FleetRepo, String) {

@@ -482,15 +482,17 @@ async fn bounded_run(
     };
     let queue = StatusQueue::new(10_000);
     let source = Source::open(Origin::Local(dir.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        poll: Duration::from_millis(10),
+        until_idle: true,
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
     let mut d = Daemon::new(
-        Options {
-            poll: Duration::from_millis(10),
-            until_idle: true,
-            ..Options::default()
-        },
+        opts,
         source,
         cluster,
-        Some(mem),
+        clock,
         queue.clone(),
         Arc::new(Metrics::new()),
     );

@@ -146,15 +146,17 @@ async fn each_status_goes_pending_to_success_once() {
     let queue = StatusQueue::new(10_000);
     let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
     let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        cluster_name: "t".into(),
+        poll: Duration::from_millis(10),
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
     let mut d = Daemon::new(
-        Options {
-            cluster_name: "t".into(),
-            poll: Duration::from_millis(10),
-            ..Options::default()
-        },
+        opts,
         source,
         mem.clone(),
-        Some(mem.clone()),
+        clock,
         queue.clone(),
         Arc::new(Metrics::new()),
     );

@@ -232,15 +232,25 @@ async fn replays_are_deduplicated_and_bodies_bounded() {
     assert!(body.contains("duplicate"));
     assert_quiet(&mut s.rx);
 
+    // The same signed body under a fresh delivery id (the id is not
+    // signed) is a replay too.
+    let h = gh_headers("push", "fresh-id-0", sign_hex(&secret, &push));
+    let (code, body) = send(&s.url, "/hooks/github", &h, push.clone()).await;
+    assert_eq!((code, body.contains("duplicate")), (200, true));
+    assert_quiet(&mut s.rx);
+
     // A replay with a bad signature does not even count as seen.
+    let mut other: serde_json::Value = serde_json::from_slice(&push).unwrap();
+    other["after"] = "1111111111111111111111111111111111111111".into();
+    let other = serde_json::to_vec(&other).unwrap();
     let mut bad = gh_headers("push", "fresh-id", "00".repeat(32));
     assert_eq!(
-        send(&s.url, "/hooks/github", &bad, push.clone()).await.0,
+        send(&s.url, "/hooks/github", &bad, other.clone()).await.0,
         401
     );
-    bad[2].1 = format!("sha256={}", sign_hex(&secret, &push));
+    bad[2].1 = format!("sha256={}", sign_hex(&secret, &other));
     assert_eq!(
-        send(&s.url, "/hooks/github", &bad, push.clone()).await.0,
+        send(&s.url, "/hooks/github", &bad, other.clone()).await.0,
         202
     );
     next(&mut s.rx).await;
@@ -410,9 +420,13 @@ async fn unconfigured_hosts_and_a_full_channel() {
     // The channel holds one; the second delivery still answers 2xx (polling catches up).
     let secret = Secret::new("gh-hook-secret");
     let push = github_example("push", |e| e["ref"] == "refs/heads/master");
-    for id in ["f1", "f2"] {
-        let h = gh_headers("push", id, sign_hex(&secret, &push));
-        assert_eq!(send(&url, "/hooks/github", &h, push.clone()).await.0, 202);
+    for (id, after) in [("f1", "1"), ("f2", "2")] {
+        // Two distinct deliveries (distinct bodies: a body seen before is a replay).
+        let mut e: serde_json::Value = serde_json::from_slice(&push).unwrap();
+        e["after"] = after.repeat(40).into();
+        let body = serde_json::to_vec(&e).unwrap();
+        let h = gh_headers("push", id, sign_hex(&secret, &body));
+        assert_eq!(send(&url, "/hooks/github", &h, body).await.0, 202);
     }
     assert!(rx.try_recv().is_ok());
     assert!(rx.try_recv().is_err());

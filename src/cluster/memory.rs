@@ -123,6 +123,11 @@ impl Cluster for MemoryCluster {
     async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
         {
             let mut w = self.world()?;
+            // The simulated operator installs what lockstep creates: whatever
+            // the document holds that the world lacks is there, steady.
+            if let Some(doc) = &req.document {
+                w.seed(&desired_of(doc, &req.key));
+            }
             if req.key.kind == Kind::ControlPlane {
                 let release = req.release.clone().unwrap_or_default();
                 // The plane re-asserts every child: defaults, or the overrides given.
@@ -261,4 +266,13 @@ impl Cluster for MemoryCluster {
         });
         Ok(())
     }
+}
+
+/// The desired objects of one applied document (a plane and its children).
+fn desired_of(doc: &serde_json::Value, key: &Key) -> Vec<crate::desired::Desired> {
+    let Ok(text) = serde_json::to_string(doc) else {
+        return Vec::new();
+    };
+    let parsed = crate::manifest::parse_file(&key.to_string(), text.as_bytes(), usize::MAX);
+    crate::desired::expand(&parsed.documents)
 }

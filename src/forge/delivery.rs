@@ -68,7 +68,7 @@ pub fn fit<F: Forge>(forge: &F, status: &Status) -> Status {
     let limits = forge.limits();
     Status {
         state: status.state,
-        context: super::Context(escape(&status.context).into_owned()).fit(limits.context),
+        context: super::Context::from_text(escape(&status.context)).fit(limits.context),
         description: shorten(&escape(&status.description), limits.description),
         target_url: status.target_url.clone(),
     }

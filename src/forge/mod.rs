@@ -10,7 +10,6 @@
 //! open pull/merge requests through [`propose`] on the same hosts.
 
 pub mod delivery;
-pub mod describe;
 pub mod gitea;
 pub mod github;
 pub mod gitlab;
@@ -18,47 +17,13 @@ mod http;
 pub mod notes;
 pub mod propose;
 
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-/// lockstep's status states; each host maps them onto its own vocabulary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum State {
-    /// Judging, or waiting to apply.
-    Pending,
-    /// An accepted hop being applied and followed.
-    Running,
-    Success,
-    /// Refused, or the upgrade failed.
-    Failure,
-    /// lockstep could not decide (an unreadable repository, say).
-    Error,
-}
-
-impl State {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Pending => "pending",
-            State::Running => "running",
-            State::Success => "success",
-            State::Failure => "failure",
-            State::Error => "error",
-        }
-    }
-}
-
-/// A commit status as lockstep means it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Status {
-    pub state: State,
-    pub context: String,
-    pub description: String,
-    pub target_url: Option<String>,
-}
+/// The states, contexts and wording of statuses are the pure core's.
+pub use lockstep_core::status::{Context, State, Status, describe, shorten};
 
 /// A status as a host reports it back, in the host's own words.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -235,73 +200,9 @@ impl propose::Propose for AnyForge {
     }
 }
 
-/// Status contexts that can never collide across clusters: every cluster
-/// writes under its own name, so two clusters watching one repository do not
-/// overwrite each other's verdicts (Flux's mistake).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Context(String);
-
-impl Context {
-    /// `lockstep/<cluster>`: the verdict on a commit.
-    pub fn commit(cluster: &str) -> Self {
-        Self(format!("lockstep/{cluster}"))
-    }
-
-    /// `lockstep/<cluster>/<namespace>/<name>`: one object's upgrade progress.
-    pub fn object(cluster: &str, namespace: &str, name: &str) -> Self {
-        Self(format!("lockstep/{cluster}/{namespace}/{name}"))
-    }
-
-    /// The context within `max` characters: longer ones keep their start and
-    /// end in a hash of the whole, so two long contexts stay distinct.
-    pub fn fit(&self, max: usize) -> String {
-        if self.0.chars().count() <= max {
-            return self.0.clone();
-        }
-        let digest = Sha256::digest(self.0.as_bytes());
-        let suffix = format!("~{}", &hex::encode(digest)[..10]);
-        let keep = max.saturating_sub(suffix.len());
-        let head: String = self.0.chars().take(keep).collect();
-        format!("{head}{suffix}")
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for Context {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// Shortens text to `max` characters, marking the cut with an ellipsis.
-pub fn shorten(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_owned();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn contexts_fit_and_stay_distinct() {
-        let c = Context::object("eu-de-1", "openstack", "prod-nova");
-        assert_eq!(c.fit(255), "lockstep/eu-de-1/openstack/prod-nova");
-        let long_a = Context::object(&"c".repeat(200), "ns", &format!("{}a", "n".repeat(100)));
-        let long_b = Context::object(&"c".repeat(200), "ns", &format!("{}b", "n".repeat(100)));
-        let (a, b) = (long_a.fit(255), long_b.fit(255));
-        assert_eq!(a.chars().count(), 255);
-        assert_ne!(a, b, "the hash suffix keeps them apart");
-        assert!(a.starts_with("lockstep/ccc"));
-        assert_eq!(long_a.fit(255), a, "stable");
-    }
 
     #[test]
     fn repos_from_remote_urls() {
@@ -317,13 +218,6 @@ mod tests {
         ] {
             assert_eq!(repo_from_url(url).as_deref(), want, "{url}");
         }
-    }
-
-    #[test]
-    fn shorten_respects_characters() {
-        assert_eq!(shorten("abc", 3), "abc");
-        assert_eq!(shorten("abcd", 3), "ab…");
-        assert_eq!(shorten("→→→→", 3).chars().count(), 3);
     }
 }
 

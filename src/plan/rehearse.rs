@@ -1,25 +1,22 @@
 //! `lockstep rehearse --plan`: the predicted schedule of the repository's
-//! plans. The real daemon runs on a throwaway clone against the simulated
-//! operator in virtual time (from `start`), with any injected faults: it
-//! writes the plan's hop commits, judges and applies them, follows and
-//! repairs them, and the rehearsal prints when each wave starts, each
-//! object's phases and completion, repairs and holds, and the total.
+//! plans. The daemon's own engine (`daemon::simulate`) runs on a throwaway
+//! clone against the simulated operator in virtual time (from `start`),
+//! with any injected faults: it writes the plan's hop commits, judges and
+//! applies them, follows and repairs them. This module renders its journal:
+//! when each wave starts, each object's phases and completion, each hop's
+//! end, repairs and holds, and the total.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 
 use crate::cluster::memory::MemoryCluster;
-use crate::daemon::{Daemon, Options, deliver_now};
+use crate::daemon::{self, Did, Options};
 use crate::escape::Escaped;
-use crate::forge::AnyForge;
-use crate::forge::delivery::{RetryPolicy, StatusQueue};
-use crate::forge::notes::Notes;
-use crate::metrics::Metrics;
+use crate::kind::Key;
 use crate::sim::{Fault, Params, World};
 use crate::source::{Origin, Source};
 
@@ -31,6 +28,8 @@ pub struct Schedule {
     pub commits: usize,
     /// A plan held (a failure a person must look at) or did not finish.
     pub failed: bool,
+    /// Each hop's completion, `(unit, commit) → virtual time`.
+    pub completed: BTreeMap<(Key, String), Duration>,
 }
 
 fn clock(d: Duration) -> String {
@@ -38,7 +37,7 @@ fn clock(d: Duration) -> String {
     format!("+{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
 }
 
-/// Rehearses the plans of `rev` in `repo` (which is not touched: the run
+/// Rehearses the plans of `branch` in `repo` (which is not touched: the run
 /// happens on a clone).
 pub async fn rehearse(
     repo: &Path,
@@ -55,50 +54,57 @@ pub async fn rehearse(
         b.clone(&src, &clone)
             .map_err(|e| format!("cloning {}: {}", repo.display(), e.message()))?;
     }
+    // Without a plan the engine still rehearses the branch's own commits,
+    // as the daemon would apply them; the output says so first, so it is not
+    // read as a plan's timeline.
+    let has_plans = {
+        let git = crate::git::GitRepo::open(&clone).map_err(|e| e.to_string())?;
+        match git.resolve("HEAD").map_err(|e| e.to_string())? {
+            crate::git::Resolved::Commit(head) => {
+                !super::exec::read(&git, head, &[], crate::manifest::DEFAULT_MAX_FILE_BYTES)?
+                    .plans
+                    .is_empty()
+            }
+            crate::git::Resolved::Tree(_) => false,
+        }
+    };
     let mut world = World::new(Params::default());
     world.faults = faults;
-    let mem = MemoryCluster::new(world);
-    let forge = AnyForge::Notes(Notes::open(&clone).map_err(|e| e.to_string())?);
-    let queue = StatusQueue::new(100_000);
+    let world = MemoryCluster::new(world);
     let source = Source::open(Origin::Local(clone.clone()), branch).map_err(|e| e.to_string())?;
-    let mut d = Daemon::new(
-        Options {
-            cluster_name: "rehearsal".into(),
-            branch: branch.to_owned(),
-            // No host to ask: a proposed wave is rehearsed as merged at once.
-            plan_merge_proposals: true,
-            ..Options::default()
-        },
-        source,
-        mem.clone(),
-        Some(mem.clone()),
-        queue.clone(),
-        Arc::new(Metrics::new()),
-    );
-    d.set_clock_base(start);
-    let metrics = Metrics::new();
+    let opts = Options {
+        cluster_name: "rehearsal".into(),
+        branch: branch.to_owned(),
+        // No host to ask: a proposed wave is rehearsed as merged at once.
+        plan_merge_proposals: true,
+        ..Options::default()
+    };
+    if let Some(head) = daemon::Repo::head(&source) {
+        daemon::seed_simulation(&world, &clone, head, &opts).map_err(|e| e.to_string())?;
+    }
+    let sim = daemon::simulate(source, world, opts, start).await;
+    let git = git2::Repository::open(&clone).map_err(|e| e.message().to_owned())?;
     let mut out = Schedule::default();
-    let repo_git = git2::Repository::open(&clone).map_err(|e| e.message().to_owned())?;
-    // The head before the first pass: a wave that may start at once is
-    // written by that pass and must be reported like any later one.
-    let mut seen_head = repo_git.refname_to_id(&format!("refs/heads/{branch}")).ok();
-    let mut phases: BTreeMap<String, Option<String>> = BTreeMap::new();
-    let mut first_plan_pass = None;
-    let mut plan_status: BTreeMap<String, String> = BTreeMap::new();
-    let mut finished = false;
-    for _ in 0..200_000 {
-        let pass = d.pass().await;
-        let _ = deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await;
-        let now = mem.now();
-        // New plan commits.
-        if let Ok(head) = repo_git.refname_to_id(&format!("refs/heads/{branch}"))
-            && seen_head != Some(head)
-        {
-            if seen_head.is_some()
-                && let Ok(c) = repo_git.find_commit(head)
-                && let Some(summary) = c.summary().ok().flatten()
-            {
+    if !has_plans {
+        out.lines.push(format!(
+            "no UpgradePlan in {}: rehearsing the branch's own commits as the daemon would apply them (`lockstep plan status` lists plans)",
+            branch
+        ));
+    }
+    let mut applied: BTreeMap<(Key, String), (Option<String>, Option<String>)> = BTreeMap::new();
+    let mut plans: BTreeMap<String, String> = BTreeMap::new();
+    for e in &sim.journal {
+        let at = clock(e.at);
+        match &e.what {
+            Did::PlanCommit { sha } => {
+                let Some(c) = git2::Oid::from_str(sha)
+                    .ok()
+                    .and_then(|oid| git.find_commit(oid).ok())
+                else {
+                    continue;
+                };
                 out.commits += 1;
+                let summary = c.summary().ok().flatten().unwrap_or("").to_owned();
                 let objects: Vec<String> = c
                     .body()
                     .ok()
@@ -109,49 +115,55 @@ pub async fn rehearse(
                     .map(|l| l.trim().trim_start_matches("- ").to_owned())
                     .collect();
                 out.lines
-                    .push(format!("{} {summary}: {}", clock(now), objects.join(", ")));
+                    .push(format!("{at} {summary}: {}", objects.join(", ")));
             }
-            seen_head = Some(head);
-        }
-        if first_plan_pass.is_none() {
-            first_plan_pass = Some(now);
-        }
-        // Per-object phases.
-        if let Ok(w) = mem.world_snapshot() {
-            for (k, phase) in w {
-                let last = phases.entry(k.clone()).or_insert(None);
-                if *last != phase {
-                    if let Some(p) = &phase {
-                        out.lines.push(format!("{} {k}: {p}", clock(now)));
-                    } else if last.is_some() {
-                        out.lines.push(format!("{} {k}: complete", clock(now)));
-                    }
-                    *last = phase;
+            Did::Applied {
+                unit,
+                sha,
+                from,
+                to,
+                reassert,
+            } => {
+                if !reassert {
+                    applied.insert((unit.clone(), sha.clone()), (from.clone(), to.clone()));
                 }
             }
-        }
-        for (name, desc) in d.plan_descriptions() {
-            if plan_status.get(&name) != Some(&desc) {
+            Did::Phase {
+                object,
+                phase: Some(p),
+            } => out.lines.push(format!("{at} {object}: {p}")),
+            Did::Phase { phase: None, .. } => {}
+            Did::Complete { object } => out.lines.push(format!("{at} {object}: complete")),
+            Did::HopComplete { unit, sha } => {
+                let short: String = sha.chars().take(10).collect();
+                let range = match applied.get(&(unit.clone(), sha.clone())) {
+                    Some((Some(f), Some(t))) if f != t => format!(" {f} → {t}"),
+                    Some((_, Some(t))) => format!(" {t}"),
+                    _ => String::new(),
+                };
+                out.completed.insert((unit.clone(), sha.clone()), e.at);
                 out.lines
-                    .push(format!("{} plan {name}: {desc}", clock(now)));
-                plan_status.insert(name, desc);
+                    .push(format!("{at} {unit}{range} (commit {short}): hop complete"));
+            }
+            Did::Repaired { object, message } => {
+                out.lines.push(format!("{at} {object}: repair: {message}"));
+            }
+            Did::NeedsPerson {
+                object, message, ..
+            } => out.lines.push(format!("{at} {object}: {message}")),
+            Did::PlanDecision { plan, description } => {
+                out.lines.push(format!("{at} plan {plan}: {description}"));
+                plans.insert(plan.clone(), description.clone());
             }
         }
-        let busy = mem.step(Duration::from_secs(60)).unwrap_or(false);
-        if pass.busy && !busy {
-            mem.advance(Duration::from_secs(60));
-        }
-        if !pass.busy && !busy {
-            finished = true;
-            break;
-        }
     }
-    out.total = mem
-        .now()
-        .saturating_sub(first_plan_pass.unwrap_or_default());
-    out.failed = !finished
-        || plan_status.is_empty()
-        || plan_status.values().any(|d| !d.starts_with("complete"));
+    out.total = sim.ended;
+    // A plan that did not complete, or a hop that waits on a person (a
+    // repository without plans is judged by its hops alone).
+    out.failed = plans.values().any(|d| !d.starts_with("complete"))
+        || sim.units.values().any(|u| {
+            u.needs_person.is_some() || matches!(u.next, crate::rollout::Next::Blocked(_))
+        });
     Ok(out)
 }
 

@@ -110,10 +110,12 @@ impl Gitea {
             "all",
             "--raw",
         ])
+        // Gitea may log a warning (running as root) before or after the
+        // token, depending on timing: the token is the 40-hex-digit line.
         .lines()
-        .last()
+        .map(str::trim)
+        .find(|l| l.len() == 40 && l.bytes().all(|b| b.is_ascii_hexdigit()))
         .unwrap_or_default()
-        .trim()
         .to_owned();
         assert_eq!(token.len(), 40, "an access token: {token:?}");
         let log = std::fs::File::create(dir.path().join("web.log")).expect("log");

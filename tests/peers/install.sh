@@ -14,7 +14,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 need() { command -v "$1" >/dev/null 2>&1; }
 missing=()
-for tool in node npm curl openssl kubectl ssh-keygen gcc; do need "$tool" || missing+=("$tool"); done
+# gpg: OpenPGP-signed commits in tests/trust.rs.
+for tool in node npm curl openssl kubectl ssh-keygen gpg gcc; do need "$tool" || missing+=("$tool"); done
 # OpenSSH's server for Git over ssh (tests/common/sshd.rs); not on a user's PATH.
 [[ -x ${LOCKSTEP_SSHD:-/usr/sbin/sshd} ]] || missing+=(sshd)
 if ((${#missing[@]})); then
@@ -24,6 +25,7 @@ if ((${#missing[@]})); then
       case $t in
         node) pkgs+=(nodejs) ;;
         ssh-keygen) pkgs+=(openssh-client) ;;
+        gpg) pkgs+=(gnupg) ;;
         sshd) pkgs+=(openssh-server) ;;
         *) pkgs+=("$t") ;;
       esac

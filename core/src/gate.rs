@@ -38,6 +38,9 @@ pub enum Reason {
     PlanOverlap,
     /// A maintenance window that does not parse.
     PlanWindowInvalid,
+    /// A trust policy is configured and the commit is unsigned, badly
+    /// signed, or signed by a key not trusted for its committer at its time.
+    UntrustedCommit,
 }
 
 impl Reason {
@@ -57,6 +60,7 @@ impl Reason {
             Reason::PlanSelectsNothing => "PlanSelectsNothing",
             Reason::PlanOverlap => "PlanOverlap",
             Reason::PlanWindowInvalid => "PlanWindowInvalid",
+            Reason::UntrustedCommit => "UntrustedCommit",
         }
     }
 }

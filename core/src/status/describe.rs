@@ -3,13 +3,14 @@
 //! `refused: nova 2026.1→2027.1 skips 2026.2 (UpgradePathInvalid)`.
 //!
 //! Names, files and releases go in as Git has them; every status is escaped
-//! on its way to the host ([`super::delivery::fit`], [`crate::escape`]), so
-//! a control character in a file name never reaches a host or a note raw.
+//! on its way to the host (the shell's `forge::delivery::fit`, with
+//! [`crate::escape`]), so a control character in a file name never reaches
+//! a host or a note raw.
 
 use super::{Context, State, Status};
 use crate::gate::{ObjectVerdict, Reason, Transition, Verdict};
-use crate::history::CommitReport;
 use crate::release::Release;
+use crate::verdict::CommitReport;
 
 /// The verdict status of one judged commit, under `lockstep/<cluster>`.
 pub fn commit_status(cluster: &str, commit: &CommitReport, target_url: Option<&str>) -> Status {
@@ -93,6 +94,7 @@ pub fn refusal(o: &ObjectVerdict) -> String {
         }
         Some(Reason::ProjectedChildEdited) => format!("{} is a projected child", who(o)),
         Some(Reason::ManifestInvalid) => format!("{}:{} invalid", o.file, o.line),
+        Some(Reason::UntrustedCommit) => "commit not signed by a trusted key".to_owned(),
         Some(
             Reason::PlanInvalid
             | Reason::PlanTargetInvalid

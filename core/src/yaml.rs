@@ -15,8 +15,6 @@
 //! library's internals (`Nodes { .. }`, option and type names).
 
 use std::fmt;
-use std::io::Read as _;
-use std::path::Path;
 
 use serde_saphyr::Error as YamlError;
 use serde_saphyr::budget::BudgetBreach;
@@ -169,57 +167,6 @@ pub enum ReadError {
     TooLarge { limit: Limit },
     #[error("is not UTF-8 (an invalid byte on line {line}); YAML must be UTF-8")]
     NotUtf8 { line: u32 },
-}
-
-/// Reads a file as UTF-8 text, never reading more than `limit` + 1 bytes: a
-/// device (`/dev/zero`) or a pipe that never ends is refused as soon as it
-/// passes the limit, without growing memory past it.
-pub fn read_text(path: &Path, limit: &Limit) -> Result<String, ReadError> {
-    let mut file = std::fs::File::open(path).map_err(ReadError::Io)?;
-    let too_large = || ReadError::TooLarge { limit: *limit };
-    // A regular file says its size: one over the limit is not read at all.
-    let known = file
-        .metadata()
-        .ok()
-        .filter(std::fs::Metadata::is_file)
-        .map(|m| m.len());
-    if known.is_some_and(|len| len > limit.bytes as u64) {
-        return Err(too_large());
-    }
-    // Devices and pipes do not. Read in chunks, keeping at most `limit`
-    // bytes: the first byte beyond it is enough to refuse. The buffer is
-    // reserved once, for the file's size or the limit (pages the read never
-    // touches cost no memory); growing it by doubling instead left about
-    // twice the limit resident after reading /dev/zero.
-    let want = known
-        .and_then(|len| usize::try_from(len).ok())
-        .unwrap_or(limit.bytes)
-        .min(limit.bytes);
-    let mut bytes: Vec<u8> = Vec::new();
-    // A limit too large to reserve (--max-live-bytes of terabytes) falls
-    // back to growing as the input comes.
-    let _ = bytes.try_reserve_exact(want);
-    let mut chunk = [0u8; 64 * 1024];
-    loop {
-        // Never ask for more than one byte past the limit.
-        let room = (limit.bytes - bytes.len())
-            .saturating_add(1)
-            .min(chunk.len());
-        let n = match file.read(&mut chunk[..room]) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(ReadError::Io(e)),
-        };
-        if n > limit.bytes - bytes.len() {
-            return Err(too_large());
-        }
-        bytes
-            .try_reserve(n)
-            .map_err(|e| ReadError::Io(std::io::Error::new(std::io::ErrorKind::OutOfMemory, e)))?;
-        bytes.extend_from_slice(&chunk[..n]);
-    }
-    text(bytes)
 }
 
 /// Bytes as UTF-8 text, or where they stop being UTF-8.
@@ -599,36 +546,6 @@ mod tests {
         assert_eq!(e.line, 1);
         let e = msg("inner: {}\n");
         assert_eq!(e.message, "the field \"port\" is required");
-    }
-
-    #[test]
-    fn reads_stop_one_byte_past_the_limit() {
-        let limit = Limit::live(4096);
-        let started = std::time::Instant::now();
-        let e = read_text(Path::new("/dev/zero"), &limit).unwrap_err();
-        assert!(started.elapsed() < std::time::Duration::from_secs(5));
-        assert_eq!(
-            e.to_string(),
-            "is larger than the live snapshot limit of 4 KiB; raise --max-live-bytes, or select fewer kinds or namespaces"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let exact = dir.path().join("exact.yaml");
-        std::fs::write(&exact, vec![b'#'; 4096]).unwrap();
-        assert_eq!(read_text(&exact, &limit).unwrap().len(), 4096);
-        std::fs::write(&exact, vec![b'#'; 4097]).unwrap();
-        assert!(matches!(
-            read_text(&exact, &limit),
-            Err(ReadError::TooLarge { .. })
-        ));
-        std::fs::write(&exact, b"a: 1\nb: \xff\n").unwrap();
-        assert_eq!(
-            read_text(&exact, &limit).unwrap_err().to_string(),
-            "is not UTF-8 (an invalid byte on line 2); YAML must be UTF-8"
-        );
-        assert!(matches!(
-            read_text(&dir.path().join("none.yaml"), &limit),
-            Err(ReadError::Io(_))
-        ));
     }
 
     #[test]

@@ -20,12 +20,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::follow::Progress;
-use crate::forge::describe;
-use crate::forge::{Context, State, Status};
 use crate::gate::{Transition, Verdict};
-use crate::history::CheckReport;
 use crate::kind::{Key, Kind, ReleaseSource};
 use crate::release::ImageRef;
+use crate::status::describe;
+use crate::status::{Context, State, Status};
+use crate::verdict::CheckReport;
 
 /// One accepted target of a unit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,7 +44,16 @@ pub struct Step {
     /// A plane's projected children that this step changes, with their
     /// targets; children carried over from earlier steps stay listed.
     pub children: BTreeMap<Key, Target>,
+    /// The unit's whole document at `sha`, parsed when the step was judged:
+    /// what an apply sends (server-side apply owns what it sends, so a
+    /// smaller apply would drop fields). An apply never reads Git again; a
+    /// document that could not be read is an error naming file and commit,
+    /// and nothing of the step is applied.
+    pub document: StepDocument,
 }
+
+/// A step's document, or why it could not be read from its commit.
+pub type StepDocument = Result<Arc<serde_json::Value>, String>;
 
 /// Where one followed object must end up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,12 +116,13 @@ impl Chain {
 /// `plane_key(name, file, sha)` finds a ControlPlane's key when a commit
 /// changes only its children (an override's image): verdicts name the plane
 /// of a child, not its namespace.
-pub fn chains(
-    report: &CheckReport,
+pub fn chains<M>(
+    report: &CheckReport<M>,
     plane_key: impl Fn(&str, &str, &str) -> Option<Key>,
+    document: impl Fn(&str, &str, &Key) -> StepDocument,
 ) -> BTreeMap<Key, Chain> {
     let mut out = BTreeMap::new();
-    extend_chains(&mut out, &report.commits, plane_key);
+    extend_chains(&mut out, &report.commits, plane_key, document);
     out.into_iter()
         .map(|(k, c)| (k, Arc::unwrap_or_clone(c)))
         .collect()
@@ -120,12 +130,19 @@ pub fn chains(
 
 /// Extends `out` with the accepted commits of `commits` (the next ones after
 /// those `out` was built from). Only the chains these commits touch get a
-/// new `Arc`: the daemon tells changed units by pointer.
+/// new `Arc`: the daemon tells changed units by pointer. `document(sha,
+/// file, key)` reads a step's document from Git, once per step as judged
+/// (a step that later commits fold into is read once more, at its newest
+/// commit).
 pub fn extend_chains(
     out: &mut BTreeMap<Key, Arc<Chain>>,
-    commits: &[crate::history::CommitReport],
+    commits: &[crate::verdict::CommitReport],
     plane_key: impl Fn(&str, &str, &str) -> Option<Key>,
+    document: impl Fn(&str, &str, &Key) -> StepDocument,
 ) {
+    // The steps these commits pushed or folded into: their documents are
+    // read once, after the last fold.
+    let mut touched: BTreeMap<Key, std::collections::BTreeSet<usize>> = BTreeMap::new();
     for c in commits.iter().filter(|c| c.verdict == Verdict::Accepted) {
         // Children first collected per plane name, then attached to the
         // plane's step of this commit.
@@ -153,6 +170,7 @@ pub fn extend_chains(
                 }
                 (None, _) => push_step(
                     out,
+                    &mut touched,
                     key,
                     &c.sha,
                     o.file.clone(),
@@ -189,6 +207,7 @@ pub fn extend_chains(
             map.extend(kids);
             push_step(
                 out,
+                &mut touched,
                 key,
                 &c.sha,
                 file,
@@ -208,6 +227,7 @@ pub fn extend_chains(
                 .unwrap_or_default();
             push_step(
                 out,
+                &mut touched,
                 key,
                 &c.sha,
                 file,
@@ -218,6 +238,17 @@ pub fn extend_chains(
                 },
                 map,
             );
+        }
+    }
+    for (key, steps) in touched {
+        let Some(chain) = out.get_mut(&key) else {
+            continue;
+        };
+        let chain = Arc::make_mut(chain);
+        for i in steps {
+            if let Some(s) = chain.steps.get_mut(i) {
+                s.document = document(&s.sha, &s.file, &key);
+            }
         }
     }
 }
@@ -234,15 +265,17 @@ fn applies(o: &crate::gate::ObjectVerdict) -> bool {
 /// A plane's own change in one commit: key, from, to, file.
 type PlaneChange = (Key, Option<String>, Option<String>, Arc<str>);
 
-fn child_file(c: &crate::history::CommitReport, key: &Key) -> Option<Arc<str>> {
+fn child_file(c: &crate::verdict::CommitReport, key: &Key) -> Option<Arc<str>> {
     c.objects
         .iter()
         .find(|o| o.key().as_ref() == Some(key))
         .map(|o| o.file.clone())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn push_step(
     out: &mut BTreeMap<Key, Arc<Chain>>,
+    touched: &mut BTreeMap<Key, std::collections::BTreeSet<usize>>,
     key: Key,
     sha: &str,
     file: Arc<str>,
@@ -267,8 +300,16 @@ fn push_step(
         last.file = file;
         last.image = target.image.or(last.image.take());
         last.children = children;
+        touched
+            .entry(chain.unit.clone())
+            .or_default()
+            .insert(chain.steps.len() - 1);
         return;
     }
+    touched
+        .entry(chain.unit.clone())
+        .or_default()
+        .insert(chain.steps.len());
     chain.steps.push(Step {
         sha: sha.to_owned(),
         commits: vec![sha.to_owned()],
@@ -277,8 +318,12 @@ fn push_step(
         release: target.release,
         image: target.image,
         children,
+        document: Err(NOT_READ.into()),
     });
 }
+
+/// A step's document before `extend_chains` reads it (never seen outside).
+const NOT_READ: &str = "the document was not read";
 
 /// The cluster's view of a unit: its spec (what lockstep applied last) and
 /// the followed objects' specs and progress.
@@ -298,6 +343,16 @@ pub struct UnitState {
 pub struct ObjectState {
     pub spec: Target,
     pub progress: Progress,
+}
+
+impl ObjectState {
+    /// Whether the spec the cluster shows is the one `t` asks for (a kind
+    /// without a release field is matched on its image alone).
+    pub fn spec_matches(&self, kind: Kind, t: &Target) -> bool {
+        let tracks = kind.release_source() != ReleaseSource::None;
+        (!tracks || t.release.is_none() || self.spec.release == t.release)
+            && (t.image.is_none() || self.spec.image.is_none() || self.spec.image == t.image)
+    }
 }
 
 /// The release an object's spec names, the way Git's verdicts name it.
@@ -455,9 +510,9 @@ pub struct UnitReport {
 /// failure; accepted → pending until every step it carries is complete, then
 /// success) and one progress status per followed object on the commit of the
 /// step it is in.
-pub fn statuses(
+pub fn statuses<M>(
     cluster: &str,
-    report: &CheckReport,
+    report: &CheckReport<M>,
     units: &BTreeMap<Key, UnitReport>,
     target_url: Option<&str>,
 ) -> Vec<(String, Status)> {
@@ -691,7 +746,7 @@ fn summarize(progress: &BTreeMap<Key, Progress>) -> (String, bool) {
 mod tests {
     use super::*;
     use crate::gate::ObjectVerdict;
-    use crate::history::CommitReport;
+    use crate::verdict::CommitReport;
 
     fn ov(key: &Key, from: Option<&str>, to: &str, image: &str, t: Transition) -> ObjectVerdict {
         ObjectVerdict {
@@ -804,7 +859,7 @@ mod tests {
 
     #[test]
     fn chains_fold_patches_and_skip_refused_commits() {
-        let chains = chains(&story(), |_, _, _| None);
+        let chains = chains(&story(), |_, _, _| None, |_, _, _| Err(String::new()));
         let c = &chains[&nova()];
         assert_eq!(c.from.as_deref(), Some("2026.1"));
         let steps: Vec<(&str, Option<&str>, Vec<&str>)> = c
@@ -829,6 +884,40 @@ mod tests {
         );
     }
 
+    /// Steps carry their documents from judgment: read once per step, at
+    /// the newest commit folded into it (never at an older one, which would
+    /// apply a patch's document without the patch), and a read that failed
+    /// stays an error on the step.
+    #[test]
+    fn steps_carry_the_document_of_their_newest_commit_read_once() {
+        let reads = std::cell::RefCell::new(Vec::new());
+        let chains = chains(
+            &story(),
+            |_, _, _| None,
+            |sha, file, key| {
+                if *key == nova() {
+                    reads.borrow_mut().push(sha.to_owned());
+                }
+                match sha {
+                    "d" => Err(format!("{file} at d holds no {key}")),
+                    _ => Ok(Arc::new(serde_json::json!({ "at": sha }))),
+                }
+            },
+        );
+        let c = &chains[&nova()];
+        assert_eq!(*reads.borrow(), vec!["b", "d"], "one read per step");
+        assert_eq!(
+            c.steps[0].document.as_deref(),
+            Ok(&serde_json::json!({ "at": "b" }))
+        );
+        assert!(
+            c.steps[1]
+                .document
+                .as_ref()
+                .is_err_and(|e| e.contains("holds no"))
+        );
+    }
+
     #[test]
     fn a_plane_is_applied_once_while_the_operator_catches_up() {
         let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
@@ -850,6 +939,7 @@ mod tests {
             )]
             .into_iter()
             .collect(),
+            document: Err(String::new()),
         };
         let c = Chain {
             unit: plane.clone(),
@@ -927,7 +1017,7 @@ mod tests {
                 vec![ov(&n, None, "2025.2", &img("2025.2"), Transition::Install)],
             ),
         ]);
-        let c = &chains(&r, |_, _, _| None)[&n];
+        let c = &chains(&r, |_, _, _| None, |_, _, _| Err(String::new()))[&n];
         // Still running 2026.2: blocked, a person deletes it first.
         assert!(matches!(
             next(c, &at("2026.2", &img("2026.2")), |_| true),
@@ -939,7 +1029,7 @@ mod tests {
 
     #[test]
     fn one_hop_at_a_time_from_where_the_cluster_is() {
-        let c = &chains(&story(), |_, _, _| None)[&nova()];
+        let c = &chains(&story(), |_, _, _| None, |_, _, _| Err(String::new()))[&nova()];
         // Not applied yet: the first step.
         assert_eq!(
             next(c, &at("2026.1", &img("2026.1")), |_| true),
@@ -1035,7 +1125,11 @@ mod tests {
     #[test]
     fn statuses_move_from_pending_to_success_and_refusals_fail() {
         let r = story();
-        let c = Arc::new(chains(&r, |_, _, _| None).remove(&nova()).unwrap());
+        let c = Arc::new(
+            chains(&r, |_, _, _| None, |_, _, _| Err(String::new()))
+                .remove(&nova())
+                .unwrap(),
+        );
         let unit = |next: Next, p: Progress| UnitReport {
             chain: c.clone(),
             next,
@@ -1169,7 +1263,7 @@ mod tests {
         #[test]
         fn statuses_settle_once_and_never_before_the_work(kinds in proptest::collection::vec(0u8..3, 1..8)) {
             let r = random_story(&kinds);
-            let chain = chains(&r, |_, _, _| None).remove(&nova());
+            let chain = chains(&r, |_, _, _| None, |_, _, _| Err(String::new())).remove(&nova());
             let mut seen: BTreeMap<(String, String), Vec<State>> = BTreeMap::new();
             let mut record = |list: Vec<(String, Status)>| {
                 for (sha, st) in list {

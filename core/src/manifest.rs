@@ -602,7 +602,7 @@ fn get<'a>(map: &'a Map, key: &str) -> Option<&'a Spanned<Node>> {
 /// A YAML node with the location of each child, enough to point a person at
 /// the line to fix.
 #[derive(Debug)]
-pub(crate) enum Node {
+pub enum Node {
     Null,
     Bool(bool),
     Int(i128),

@@ -69,6 +69,7 @@ use jiff::{SignedDuration, Span, Timestamp};
 use thiserror::Error;
 
 use super::Window;
+use crate::duration::DurationError;
 
 /// How far [`Schedule::next_start`] looks ahead, in days.
 pub const SEARCH_DAYS: i64 = 400;
@@ -596,28 +597,21 @@ fn parse_value(field: CronField, text: &str, item: &str) -> Result<u8, String> {
     }
 }
 
-/// `90s`, `15m`, `4h` (as [`crate::config::duration`] reads them): more
-/// than zero, at most 7 days.
+/// `90s`, `15m`, `4h` ([`crate::duration::parse`]), and a window's own
+/// rules on top: more than zero, at most 7 days.
 fn parse_duration(text: &str) -> Result<SignedDuration, WindowError> {
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let (number, unit) = text.split_at(digits);
-    if digits == 0 || !matches!(unit, "s" | "m" | "h") {
-        return Err(WindowError::Duration(text.to_owned()));
-    }
-    // A number this large is too long in any unit; refusing it first keeps
-    // the multiplication below from overflowing.
-    let max = MAX_DURATION.as_secs().unsigned_abs();
-    if number.parse::<u64>().map_or(true, |n| n > max) {
-        return Err(WindowError::LongDuration(text.to_owned()));
-    }
-    let Some(d) = crate::config::duration(text) else {
-        return Err(WindowError::ZeroDuration(text.to_owned()));
+    let d = match crate::duration::parse(text) {
+        Ok(d) => d,
+        Err(DurationError::TooLong(_)) => return Err(WindowError::LongDuration(text.to_owned())),
+        Err(_) => return Err(WindowError::Duration(text.to_owned())),
     };
-    let d = SignedDuration::try_from(d).map_err(|_| WindowError::LongDuration(text.to_owned()))?;
-    if d > MAX_DURATION {
-        return Err(WindowError::LongDuration(text.to_owned()));
+    if d.is_zero() {
+        return Err(WindowError::ZeroDuration(text.to_owned()));
     }
-    Ok(d)
+    match SignedDuration::try_from(d) {
+        Ok(d) if d <= MAX_DURATION => Ok(d),
+        _ => Err(WindowError::LongDuration(text.to_owned())),
+    }
 }
 
 /// Every window of a plan; the error names the window (counting from 1).

@@ -142,7 +142,7 @@ pub fn validate(plan: &Located, units: &[Unit], others: &[Located]) -> Vec<Refus
                 format!("wave {}: maxParallel must be at least 1", w.name),
             ));
         }
-        if w.soak != "0s" && crate::config::duration(&w.soak).is_none() {
+        if w.soak != "0s" && crate::duration::positive(&w.soak).is_err() {
             out.push(refuse(
                 Reason::PlanInvalid,
                 format!(

@@ -9,10 +9,26 @@
 //! `installedRelease` that is not a release), would read as "nothing
 //! installed". Such a file is an error naming the item and field; objects
 //! of other kinds stay ignored whatever their shape.
+//!
+//! Nothing where an object could be: a document of a stream that holds no
+//! value (a stray `---` or `...`, `null`, a tag on nothing) is skipped, since
+//! concatenating `kubectl` outputs leaves such separators and they stand for
+//! no object; a stream of nothing else is refused as empty. A `null` (or
+//! empty) item of a List is refused: `kubectl` never prints one, and a hole
+//! in a list of objects may be an object some tool failed to write, which
+//! skipping would read as "not installed".
+//!
+//! `kubectl -o json` output is read as JSON: a text whose first character
+//! after an optional byte order mark and whitespace is `{` or `[`, and which
+//! is one JSON value, goes through serde_json, because YAML refuses what JSON
+//! strings may hold raw (DEL, the C1 controls, U+FFFE) and keys over 1024
+//! characters. The same byte limit, nesting depth and node budget apply, a
+//! key twice in one mapping is refused as in YAML, the same checks run on
+//! the same values, and messages name the same lines. Any other text,
+//! including YAML flow style that is not JSON, is read as YAML.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::Path;
 
 use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
@@ -132,18 +148,6 @@ pub enum LiveError {
     },
 }
 
-/// Reads and parses a snapshot file, never reading more than `max_bytes`
-/// (+1, to know it is over): `/dev/zero` fails at once.
-pub fn read_live(path: &Path, max_bytes: usize) -> Result<Live, LiveError> {
-    let file = path.display().to_string();
-    let limit = Limit::live(max_bytes);
-    let text = yaml::read_text(path, &limit).map_err(|reason| LiveError::Read {
-        file: file.clone(),
-        reason,
-    })?;
-    parse_live_within(&file, &text, max_bytes)
-}
-
 /// [`parse_live_within`] under [`DEFAULT_MAX_LIVE_BYTES`].
 pub fn parse_live(file: &str, text: &str) -> Result<Live, LiveError> {
     parse_live_within(file, text, DEFAULT_MAX_LIVE_BYTES)
@@ -153,7 +157,8 @@ pub fn parse_live(file: &str, text: &str) -> Result<Live, LiveError> {
 /// stream of objects. Objects of kinds that are not ours are ignored,
 /// whatever their shape; ours must have the shape the CRDs give them, and
 /// their releases must be releases. `""` in a status field is "none" (the
-/// operators write it when idle).
+/// operators write it when idle). JSON is read as JSON, and a document that
+/// holds no value is skipped where a `null` item is refused (module doc).
 pub fn parse_live_within(file: &str, text: &str, max_bytes: usize) -> Result<Live, LiveError> {
     let limit = Limit::live(max_bytes);
     if text.len() > max_bytes {
@@ -163,20 +168,13 @@ pub fn parse_live_within(file: &str, text: &str, max_bytes: usize) -> Result<Liv
         });
     }
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let docs: Vec<Lined> =
-        serde_saphyr::from_multiple_with_options(text, parser_options(text.len(), max_bytes))
-            .map_err(|e| {
-                let d = yaml::describe(&e, &limit);
-                LiveError::Parse {
-                    file: file.to_owned(),
-                    line: d.line,
-                    message: if d.over_limit {
-                        format!("the snapshot {}", d.message)
-                    } else {
-                        format!("does not parse as YAML or JSON: {}", d.message)
-                    },
-                }
-            })?;
+    let docs: Vec<Lined> = match json_document(file, text, &limit)? {
+        Some(doc) => vec![doc],
+        None => {
+            serde_saphyr::from_multiple_with_options(text, parser_options(text.len(), max_bytes))
+                .map_err(|e| parse_error(file, &e, &limit, None))?
+        }
+    };
     let mut reader = Reader {
         file,
         live: Live::default(),
@@ -188,7 +186,9 @@ pub fn parse_live_within(file: &str, text: &str, max_bytes: usize) -> Result<Liv
         > 1;
     let mut any = false;
     for (i, doc) in docs.iter().enumerate() {
-        // An empty document (a stray `---`) holds nothing to misread.
+        // A document that holds no value (a stray `---`, a tag on nothing)
+        // stands for no object; a `null` item of a List is refused in
+        // `list` (the module doc says why they differ).
         if matches!(doc.value, Value::Null) {
             continue;
         }
@@ -218,6 +218,146 @@ pub fn parser_options(len: usize, max_bytes: usize) -> serde_saphyr::Options {
     // fail the snapshot (and in a field of ours it is not a release anyway).
     options.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::AsString;
     options
+}
+
+/// A parser's error in our words; `line` replaces the parser's where we
+/// found the error ourselves (a key twice in a JSON mapping).
+fn parse_error(file: &str, e: &serde_saphyr::Error, limit: &Limit, line: Option<u32>) -> LiveError {
+    let d = yaml::describe(e, limit);
+    LiveError::Parse {
+        file: file.to_owned(),
+        line: line.unwrap_or(d.line),
+        message: if d.over_limit {
+            format!("the snapshot {}", d.message)
+        } else {
+            format!("does not parse as YAML or JSON: {}", d.message)
+        },
+    }
+}
+
+/// `kubectl -o json` output, read as JSON (the module doc says why). `None`
+/// when the text does not start like JSON, is not one JSON value, or is
+/// beyond the nesting or node limit: YAML reads it then, refusing what is
+/// beyond a limit in its own words, and its message is the one a person sees.
+/// The limits are checked before serde_json builds anything, so it never
+/// nests deeper than YAML's parser would.
+fn json_document(file: &str, text: &str, limit: &Limit) -> Result<Option<Lined>, LiveError> {
+    if !text
+        .trim_start_matches([' ', '\t', '\r', '\n'])
+        .starts_with(['{', '['])
+    {
+        return Ok(None);
+    }
+    let Some(lines) = json_lines(text, limit) else {
+        return Ok(None);
+    };
+    let Ok(JsonNode(mut doc)) = serde_json::from_str::<JsonNode>(text) else {
+        return Ok(None);
+    };
+    place_lines(&mut doc, &mut lines.into_iter())
+        .map_err(|(e, line)| parse_error(file, &e, limit, Some(line)))?;
+    Ok(Some(doc))
+}
+
+/// The line each value of a JSON text starts on, in the order
+/// [`place_lines`] visits them (a value, then its items or its mapping's
+/// values); `None` past YAML's nesting depth or node budget (keys count, as
+/// they do in YAML). Any text is scanned without panicking; the lines are
+/// only right for text serde_json accepts.
+fn json_lines(text: &str, limit: &Limit) -> Option<Vec<u32>> {
+    let bytes = text.as_bytes();
+    let mut lines = Vec::new();
+    let mut line = 1u32;
+    let mut nodes = 0usize;
+    // Per open collection: is it a mapping.
+    let mut open: Vec<bool> = Vec::new();
+    // The next string is a mapping's key, not a value.
+    let mut key_next = false;
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        match b {
+            b'\n' => line = line.saturating_add(1),
+            b' ' | b'\t' | b'\r' => {}
+            b':' => key_next = false,
+            b',' => key_next = open.last() == Some(&true),
+            b'}' | b']' => {
+                open.pop();
+            }
+            _ => {
+                nodes += 1;
+                if nodes > limit.max_nodes() {
+                    return None;
+                }
+                match b {
+                    b'"' => {
+                        if !key_next {
+                            lines.push(line);
+                        }
+                        // To the closing quote (JSON strings hold no raw newline).
+                        i += 1;
+                        while let Some(&c) = bytes.get(i)
+                            && c != b'"'
+                        {
+                            i += if c == b'\\' { 2 } else { 1 };
+                        }
+                    }
+                    b'{' | b'[' => {
+                        lines.push(line);
+                        open.push(b == b'{');
+                        if open.len() > yaml::MAX_DEPTH {
+                            return None;
+                        }
+                        key_next = b == b'{';
+                    }
+                    // A number, true, false or null: to its end.
+                    _ => {
+                        lines.push(line);
+                        while bytes.get(i + 1).is_some_and(|c| {
+                            !matches!(c, b',' | b']' | b'}' | b' ' | b'\t' | b'\r' | b'\n')
+                        }) {
+                            i += 1;
+                        }
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+    Some(lines)
+}
+
+/// Gives every node of a JSON document its line, and refuses a key twice in
+/// one mapping as YAML does (serde_json would keep both here, and the first
+/// one found would win where Go's decoder keeps the last); the error is the
+/// one YAML's parser gives, and the line of the second value.
+fn place_lines(
+    node: &mut Lined,
+    lines: &mut std::vec::IntoIter<u32>,
+) -> Result<(), (serde_saphyr::Error, u32)> {
+    node.line = lines.next().unwrap_or(node.line);
+    match &mut node.value {
+        Value::Seq(items) => {
+            for item in items {
+                place_lines(item, lines)?;
+            }
+        }
+        Value::Map(map) => {
+            for (_, value) in map.iter_mut() {
+                place_lines(value, lines)?;
+            }
+            let mut seen = std::collections::HashSet::with_capacity(map.len());
+            for (key, value) in map.iter() {
+                if !seen.insert(key.as_str()) {
+                    let key = Some(key.clone());
+                    let location = serde_saphyr::Location::UNKNOWN;
+                    let e = serde_saphyr::Error::DuplicateMappingKey { key, location };
+                    return Err((e, value.line));
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 struct Reader<'a> {
@@ -710,64 +850,85 @@ impl<'de> Deserialize<'de> for Lined {
 
 impl<'de> Deserialize<'de> for Value {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Value;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any YAML value")
-            }
-            fn visit_unit<E>(self) -> Result<Value, E> {
-                Ok(Value::Null)
-            }
-            fn visit_none<E>(self) -> Result<Value, E> {
-                Ok(Value::Null)
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-                Value::deserialize(d)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
-                Ok(Value::Bool)
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-                Ok(Value::Int(v.into()))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-                Ok(Value::Int(v.into()))
-            }
-            fn visit_i128<E>(self, v: i128) -> Result<Value, E> {
-                Ok(Value::Int(v))
-            }
-            fn visit_u128<E>(self, v: u128) -> Result<Value, E> {
-                Ok(i128::try_from(v).map_or(Value::Float, Value::Int))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
-                Ok(Value::Float)
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-                Ok(Value::Str(v.to_owned()))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Value, E> {
-                Ok(Value::Str(v))
-            }
-            fn visit_bytes<E>(self, v: &[u8]) -> Result<Value, E> {
-                Ok(Value::Str(String::from_utf8_lossy(v).into_owned()))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
-                let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1024));
-                while let Some(x) = a.next_element::<Lined>()? {
-                    v.push(x);
-                }
-                Ok(Value::Seq(v))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
-                let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1024));
-                while let Some(k) = a.next_key::<KeyText>()? {
-                    v.push((k.0, a.next_value::<Lined>()?));
-                }
-                Ok(Value::Map(v))
-            }
+        d.deserialize_any(ValueVisitor::<Lined>(std::marker::PhantomData))
+    }
+}
+
+/// A JSON value: serde_json keeps no positions, so [`place_lines`] sets the
+/// lines afterwards from the text.
+struct JsonNode(Lined);
+
+impl<'de> Deserialize<'de> for JsonNode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = d.deserialize_any(ValueVisitor::<JsonNode>(std::marker::PhantomData))?;
+        Ok(JsonNode(Lined { value, line: 1 }))
+    }
+}
+
+impl From<JsonNode> for Lined {
+    fn from(node: JsonNode) -> Self {
+        node.0
+    }
+}
+
+/// Builds a [`Value`] whose items and mapping values are read as `N`:
+/// [`Lined`] (serde-saphyr's spans) for YAML, [`JsonNode`] for JSON.
+struct ValueVisitor<N>(std::marker::PhantomData<N>);
+
+impl<'de, N: Deserialize<'de> + Into<Lined>> Visitor<'de> for ValueVisitor<N> {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
+        Ok(Value::Bool)
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Int(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Int(v.into()))
+    }
+    fn visit_i128<E>(self, v: i128) -> Result<Value, E> {
+        Ok(Value::Int(v))
+    }
+    fn visit_u128<E>(self, v: u128) -> Result<Value, E> {
+        Ok(i128::try_from(v).map_or(Value::Float, Value::Int))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
+        Ok(Value::Float)
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::Str(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::Str(v))
+    }
+    fn visit_bytes<E>(self, v: &[u8]) -> Result<Value, E> {
+        Ok(Value::Str(String::from_utf8_lossy(v).into_owned()))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+        let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1024));
+        while let Some(x) = a.next_element::<N>()? {
+            v.push(x.into());
         }
-        d.deserialize_any(V)
+        Ok(Value::Seq(v))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+        let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1024));
+        while let Some(k) = a.next_key::<KeyText>()? {
+            v.push((k.0, a.next_value::<N>()?.into()));
+        }
+        Ok(Value::Map(v))
     }
 }
 
@@ -899,15 +1060,260 @@ metadata: {resourceVersion: ""}
             err,
             "l.yaml: is larger than the live snapshot limit of 16 bytes; raise --max-live-bytes, or select fewer kinds or namespaces"
         );
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("live.yaml");
-        std::fs::write(&path, text).unwrap();
-        assert!(read_live(&path, 1024).unwrap().objects.is_empty());
+    }
+
+    const NOT_OBJECT: &str =
+        "not a Kubernetes object or List; expected what `kubectl get <kinds> -A -o yaml` prints";
+
+    /// A document holding no value stands for no object and is skipped; a
+    /// `null` item of a List is a hole where an object was, and is refused
+    /// (the module doc says why). The fuzz target's finding: a stream whose
+    /// second document is `!:`, a tag on nothing, read as no object, while
+    /// the same documents as a JSON List were refused.
+    #[test]
+    fn a_null_document_is_skipped_and_a_null_item_refused() {
+        let nova = "apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: Nova\nmetadata: {name: nova, namespace: compute}\nstatus: {installedRelease: \"2026.1\"}\n";
+        for stream in [
+            format!("---\n{nova}---\n"),
+            format!("{nova}...\n---\n---\n"),
+            format!("{nova}---\nnull\n---\n~\n"),
+            format!("!x\n---\n{nova}---\n!!null\n"),
+            format!("{nova}...\n!: "),
+        ] {
+            let live = parse_live("live.yaml", &stream).unwrap_or_else(|e| panic!("{e}\n{stream}"));
+            assert_eq!(live.objects.len(), 1, "{stream}");
+            let n = live.get(&Key::new(Kind::Nova, "compute", "nova")).unwrap();
+            assert_eq!(n.installed(), Some("2026.1"), "{stream}");
+        }
+        let found = "apiVersion: k6c3\u{feff}/v1Xap\nkind: Co101\n...\n!: ";
+        assert!(parse_live("live.yaml", found).unwrap().objects.is_empty());
+        // A stream of nothing else is no snapshot.
+        for empty in ["!x\n", "---\n...\n---\n!:\n", "null\n", "\u{feff}~\n"] {
+            assert_eq!(
+                parse_live("live.yaml", empty).unwrap_err().to_string(),
+                "live.yaml: holds no YAML document; expected what `kubectl get <kinds> -A -o yaml` prints",
+                "{empty:?}"
+            );
+        }
+        let hole =
+            |line: u32, item: &str| format!("live.yaml:{line}: {item} is a null, {NOT_OBJECT}");
+        let cases = [
+            (
+                "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap}\n- null\n".to_owned(),
+                hole(5, "items[1]"),
+            ),
+            ("apiVersion: v1\nkind: List\nitems:\n- ~\n-\n".into(), hole(4, "items[0]")),
+            ("apiVersion: v1\nkind: List\nitems:\n-\n".into(), hole(4, "items[0]")),
+            (
+                "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: List\n  items: [null]\n".into(),
+                hole(6, "items[0].items[0]"),
+            ),
+            // The finding's documents as kubectl's JSON List, null kept.
+            (
+                "{\"apiVersion\":\"v1\",\"kind\":\"List\",\"items\":[{\"apiVersion\":\"k6c3\u{feff}/v1Xap\",\"kind\":\"Co101\"},null]}".into(),
+                hole(1, "items[1]"),
+            ),
+            (
+                "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"List\",\n  \"items\": [\n    null\n  ]\n}\n".into(),
+                hole(5, "items[0]"),
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = parse_live("live.yaml", &text)
+                .err()
+                .unwrap_or_else(|| panic!("accepted: {text}"));
+            assert_eq!(err.to_string(), expected, "{text}");
+        }
+    }
+
+    /// `kubectl -o json` writes DEL, the C1 controls and U+FFFE raw inside
+    /// strings, and YAML refuses them anywhere: JSON is read as JSON.
+    #[test]
+    fn json_is_read_as_json_whatever_its_strings_hold() {
+        let odd = "a\u{7f}b\u{85}c\u{9f}d\u{fffe}e\u{ffff}f\u{2028}g\u{feff}h";
+        let mut data = serde_json::Map::new();
+        // YAML allows no implicit key over 1024 characters; JSON has no such limit.
+        data.insert("k".repeat(2000), odd.into());
+        let json = serde_json::to_string_pretty(&serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": odd}, "data": data},
+                {
+                    "apiVersion": "nova.openstack.c5c3.io/v1alpha1",
+                    "kind": "Nova",
+                    "metadata": {"name": "nova", "namespace": "compute", "generation": 3},
+                    "status": {
+                        "installedRelease": "2026.1",
+                        "conditions": [
+                            {"type": "Ready", "status": "False", "message": odd, "observedGeneration": 3}
+                        ]
+                    }
+                }
+            ],
+            "metadata": {"resourceVersion": ""}
+        }))
+        .unwrap();
         assert!(
-            read_live(&path, 16)
-                .unwrap_err()
-                .to_string()
-                .contains("larger than the live snapshot limit of 16 bytes")
+            json.contains('\u{7f}') && json.contains('\u{fffe}'),
+            "written raw"
         );
+        let live = parse_live("live.json", &json).unwrap();
+        assert_eq!(live.objects.len(), 1);
+        let n = live.get(&Key::new(Kind::Nova, "compute", "nova")).unwrap();
+        assert_eq!(n.installed(), Some("2026.1"));
+        assert_eq!(n.generation, Some(3));
+        let ready = n.condition("Ready").unwrap();
+        assert_eq!(
+            (ready.message.as_str(), ready.observed_generation),
+            (odd, Some(3))
+        );
+        // After a byte order mark and blank lines, too.
+        let marked = format!("\u{feff}\n \t\r\n{json}");
+        assert_eq!(
+            parse_live("live.json", &marked).unwrap().objects,
+            live.objects
+        );
+        // Escapes are JSON's: a surrogate pair (Python's json.dumps writes them).
+        let escaped = json.replace(odd, "\\ud83d\\ude00 \\u007f \\/");
+        let live = parse_live("live.json", &escaped).unwrap();
+        let n = live.get(&Key::new(Kind::Nova, "compute", "nova")).unwrap();
+        assert_eq!(n.condition("Ready").unwrap().message, "\u{1f600} \u{7f} /");
+        // What made this necessary: the same text as YAML (a trailing `---`
+        // makes it a stream, which is not JSON) is refused.
+        let err = parse_live("live.json", &format!("{json}---\n")).unwrap_err();
+        assert!(
+            err.to_string().contains("does not parse as YAML or JSON"),
+            "{err}"
+        );
+    }
+
+    /// The JSON reading checks what the YAML reading checks, with the same
+    /// messages, lines and limits: each text is read as JSON and, followed
+    /// by `---` (a stream, so not JSON), as YAML.
+    #[test]
+    fn json_and_yaml_readings_agree_on_messages_lines_and_limits() {
+        let list = |items: &str| {
+            format!(
+                "{{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"List\",\n  \"items\": [\n{items}\n  ]\n}}\n"
+            )
+        };
+        let nova = |meta: &str, status: &str| {
+            format!(
+                "    {{\n      \"apiVersion\": \"nova.openstack.c5c3.io/v1alpha1\",\n      \"kind\": \"Nova\",\n      \"metadata\": {{\n        \"name\": \"nova\",\n        \"namespace\": \"compute\"{meta}\n      }},\n      \"status\": {{\n{status}\n      }}\n    }}"
+            )
+        };
+        let other = "    {\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"data\": {\"a\": [1, {\"b\": null}], \"c\": true}}";
+        // `x` nested `n` deep in a List of no items: the List is one level.
+        let deep = |n: usize| {
+            format!(
+                "{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [], \"x\": {}{}}}",
+                "[".repeat(n - 1),
+                "]".repeat(n - 1)
+            )
+        };
+        let many = format!(
+            "{{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [], \"x\": [{}1]}}",
+            "1,".repeat(300_000)
+        );
+        let cases: Vec<(String, &str)> = vec![
+            (
+                list(&format!(
+                    "{other},\n{}",
+                    nova(
+                        ",\n        \"generation\": 2",
+                        "        \"installedRelease\": \"2026.1\",\n        \"conditions\": [{\"type\": \"Ready\", \"observedGeneration\": 2}]"
+                    )
+                )),
+                "ok: compute/nova 2026.1 2",
+            ),
+            (
+                list(&format!(
+                    "{other},\n{}",
+                    nova("", "        \"installedRelease\": \"abc\"")
+                )),
+                "live.yaml:14: items[1] Nova compute/nova: status.installedRelease \"abc\" is not a release (expected YYYY.N, e.g. 2026.1)",
+            ),
+            (
+                list(&nova(
+                    "",
+                    "        \"upgradePhase\": \"\",\n        \"installedRelease\": 2026.1",
+                )),
+                "live.yaml:14: items[0] Nova compute/nova: status.installedRelease is a number, not a string; quote it",
+            ),
+            (
+                list(&nova(",\n        \"generation\": \"two\"", "")),
+                "live.yaml:11: items[0] Nova: metadata.generation is a string, not a whole number",
+            ),
+            (
+                list(&nova(
+                    "",
+                    "        \"conditions\": [\n          {\"type\": \"Ready\"},\n          {\"type\": \"Synced\", \"observedGeneration\": 1.5}\n        ]",
+                )),
+                "live.yaml:15: items[0] Nova compute/nova: status.conditions[1].observedGeneration is a number, not a whole number",
+            ),
+            (
+                list(&format!("{other},\n    7")),
+                "live.yaml:6: items[1] is a number, not a Kubernetes object or List; expected what `kubectl get <kinds> -A -o yaml` prints",
+            ),
+            (
+                "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"List\",\n  \"items\": {\"a\": 1}\n}\n"
+                    .into(),
+                "live.yaml:4: the List: items is a mapping, not a list",
+            ),
+            (
+                "[\n  {\"apiVersion\": \"v1\", \"kind\": \"List\"}\n]\n".into(),
+                "live.yaml:1: document 1 is a list, not a Kubernetes object or List; expected what `kubectl get <kinds> -A -o yaml` prints",
+            ),
+            (
+                list(&nova(",\n        \"name\": \"other\"", "")),
+                "live.yaml:11: does not parse as YAML or JSON: the key \"name\" appears twice in one mapping; keep one",
+            ),
+            (deep(64), "ok: "),
+            (
+                deep(65),
+                "live.yaml:1: the snapshot nests lists and mappings more than 64 levels deep (a fixed limit; no Kubernetes object nests this deep)",
+            ),
+            (
+                many,
+                "live.yaml:1: the snapshot holds more than 262144 YAML nodes, the most the live snapshot limit of 1 MiB allows (one per 4 bytes); raise --max-live-bytes, or select fewer kinds or namespaces",
+            ),
+        ];
+        let read = |text: &str| match parse_live_within("live.yaml", text, 1 << 20) {
+            Ok(live) => {
+                let mut seen: Vec<String> = live
+                    .objects
+                    .iter()
+                    .map(|(k, s)| {
+                        format!(
+                            "{}/{} {} {}",
+                            k.namespace,
+                            k.name,
+                            s.installed().unwrap_or("-"),
+                            s.generation.unwrap_or(-1)
+                        )
+                    })
+                    .collect();
+                seen.sort();
+                format!("ok: {}", seen.join(", "))
+            }
+            Err(e) => e.to_string(),
+        };
+        // The CLI reads on the main thread (8 MiB of stack); a debug build of
+        // the YAML parser needs more than a test thread's 2 MiB at 64 levels.
+        let run = move || {
+            for (json, expected) in cases {
+                assert!(json.starts_with(['{', '[']));
+                let (as_json, as_yaml) = (read(&json), read(&format!("{json}\n---\n")));
+                assert_eq!(as_json, expected, "as JSON:\n{json}");
+                assert_eq!(as_yaml, expected, "as YAML:\n{json}");
+            }
+        };
+        std::thread::Builder::new()
+            .stack_size(8 << 20)
+            .spawn(run)
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

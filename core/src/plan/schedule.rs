@@ -149,7 +149,7 @@ pub fn decide(i: &Input<'_>) -> Decision {
             .spec
             .waves
             .get(wave - 1)
-            .and_then(|w| crate::config::duration(&w.soak))
+            .and_then(|w| crate::duration::positive(&w.soak).ok())
             .unwrap_or(Duration::ZERO);
         if !soak.is_zero() {
             let since = i.completed_at.get(&(wave - 1)).copied().unwrap_or(i.now);

@@ -1,0 +1,227 @@
+//! Following a hop in flight: each followed object's tracker, the forward
+//! repairs `repair::plan` allows (a failed phase Job re-run, the plane
+//! re-asserted) and what must be reported to a person.
+
+use std::time::Instant;
+
+use super::{Daemon, Did, PassOutcome, Repo};
+use crate::cluster::{Cluster, observe};
+use crate::follow::{Progress, Tracker};
+use crate::kind::{Key, Kind};
+use crate::metrics::{KindLabels, Metrics, PhaseLabels, RepairLabels};
+use crate::repair::{self, Action, RepairHistory};
+use crate::rollout::{Chain, UnitReport, UnitState};
+
+/// A hop being followed: the tracker and the repairs made so far.
+pub(super) struct Following {
+    tracker: Tracker,
+    history: RepairHistory,
+    phase: Option<(String, std::time::Duration)>,
+    reported: bool,
+    completed: bool,
+}
+
+impl Following {
+    /// Marks the object complete; false when it already was.
+    pub(super) fn complete(&mut self) -> bool {
+        !std::mem::replace(&mut self.completed, true)
+    }
+}
+
+impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
+    pub(super) async fn follow(
+        &mut self,
+        chain: &Chain,
+        i: usize,
+        state: &UnitState,
+        report: &mut UnitReport,
+        out: &mut PassOutcome,
+    ) {
+        let now = self.clock.now();
+        let projected = (chain.unit.kind == Kind::ControlPlane).then_some(chain.unit.name.as_str());
+        let mut reassert = false;
+        for (key, target) in chain.followed(i) {
+            let to = target.follow_to(key.kind);
+            let id = (key.clone(), to.clone());
+            let t = Instant::now();
+            let obs = observe(&self.cluster, &key).await;
+            Metrics::observe(
+                &self.metrics.cluster_seconds,
+                "observe",
+                obs.is_ok(),
+                t.elapsed(),
+            );
+            let Ok(Some(obs)) = obs else {
+                report.progress.insert(key.clone(), Progress::Waiting);
+                continue;
+            };
+            if !self.following.contains_key(&id) {
+                // Repairs already made for this hop are in the cluster's
+                // Events: a restart does not refill the budget.
+                let retries = self.past_repairs(&key).await;
+                self.following.insert(
+                    id.clone(),
+                    Following {
+                        tracker: Tracker::new(to.clone(), self.opts.deadlines.clone()),
+                        history: RepairHistory {
+                            retries,
+                            last: (retries > 0).then_some(now),
+                        },
+                        phase: None,
+                        reported: false,
+                        completed: false,
+                    },
+                );
+            }
+            let Some(f) = self.following.get_mut(&id) else {
+                continue;
+            };
+            let p = f.tracker.observe(&obs, now);
+            let mut did: Vec<Did> = Vec::new();
+            // Phase durations, as seen.
+            let phase = obs.status.phase().map(str::to_owned);
+            match (&f.phase, &phase) {
+                (Some((old, since)), new) if Some(old) != new.as_ref() => {
+                    self.metrics
+                        .phase_seconds
+                        .get_or_create(&PhaseLabels {
+                            kind: key.kind.as_str().into(),
+                            phase: old.clone(),
+                        })
+                        .observe(now.saturating_sub(*since).as_secs_f64());
+                    f.phase = new.clone().map(|n| (n, now));
+                    did.push(Did::Phase {
+                        object: key.clone(),
+                        phase: new.clone(),
+                    });
+                }
+                (None, Some(new)) => {
+                    f.phase = Some((new.clone(), now));
+                    did.push(Did::Phase {
+                        object: key.clone(),
+                        phase: Some(new.clone()),
+                    });
+                }
+                _ => {}
+            }
+            let action = repair::plan(&key, projected, &p, &f.history, now, &self.opts.repair);
+            match &action {
+                Action::DeleteJob { .. } | Action::Report(_) => {
+                    let first_report = matches!(action, Action::Report(_)) && !f.reported;
+                    if matches!(action, Action::DeleteJob { .. }) || first_report {
+                        let r = repair::execute(&self.cluster, &key, &action, &mut f.history, now)
+                            .await;
+                        if let Err(e) = r {
+                            tracing::warn!(error = %e, object = %key, "repair failed; next pass");
+                        }
+                    }
+                    if let Action::Report(m) = &action {
+                        if first_report {
+                            did.push(Did::NeedsPerson {
+                                unit: chain.unit.clone(),
+                                object: key.clone(),
+                                message: m.clone(),
+                            });
+                        }
+                        f.reported = true;
+                        report.needs_person = Some(m.clone());
+                    } else {
+                        out.repaired += 1;
+                        if let Action::DeleteJob { name, attempt, .. } = &action {
+                            did.push(Did::Repaired {
+                                object: key.clone(),
+                                message: format!(
+                                    "deleted failed Job {name} (attempt {attempt}) so the operator runs it again"
+                                ),
+                            });
+                        }
+                    }
+                    self.metrics
+                        .repairs
+                        .get_or_create(&RepairLabels {
+                            kind: key.kind.as_str().into(),
+                            action: match action {
+                                Action::DeleteJob { .. } => "rerun-job",
+                                _ => "report",
+                            }
+                            .into(),
+                        })
+                        .inc();
+                }
+                Action::ReassertPlane { .. } => reassert = true,
+                Action::WaitUntil(_) | Action::Nothing => {}
+            }
+            if p == Progress::Complete && f.complete() {
+                did.push(Did::Complete {
+                    object: key.clone(),
+                });
+            }
+            if p == Progress::Complete
+                && state
+                    .objects
+                    .get(&key)
+                    .is_some_and(|o| o.progress != Progress::Complete)
+            {
+                self.metrics
+                    .hops_completed
+                    .get_or_create(&KindLabels {
+                        kind: key.kind.as_str().into(),
+                    })
+                    .inc();
+            }
+            report.progress.insert(key, p);
+            for d in did {
+                self.record(d);
+            }
+        }
+        if reassert {
+            tracing::warn!(plane = %chain.unit, "a child was parked by an edit outside Git; re-asserting the accepted target");
+            if let Err(e) = self.apply(chain, i).await {
+                tracing::warn!(error = %e, "re-asserting the plane failed; next pass");
+            } else {
+                out.repaired += 1;
+                self.metrics
+                    .repairs
+                    .get_or_create(&RepairLabels {
+                        kind: chain.unit.kind.as_str().into(),
+                        action: "reassert-plane".into(),
+                    })
+                    .inc();
+                if let Some(step) = chain.steps.get(i) {
+                    self.record(Did::Applied {
+                        unit: chain.unit.clone(),
+                        sha: step.sha.clone(),
+                        from: step.from.clone(),
+                        to: step.release.clone(),
+                        reassert: true,
+                    });
+                }
+            }
+        }
+        // A hop that a person must look at keeps the unit where it is, but
+        // the pass has nothing more to do for it.
+        if report.needs_person.is_none() {
+            out.busy = true;
+        }
+    }
+
+    /// Re-runs lockstep already made for an object (its `RepairJobDeleted`
+    /// Events): conservative when an older hop left some behind.
+    async fn past_repairs(&self, key: &Key) -> u32 {
+        match self.cluster.events(key).await {
+            Ok(events) => events
+                .iter()
+                .filter(|e| e.reason == "RepairJobDeleted")
+                .filter_map(|e| {
+                    e.message
+                        .split("(attempt ")
+                        .nth(1)
+                        .and_then(|r| r.split(')').next())
+                        .and_then(|n| n.parse::<u32>().ok())
+                })
+                .max()
+                .unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! `lockstep run`'s engine: the imperative shell around [`rollout`]. A pass
+//! is an ordered list of sub-reconcilers, one per file, each taking what the
+//! ones before it produced and returning what the ones after it need:
+//!
+//! | step | file | in | out |
+//! |---|---|---|---|
+//! | source | `source.rs` | the [`Repo`] | [`source::Refreshed`]: path, branch head, pull-request heads |
+//! | judge | `judge.rs` | the head, the last judgment | [`judge::Judgment`]: report and chains (steps carry their documents) |
+//! | units | `units.rs` (with `apply.rs`, `follow.rs`) | the chains, the cluster | [`units::Walked`]: a report per unit; applies, follows, repairs |
+//! | plans | `plans.rs` | the head's plans, the unit reports | hop commits, plan statuses |
+//! | statuses | `statuses.rs` | the judgment, the unit reports | statuses queued |
+//! | delivery | `delivery.rs` | the queue | statuses on the Git host (its own task) |
+//!
+//! Nothing here survives a restart and nothing needs to: Git (the accepted
+//! chain, the notes) and the cluster (specs lockstep applied, the operators'
+//! status, the Events of its repairs) hold the whole story, so a new process
+//! picks up where a killed one stopped. Time comes from a [`Clock`]: the
+//! system's for a real cluster, the simulator's for `run` in sim mode and
+//! the rehearsals ([`simulate`]), which run this same engine.
+
+mod apply;
+pub mod clock;
+mod delivery;
+mod follow;
+pub mod journal;
+mod judge;
+mod plans;
+pub mod simulate;
+mod source;
+mod statuses;
+mod units;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+use git2::Oid;
+use tokio::sync::mpsc;
+
+use crate::cluster::Cluster;
+use crate::follow::Deadlines;
+use crate::forge::delivery::StatusQueue;
+use crate::forge::{AnyForge, describe};
+use crate::gate::Verdict;
+use crate::kind::Key;
+use crate::metrics::Metrics;
+use crate::repair::RepairPolicy;
+use crate::rollout::{Next, UnitReport};
+
+pub use clock::{Clock, SystemClock, VirtualClock};
+pub use delivery::{deliver_forever, deliver_now, push_notes_to, record_drain};
+pub use journal::{Did, Entry};
+pub use simulate::{
+    FixedHead, SeedError, Simulation, seed_simulation, seed_tree, simulate, virtual_start,
+};
+
+/// What the loop needs besides its edges.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub cluster_name: String,
+    pub branch: String,
+    pub paths: Vec<String>,
+    /// Judge after this commit; `None`: the whole first-parent history.
+    pub since: Option<String>,
+    pub poll: Duration,
+    pub pull_requests: bool,
+    pub target_url: Option<String>,
+    pub deadlines: Deadlines,
+    pub repair: RepairPolicy,
+    pub max_file_bytes: usize,
+    /// Whose signatures make a commit trusted, for the branch and pull
+    /// requests alike (`docs/gate.md`, "Signed commits").
+    pub trust: Option<std::sync::Arc<crate::trust::TrustPolicy>>,
+    /// Stop once nothing is left to do (every hop complete or waiting on a
+    /// person, every status delivered).
+    pub until_idle: bool,
+    /// Every unit is read again this often even when nothing announced a
+    /// change (a missed watch event costs at most this long).
+    pub resync: Duration,
+    /// Run the head tree's upgrade plans. Off for `rehearse` of a range,
+    /// which rehearses the range's hops and must not write plan commits
+    /// into the repository it reads.
+    pub plans: bool,
+    /// How upgrade plans write their hop commits.
+    pub plan_author: crate::plan::writeback::Author,
+    pub plan_signing_key: Option<PathBuf>,
+    /// Push plan commits to this remote (a remote source's origin, with its
+    /// credentials); `None` for a local source, whose branch is the truth.
+    pub plan_push: Option<crate::source::PushTarget>,
+    /// Where `mode: propose` pushes a wave's branch: the remote source's
+    /// origin, or a local repository's `origin` remote.
+    pub plan_propose_to: Option<crate::source::PushTarget>,
+    /// Rehearsals: write propose-mode waves as commits, as if each request
+    /// were merged at once (a rehearsal has no host to ask).
+    pub plan_merge_proposals: bool,
+    /// Keep a [`journal`] of what the engine did, for rehearsals to render.
+    /// Memory that grows with the run: off for the daemon.
+    pub journal: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            cluster_name: "default".into(),
+            branch: "main".into(),
+            paths: Vec::new(),
+            since: None,
+            poll: Duration::from_secs(30),
+            pull_requests: true,
+            target_url: None,
+            deadlines: Deadlines::default(),
+            repair: RepairPolicy::default(),
+            max_file_bytes: crate::manifest::DEFAULT_MAX_FILE_BYTES,
+            trust: None,
+            until_idle: false,
+            resync: Duration::from_secs(600),
+            plans: true,
+            plan_author: crate::plan::writeback::Author {
+                name: "lockstep".into(),
+                email: "lockstep@localhost".into(),
+            },
+            plan_signing_key: None,
+            plan_push: None,
+            plan_propose_to: None,
+            plan_merge_proposals: false,
+            journal: false,
+        }
+    }
+}
+
+/// Where the repository is read from, as the loop sees it: a refresh that
+/// says whether anything moved, the branch head and the pull-request heads.
+pub trait Repo: Send {
+    fn refresh(&mut self) -> Result<bool, String>;
+    fn path(&self) -> PathBuf;
+    fn head(&self) -> Option<Oid>;
+    fn pulls(&self) -> Vec<(u64, Oid)>;
+}
+
+impl Repo for crate::source::Source {
+    fn refresh(&mut self) -> Result<bool, String> {
+        crate::source::Source::refresh(self)
+            .map(|r| r == crate::source::Refresh::Changed)
+            .map_err(|e| e.to_string())
+    }
+    fn path(&self) -> PathBuf {
+        crate::source::Source::path(self).to_owned()
+    }
+    fn head(&self) -> Option<Oid> {
+        crate::source::Source::head(self)
+    }
+    fn pulls(&self) -> Vec<(u64, Oid)> {
+        crate::source::Source::pulls(self)
+    }
+}
+
+/// What one pass found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PassOutcome {
+    /// Something was applied or repaired, or a hop is in flight.
+    pub busy: bool,
+    pub applied: usize,
+    pub repaired: usize,
+    pub blocked: usize,
+    /// The source could not be refreshed (the last good state was used).
+    pub source_error: Option<String>,
+}
+
+/// Something a person must act on when a bounded run (`--until-idle`)
+/// stops: a status that ends in failure (or error) and that only a person
+/// can change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NeedsPerson {
+    /// The object (`Nova compute/nova`), plan (`plan rings`) or commit.
+    pub subject: String,
+    /// The failure status's description.
+    pub reason: String,
+}
+
+impl std::fmt::Display for NeedsPerson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.subject, self.reason)
+    }
+}
+
+pub struct Daemon<C: Cluster, R: Repo> {
+    opts: Options,
+    repo: Arc<std::sync::Mutex<R>>,
+    cluster: C,
+    clock: Arc<dyn Clock>,
+    queue: StatusQueue,
+    metrics: Arc<Metrics>,
+    judged: Option<judge::Judged>,
+    pulls: HashMap<u64, Oid>,
+    following: HashMap<(Key, String), follow::Following>,
+    posted: HashMap<(String, String), (crate::forge::State, String)>,
+    /// The last report of every unit: a quiet pass reuses them.
+    units: BTreeMap<Key, UnitReport>,
+    /// Counts over `units`, kept as reports change, so that a quiet pass
+    /// over thousands of units reads none of them.
+    tally: units::Tally,
+    /// The judged head `units` were last walked against: while it is the
+    /// same (so are the chains), nothing is in flight and the cluster
+    /// announced nothing, a walk would want no unit and is skipped.
+    walked: Option<Oid>,
+    /// Objects the cluster announced as changed since the last pass.
+    dirty: HashSet<Key>,
+    last_full: Option<Instant>,
+    /// When each plan wave was first seen complete (soak); lost on restart,
+    /// which only makes a soak longer.
+    plan_completed: BTreeMap<(String, usize), jiff::Timestamp>,
+    /// Each plan's last decision, described (for rehearsals and logs).
+    plan_last: BTreeMap<String, String>,
+    /// The plans of the head tree whose status last ended in failure or
+    /// error, described (replaced on every plan pass).
+    plan_failed: BTreeMap<String, String>,
+    /// Where statuses go; plans in propose mode open their requests there.
+    forge: Option<Arc<AnyForge>>,
+    /// Each proposal branch's last outcome: spares the host between polls
+    /// and bridges a request list that lags behind a create. Lost on
+    /// restart, when the host and the remote say the same again.
+    proposals: HashMap<String, plans::SeenProposal>,
+    /// What the engine did, when `Options::journal` asks for it. Never read
+    /// by a decision: rehearsals render it.
+    journal: Vec<Entry>,
+}
+
+impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
+    pub fn new(
+        opts: Options,
+        repo: R,
+        cluster: C,
+        clock: Arc<dyn Clock>,
+        queue: StatusQueue,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            opts,
+            repo: Arc::new(std::sync::Mutex::new(repo)),
+            cluster,
+            clock,
+            queue,
+            metrics,
+            judged: None,
+            pulls: HashMap::new(),
+            following: HashMap::new(),
+            posted: HashMap::new(),
+            units: BTreeMap::new(),
+            tally: units::Tally::default(),
+            walked: None,
+            dirty: HashSet::new(),
+            last_full: None,
+            plan_completed: BTreeMap::new(),
+            plan_last: BTreeMap::new(),
+            plan_failed: BTreeMap::new(),
+            forge: None,
+            proposals: HashMap::new(),
+            journal: Vec::new(),
+        }
+    }
+
+    /// The Git host plans in `mode: propose` open their pull/merge requests
+    /// on (the one statuses go to). Without one, or with git notes, such a
+    /// plan's status says it needs a host and nothing is proposed.
+    pub fn set_forge(&mut self, forge: Arc<AnyForge>) {
+        self.forge = Some(forge);
+    }
+
+    /// Each plan's last decision, described.
+    pub fn plan_descriptions(&self) -> Vec<(String, String)> {
+        self.plan_last
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    pub fn until_idle(&self) -> bool {
+        self.opts.until_idle
+    }
+
+    /// What the engine did so far (empty unless `Options::journal`).
+    pub fn journal(&self) -> &[Entry] {
+        &self.journal
+    }
+
+    /// The last report of every unit.
+    pub fn unit_reports(&self) -> &BTreeMap<Key, UnitReport> {
+        &self.units
+    }
+
+    /// What a person must act on now: every unit blocked (off its chain) or
+    /// reported (a hop that failed for good, a repair budget spent, an
+    /// apply the cluster rejected), every plan held or unable to propose,
+    /// and the branch head when the gate refused it (nothing of it is
+    /// applied until a new commit fixes it). Refused commits below the head
+    /// and pull-request heads are not here: their failure is the gate doing
+    /// its job, and a later commit already moved past them. Objects first
+    /// (in key order), then plans, then the head.
+    pub fn needs_person(&self) -> Vec<NeedsPerson> {
+        let mut out = Vec::new();
+        for (key, u) in &self.units {
+            let reason = match (&u.next, &u.needs_person) {
+                (Next::Blocked(m), _) => format!("blocked: {m}"),
+                (_, Some(m)) => m.clone(),
+                _ => continue,
+            };
+            out.push(NeedsPerson {
+                subject: key.to_string(),
+                reason,
+            });
+        }
+        let plans = self.judged.as_ref().map(|j| j.plans.clone());
+        for (name, description) in &self.plan_failed {
+            // Only plans the head tree still has.
+            let current = plans
+                .as_ref()
+                .is_some_and(|p| p.plans.iter().any(|(l, _)| l.plan.metadata.name == *name));
+            if current {
+                out.push(NeedsPerson {
+                    subject: format!("plan {name}"),
+                    reason: description.clone(),
+                });
+            }
+        }
+        if let Some(j) = &self.judged {
+            let head = j.head.to_string();
+            if let Some(c) = j
+                .report
+                .commits
+                .iter()
+                .rev()
+                .find(|c| c.sha == head)
+                .filter(|c| c.verdict == Verdict::Refused)
+            {
+                let s = describe::commit_status(&self.opts.cluster_name, c, None);
+                out.push(NeedsPerson {
+                    subject: format!(
+                        "commit {} (the head of {})",
+                        &c.sha[..c.sha.len().min(10)],
+                        self.opts.branch
+                    ),
+                    reason: s.description,
+                });
+            }
+        }
+        out
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Notes what the engine did, when a journal is kept.
+    fn record(&mut self, what: Did) {
+        if self.opts.journal {
+            self.journal.push(Entry {
+                at: self.clock.now(),
+                what,
+            });
+        }
+    }
+
+    /// Runs the loop until `shutdown` resolves (or, with `until_idle`, until
+    /// nothing is left to do). Wakes on a trigger, a cluster change or the
+    /// poll interval; in virtual time, at once, with the world moved on.
+    pub async fn run(
+        &mut self,
+        mut triggers: mpsc::Receiver<()>,
+        leader: tokio::sync::watch::Receiver<bool>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> PassOutcome {
+        let mut changes = self.cluster.watch();
+        tokio::pin!(shutdown);
+        let mut leader = leader;
+        let mut last = PassOutcome::default();
+        loop {
+            while let Some(Some(k)) = changes.next().now_or_never() {
+                self.dirty.insert(k);
+            }
+            if *leader.borrow() {
+                self.metrics.leader.set(1);
+                last = self.pass().await;
+                self.metrics.set_ready();
+            } else {
+                self.metrics.leader.set(0);
+                self.metrics.set_ready();
+            }
+            let world = self.clock.between_passes(last.busy);
+            let world_busy = world.unwrap_or(false);
+            if self.opts.until_idle && !last.busy && !world_busy && last.source_error.is_none() {
+                break;
+            }
+            if world.is_some() && (world_busy || last.busy) {
+                // Virtual time: go on at once (the clock moved the world).
+                tokio::task::yield_now().await;
+                continue;
+            }
+            let poll = tokio::time::sleep(self.opts.poll);
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = poll => {}
+                Some(()) = triggers.recv() => {}
+                _ = leader.changed() => {}
+                Some(k) = changes.next() => {
+                    // A burst of watch events is one pass.
+                    self.dirty.insert(k);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        last
+    }
+
+    /// One pass over source, gate, cluster and statuses.
+    pub async fn pass(&mut self) -> PassOutcome {
+        let t = Instant::now();
+        let out = self.pass_inner().await;
+        self.metrics.passes.inc();
+        self.metrics.pass_seconds.observe(t.elapsed().as_secs_f64());
+        out
+    }
+
+    /// The pass, in order. Each step's output is the next one's input;
+    /// a step that has nothing to hand on ends the pass.
+    async fn pass_inner(&mut self) -> PassOutcome {
+        let mut out = PassOutcome::default();
+        let t0 = Instant::now();
+        // Source: the branch head and pull-request heads (the last good
+        // state when the remote cannot be reached).
+        let src = self.reconcile_source(&mut out).await;
+        let t_refresh = t0.elapsed();
+        let Some(head) = src.head else {
+            tracing::warn!(branch = %self.opts.branch, "the branch has no commits yet");
+            return out;
+        };
+        // Judge: new commits of the branch and pull requests, verdicts
+        // queued before anything is applied.
+        let Some(judgment) = self
+            .reconcile_judgment(&src.path, head, src.pulls, &mut out)
+            .await
+        else {
+            return out;
+        };
+        let t_judge = t0.elapsed();
+        // Units: read, decide, apply, follow, repair.
+        let walked = self.reconcile_units(&judgment, &mut out).await;
+        let t_walk = t0.elapsed();
+        // Plans: decide each wave; a hop commit when one may start (the
+        // next pass judges and applies it).
+        let plans_moved = self.reconcile_plans(&src.path, head, &mut out).await;
+        let t_plans = t0.elapsed();
+        // Statuses: every status the state implies, when something moved.
+        if walked.changed || plans_moved {
+            self.reconcile_statuses(&judgment.report).await;
+        }
+        // Delivery runs in its own task (`deliver_forever`), fed by the queue.
+        tracing::debug!(
+            quiet = walked.quiet,
+            units = walked.read,
+            refresh_ms = t_refresh.as_secs_f64() * 1e3,
+            judge_ms = (t_judge - t_refresh).as_secs_f64() * 1e3,
+            units_ms = (t_walk - t_judge).as_secs_f64() * 1e3,
+            plans_ms = (t_plans - t_walk).as_secs_f64() * 1e3,
+            statuses_ms = (t0.elapsed() - t_plans).as_secs_f64() * 1e3,
+            "pass"
+        );
+        out
+    }
+}

@@ -1,0 +1,220 @@
+//! Plans: the fourth step of a pass. Reads the plans' gate conditions from
+//! the cluster, decides each plan (`plan::exec::run`), writes a wave's hop
+//! commit when it may start (the next pass judges and applies it like any
+//! other) or proposes it (`mode: propose`), and queues each plan's status.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::time::Instant;
+
+use git2::Oid;
+
+use super::{Daemon, Did, PassOutcome, Repo};
+use crate::cluster::Cluster;
+use crate::forge::Status;
+use crate::kind::Key;
+use crate::rollout::Next;
+
+/// A proposal branch's last outcome.
+pub(super) struct SeenProposal {
+    keys: Vec<Key>,
+    head: Oid,
+    outcome: crate::plan::propose::Outcome,
+    at: Instant,
+}
+
+impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
+    /// Runs the plans of the head tree; true when a status may have moved
+    /// (plan statuses are queued here, so never).
+    pub(super) async fn reconcile_plans(
+        &mut self,
+        path: &Path,
+        head: Oid,
+        out: &mut PassOutcome,
+    ) -> bool {
+        use crate::plan::schedule::{Decision, ObjectView};
+        let plans = self
+            .judged
+            .as_ref()
+            .map(|j| j.plans.clone())
+            .unwrap_or_default();
+        if !self.opts.plans || plans.plans.is_empty() {
+            return false;
+        }
+        // Gate conditions, read from the cluster first.
+        let mut gates: BTreeMap<(Key, String, String), Result<(), String>> = BTreeMap::new();
+        for (p, _) in &plans.plans {
+            for g in &p.plan.spec.gates {
+                let Some(key) = g.object.key() else { continue };
+                let id = (key.clone(), g.condition.clone(), g.status.clone());
+                if gates.contains_key(&id) {
+                    continue;
+                }
+                let r = match self.cluster.get(&key).await {
+                    Ok(Some(o)) => match o.status.condition(&g.condition) {
+                        Some(c) if c.status == g.status => Ok(()),
+                        Some(c) => Err(format!(
+                            "{key} {} is {} ({})",
+                            g.condition, c.status, c.reason
+                        )),
+                        None => Err(format!("{key} has no {} condition yet", g.condition)),
+                    },
+                    Ok(None) => Err(format!("{key} does not exist")),
+                    Err(e) => Err(format!("{key}: {e}")),
+                };
+                gates.insert(id, r);
+            }
+        }
+        let now = self.clock.wall();
+        let writer = crate::plan::exec::Writer {
+            repo: path.to_owned(),
+            branch: self.opts.branch.clone(),
+            author: self.opts.plan_author.clone(),
+            signing_key: self.opts.plan_signing_key.clone(),
+            push: self.opts.plan_push.clone(),
+            merge_proposals: self.opts.plan_merge_proposals,
+        };
+        let units = &self.units;
+        let view = |k: &Key, u: &crate::plan::validate::Unit| {
+            let r = units.get(k);
+            let complete = r.is_some_and(|r| match r.next {
+                Next::Done(i) => r.chain.steps.get(i).is_some_and(|s| s.release == u.release),
+                _ => false,
+            });
+            ObjectView {
+                started: false,
+                complete,
+                failed: r.and_then(|r| r.needs_person.clone()),
+            }
+        };
+        let gate = |g: &crate::plan::Gate| {
+            let Some(key) = g.object.key() else {
+                return Err(format!("unknown kind {}", g.object.kind));
+            };
+            gates
+                .get(&(key, g.condition.clone(), g.status.clone()))
+                .cloned()
+                .unwrap_or(Ok(()))
+        };
+        let passes = crate::plan::exec::run(
+            &plans,
+            head,
+            now,
+            view,
+            gate,
+            &mut self.plan_completed,
+            &writer,
+        );
+        let mut statuses = Vec::new();
+        let mut failed = BTreeMap::new();
+        let mut proposing = HashSet::new();
+        for mut p in passes {
+            if let Some(oid) = p.wrote {
+                out.busy = true;
+                self.record(Did::PlanCommit {
+                    sha: oid.to_string(),
+                });
+            }
+            // A proposed wave waits on a person, not on time: not busy.
+            let proposed = match p.propose.take() {
+                Some(req) => {
+                    let o = self.propose_wave(path, &req).await;
+                    p.description = req.describe(&o.what);
+                    proposing.insert(req.branch);
+                    Some(o.state)
+                }
+                None => None,
+            };
+            if !matches!(p.decision, Decision::Complete | Decision::Held { .. }) {
+                out.busy |= matches!(
+                    p.decision,
+                    Decision::Running { .. }
+                        | Decision::Soaking { .. }
+                        | Decision::OutsideWindow { .. }
+                ) || (matches!(p.decision, Decision::Start { .. })
+                    && proposed.is_none());
+            }
+            if self.plan_last.get(&p.name) != Some(&p.description) {
+                self.record(Did::PlanDecision {
+                    plan: p.name.clone(),
+                    description: p.description.clone(),
+                });
+            }
+            self.plan_last.insert(p.name.clone(), p.description.clone());
+            let state = match p.decision {
+                Decision::Complete => crate::forge::State::Success,
+                Decision::Held { .. } => crate::forge::State::Failure,
+                _ => proposed.unwrap_or(crate::forge::State::Pending),
+            };
+            if matches!(
+                state,
+                crate::forge::State::Failure | crate::forge::State::Error
+            ) {
+                failed.insert(p.name.clone(), p.description.clone());
+            }
+            statuses.push((
+                p.sha.clone(),
+                Status {
+                    state,
+                    context: format!("lockstep/{}/plan/{}", self.opts.cluster_name, p.name),
+                    description: p.description,
+                    target_url: self.opts.target_url.clone(),
+                },
+            ));
+        }
+        self.proposals.retain(|b, _| proposing.contains(b));
+        self.plan_failed = failed;
+        for (sha, s) in statuses {
+            self.queue_status(sha, s).await;
+        }
+        false
+    }
+
+    /// One pass over a wave in `mode: propose` (see
+    /// [`crate::plan::propose`]): the host is asked at most once per poll
+    /// interval while nothing about the wave changed.
+    async fn propose_wave(
+        &mut self,
+        path: &Path,
+        req: &crate::plan::propose::Request,
+    ) -> crate::plan::propose::Outcome {
+        use crate::plan::propose::{self, Outcome};
+        let Some(forge) = self.forge.clone().filter(|f| f.can_propose()) else {
+            return Outcome::no_host();
+        };
+        let Some(target) = self.opts.plan_propose_to.clone() else {
+            return Outcome::no_remote();
+        };
+        let keys = req.keys();
+        let seen = self.proposals.get(&req.branch).filter(|s| s.keys == keys);
+        if let Some(s) = seen
+            && s.head == req.head
+            && s.at.elapsed() < self.opts.poll
+        {
+            return s.outcome.clone();
+        }
+        let before = seen.and_then(|s| s.outcome.proposal.clone());
+        let (repo, r) = (path.to_owned(), req.clone());
+        let (author, key) = (
+            self.opts.plan_author.clone(),
+            self.opts.plan_signing_key.clone(),
+        );
+        let outcome = propose::step(&*forge, req, before.as_ref(), move || {
+            propose::prepare(&repo, &r, &author, key.as_deref(), &target)
+        })
+        .await;
+        if outcome.proposal.is_none() {
+            tracing::info!(plan = %req.plan, wave = %req.wave_name, branch = %req.branch, outcome = %outcome.what, "plan: the wave waits without an open request");
+        }
+        self.proposals.insert(
+            req.branch.clone(),
+            SeenProposal {
+                keys,
+                head: req.head,
+                outcome: outcome.clone(),
+                at: Instant::now(),
+            },
+        );
+        outcome
+    }
+}

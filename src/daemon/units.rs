@@ -1,0 +1,314 @@
+//! Units: the third step of a pass. Which units to read (all on a new head
+//! or a resync; else those in flight, those whose chain changed and those
+//! the cluster announced), then per unit: read its state, decide with
+//! [`rollout::next`], and act (`apply.rs`, `follow.rs`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::Instrument;
+
+use super::judge::Judgment;
+use super::{Daemon, Did, PassOutcome, Repo};
+use crate::cluster::{Cluster, ClusterError, observe};
+use crate::follow::{Progress, assess};
+use crate::kind::{Key, Kind};
+use crate::metrics::{KindLabels, Metrics};
+use crate::release::ImageRef;
+use crate::rollout::{self, Chain, Next, ObjectState, Target, UnitReport, UnitState};
+
+/// How many unit reports are in flight (an apply or a hop being followed)
+/// and how many are blocked.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Tally {
+    in_flight: usize,
+    blocked: usize,
+}
+
+impl Tally {
+    pub fn of<'a>(reports: impl IntoIterator<Item = &'a UnitReport>) -> Self {
+        let mut t = Tally::default();
+        for r in reports {
+            t.add(r, 1);
+        }
+        t
+    }
+
+    pub fn add(&mut self, r: &UnitReport, sign: isize) {
+        let (f, b) = match r.next {
+            Next::Apply(_) | Next::Follow(_) => (1, 0),
+            Next::Blocked(_) => (0, 1),
+            Next::Done(_) => (0, 0),
+        };
+        self.in_flight = self.in_flight.saturating_add_signed(f * sign);
+        self.blocked = self.blocked.saturating_add_signed(b * sign);
+    }
+}
+
+/// What the units step hands on.
+pub(super) struct Walked {
+    /// A unit's report changed (or every unit was read): statuses may move.
+    pub changed: bool,
+    /// Nothing was wanted: a quiet poll.
+    pub quiet: bool,
+    /// How many units were read.
+    pub read: usize,
+}
+
+impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
+    pub(super) async fn reconcile_units(
+        &mut self,
+        judgment: &Judgment,
+        out: &mut PassOutcome,
+    ) -> Walked {
+        let chains = &judgment.chains;
+        let full = self
+            .last_full
+            .is_none_or(|t| t.elapsed() >= self.opts.resync);
+        if full {
+            self.units.retain(|k, _| chains.contains_key(k));
+            self.tally = Tally::of(self.units.values());
+            self.last_full = Some(Instant::now());
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        let mut changed = full;
+        let quiet = !full
+            && dirty.is_empty()
+            && self.tally.in_flight == 0
+            && self.walked == Some(judgment.head);
+        // Which units to read: a merge of two sorted maps (no lookups: a
+        // quiet pass over thousands of units costs a walk, not a search).
+        let mut wanted: Vec<(Key, Arc<Chain>)> = Vec::new();
+        if !quiet {
+            let mut cached = self.units.iter().peekable();
+            for (key, chain) in chains.iter() {
+                while cached.peek().is_some_and(|(k, _)| *k < key) {
+                    cached.next();
+                }
+                let u = cached.peek().filter(|(k, _)| *k == key).map(|(_, u)| *u);
+                let want = full
+                    || u.is_none_or(|u| {
+                        !Arc::ptr_eq(&u.chain, chain)
+                            || matches!(u.next, Next::Apply(_) | Next::Follow(_))
+                            || (!dirty.is_empty()
+                                && (dirty.contains(key)
+                                    || u.chain
+                                        .steps
+                                        .iter()
+                                        .any(|s| s.children.keys().any(|c| dirty.contains(c)))))
+                    });
+                if want {
+                    wanted.push((key.clone(), chain.clone()));
+                }
+            }
+        }
+        let read = wanted.len();
+        for (key, chain) in wanted {
+            let span = tracing::info_span!("unit", object = %key);
+            let u = self.reconcile(&chain, out).instrument(span).await;
+            if self.units.get(&key) != Some(&u) {
+                changed = true;
+                self.tally.add(&u, 1);
+                if let Some(old) = self.units.insert(key, u) {
+                    self.tally.add(&old, -1);
+                }
+            }
+        }
+        self.walked = Some(judgment.head);
+        out.blocked = self.tally.blocked;
+        debug_assert_eq!(self.tally, Tally::of(self.units.values()));
+        self.metrics.units_blocked.set(out.blocked as i64);
+        Walked {
+            changed,
+            quiet,
+            read,
+        }
+    }
+
+    /// Reads one unit, decides and acts.
+    async fn reconcile(&mut self, chain: &Arc<Chain>, out: &mut PassOutcome) -> UnitReport {
+        let state = match self.read_unit(chain).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the unit failed; next pass");
+                out.busy = true;
+                return UnitReport {
+                    chain: chain.clone(),
+                    next: Next::Follow(0),
+                    progress: BTreeMap::new(),
+                    needs_person: Some(format!("cluster unavailable: {e}")),
+                };
+            }
+        };
+        let complete = |i: usize| {
+            chain.followed(i).iter().all(|(k, t)| {
+                state
+                    .objects
+                    .get(k)
+                    .is_some_and(|o| o.progress == Progress::Complete && o.spec_matches(k.kind, t))
+            })
+        };
+        let next = rollout::next(chain, &state, complete);
+        tracing::debug!(?next, steps = chain.steps.len(), objects = ?state.objects, spec = ?state.spec, "decided");
+        // The step the last pass had in flight, when this one is past it:
+        // its hop ended now (the journal's hop ends; decisions never read it).
+        if let Some(prev) = self.units.get(&chain.unit)
+            && let Next::Follow(p) | Next::Apply(p) = prev.next
+            && match next {
+                Next::Done(q) => q >= p,
+                Next::Apply(q) | Next::Follow(q) => q > p,
+                Next::Blocked(_) => false,
+            }
+            && let Some(step) = chain.steps.get(p)
+        {
+            // Objects the stateless read saw complete before a tracker did.
+            for (k, t) in chain.followed(p) {
+                let id = (k.clone(), t.follow_to(k.kind));
+                if self.following.get_mut(&id).is_none_or(|f| f.complete()) {
+                    self.record(Did::Complete { object: k });
+                }
+            }
+            tracing::info!(
+                unit = %chain.unit,
+                commit = %step.sha,
+                at_secs = self.clock.now().as_secs(),
+                "hop complete"
+            );
+            let sha = step.sha.clone();
+            self.record(Did::HopComplete {
+                unit: chain.unit.clone(),
+                sha,
+            });
+        }
+        let mut report = UnitReport {
+            chain: chain.clone(),
+            next: next.clone(),
+            progress: BTreeMap::new(),
+            needs_person: None,
+        };
+        match next {
+            Next::Apply(i) => {
+                let step = &chain.steps[i];
+                let span = tracing::info_span!("apply", commit = %step.sha, to = step.release.as_deref().unwrap_or(""));
+                match self.apply(chain, i).instrument(span).await {
+                    Ok(()) => {
+                        out.applied += 1;
+                        out.busy = true;
+                        self.metrics
+                            .hops_applied
+                            .get_or_create(&KindLabels {
+                                kind: chain.unit.kind.as_str().into(),
+                            })
+                            .inc();
+                        self.record(Did::Applied {
+                            unit: chain.unit.clone(),
+                            sha: step.sha.clone(),
+                            from: step.from.clone(),
+                            to: step.release.clone(),
+                            reassert: false,
+                        });
+                        report.next = Next::Follow(i);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, commit = %step.sha, "apply failed");
+                        // Tried again next pass either way; a rejection waits
+                        // on a person, so a bounded run can stop.
+                        out.busy = e.retryable();
+                        report.needs_person =
+                            (!e.retryable()).then(|| format!("apply refused: {e}"));
+                        if let Some(m) = &report.needs_person
+                            && self
+                                .units
+                                .get(&chain.unit)
+                                .and_then(|u| u.needs_person.as_ref())
+                                != Some(m)
+                        {
+                            self.record(Did::NeedsPerson {
+                                unit: chain.unit.clone(),
+                                object: chain.unit.clone(),
+                                message: m.clone(),
+                            });
+                        }
+                        report.next = Next::Apply(i);
+                    }
+                }
+            }
+            Next::Follow(i) => {
+                self.follow(chain, i, &state, &mut report, out).await;
+            }
+            Next::Done(i) => {
+                for (k, _) in chain.followed(i) {
+                    report.progress.insert(k, Progress::Complete);
+                }
+            }
+            Next::Blocked(ref m) => {
+                tracing::warn!(reason = %m, "unit blocked");
+            }
+        }
+        report
+    }
+
+    async fn read_unit(&self, chain: &Chain) -> Result<UnitState, ClusterError> {
+        let t = Instant::now();
+        let unit = self.cluster.get(&chain.unit).await;
+        Metrics::observe(
+            &self.metrics.cluster_seconds,
+            "get",
+            unit.is_ok(),
+            t.elapsed(),
+        );
+        let unit = unit?;
+        let mut state = UnitState {
+            spec: unit.as_ref().map(|o| Target {
+                release: rollout::spec_release(o.key.kind, o.release.as_deref(), o.image.as_ref()),
+                image: o.image.as_ref().map(ImageRef::reference),
+            }),
+            objects: BTreeMap::new(),
+            projected_by: unit.as_ref().and_then(|o| o.status.projected_by.clone()),
+        };
+        // Followed objects: the unit, or every child any step names.
+        let mut keys: Vec<Key> = Vec::new();
+        if chain.unit.kind == Kind::ControlPlane {
+            for s in &chain.steps {
+                for k in s.children.keys() {
+                    if !keys.contains(k) {
+                        keys.push(k.clone());
+                    }
+                }
+            }
+        } else if unit.is_some() {
+            keys.push(chain.unit.clone());
+        }
+        for k in keys {
+            let obj = if k == chain.unit {
+                unit.clone()
+            } else {
+                self.cluster.get(&k).await?
+            };
+            let Some(obj) = obj else { continue };
+            let t = Instant::now();
+            let obs = observe(&self.cluster, &k).await;
+            Metrics::observe(
+                &self.metrics.cluster_seconds,
+                "observe",
+                obs.is_ok(),
+                t.elapsed(),
+            );
+            let Some(obs) = obs? else { continue };
+            let spec = Target {
+                release: rollout::spec_release(k.kind, obj.release.as_deref(), obj.image.as_ref()),
+                image: obj.image.as_ref().map(ImageRef::reference),
+            };
+            // Stateless here; the tracker adds stall detection when followed.
+            let to = Target {
+                release: spec.release.clone(),
+                image: spec.image.clone(),
+            }
+            .follow_to(k.kind);
+            let progress = assess(&to, &obs);
+            state.objects.insert(k, ObjectState { spec, progress });
+        }
+        Ok(state)
+    }
+}
