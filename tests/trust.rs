@@ -91,7 +91,13 @@ impl Fixture {
             .current_dir(self.repo.path())
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_COMMITTER_DATE", when)
-            .env("GIT_AUTHOR_DATE", when);
+            .env("GIT_AUTHOR_DATE", when)
+            // The committer is who the repository's config says (CI sets
+            // an identity in the environment, which would win over it).
+            .env_remove("GIT_COMMITTER_NAME")
+            .env_remove("GIT_COMMITTER_EMAIL")
+            .env_remove("GIT_AUTHOR_NAME")
+            .env_remove("GIT_AUTHOR_EMAIL");
         if let Some(g) = &self.gnupg {
             cmd.env("GNUPGHOME", g);
         }
