@@ -8,26 +8,10 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{FleetRepo, lockstep, nova, prod};
+use common::{FleetRepo, lockstep};
 
 /// (unit, first 10 characters of the commit) → seconds of virtual time.
 type Completions = BTreeMap<(String, String), u64>;
-
-/// The range: a plane and a standalone Nova installed, then three hops (the
-/// plane, Nova twice: the second waits for the first).
-fn fleet() -> (FleetRepo, String) {
-    let repo = FleetRepo::new();
-    repo.write("prod.yaml", prod("2026.1", "2026.1"))
-        .write("nova.yaml", nova("nova", "2026.1", "2026.1"));
-    let base = repo.commit("fleet");
-    repo.write("prod.yaml", prod("2026.2", "2026.2"));
-    repo.commit("prod to 2026.2");
-    repo.write("nova.yaml", nova("nova", "2026.2", "2026.2"));
-    repo.commit("nova to 2026.2");
-    repo.write("nova.yaml", nova("nova", "2027.1", "2027.1"));
-    repo.commit("nova to 2027.1");
-    (repo, base)
-}
 
 /// `m:ss`, `h:mm:ss` or `+h:mm:ss` in seconds.
 fn seconds(clock: &str) -> u64 {
@@ -154,7 +138,7 @@ fn rehearse_plan(repo: &FleetRepo, fault: Option<&str>) -> Completions {
 }
 
 fn agree(fault: Option<&str>) -> Completions {
-    let (repo, base) = fleet();
+    let (repo, base) = common::hop_story();
     let run = run(&repo, fault);
     let rehearsed = rehearse(&repo, &base, fault);
     let planned = rehearse_plan(&repo, fault);

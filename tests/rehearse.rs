@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FleetRepo, lockstep, nova, prod};
+use common::{FleetRepo, lockstep};
 use lockstep::rehearse::{Range, Rehearsal, parse_fault, rehearse};
 use lockstep::sim::Params;
 
@@ -27,23 +27,9 @@ fn run(repo: &FleetRepo, base: &str, faults: &[&str]) -> Rehearsal {
     .unwrap()
 }
 
-fn fleet() -> (FleetRepo, String) {
-    let repo = FleetRepo::new();
-    repo.write("prod.yaml", prod("2026.1", "2026.1"))
-        .write("nova.yaml", nova("nova", "2026.1", "2026.1"));
-    let base = repo.commit("fleet");
-    repo.write("prod.yaml", prod("2026.2", "2026.2"));
-    repo.commit("prod to 2026.2");
-    repo.write("nova.yaml", nova("nova", "2026.2", "2026.2"));
-    repo.commit("nova to 2026.2");
-    repo.write("nova.yaml", nova("nova", "2027.1", "2027.1"));
-    repo.commit("nova to 2027.1");
-    (repo, base)
-}
-
 #[test]
 fn hops_run_one_at_a_time_per_object_and_in_parallel_across_objects() {
-    let (repo, base) = fleet();
+    let (repo, base) = common::hop_story();
     let r = run(&repo, &base, &[]);
     assert!(!r.failed, "{:#?}", r.lines);
     assert_eq!(r.hops, 3);
@@ -67,7 +53,7 @@ fn hops_run_one_at_a_time_per_object_and_in_parallel_across_objects() {
 
 #[test]
 fn a_failed_expand_of_a_projected_service_is_repaired_forward() {
-    let (repo, base) = fleet();
+    let (repo, base) = common::hop_story();
     let r = run(&repo, &base, &["prod-nova:expand:fail=5"]);
     assert!(!r.failed, "{:#?}", r.lines);
     assert_eq!(r.repairs, 1);
@@ -88,7 +74,7 @@ fn a_failed_expand_of_a_projected_service_is_repaired_forward() {
 
 #[test]
 fn a_failed_standalone_service_is_reported_not_repaired() {
-    let (repo, base) = fleet();
+    let (repo, base) = common::hop_story();
     let r = run(&repo, &base, &["nova:contract:fail=9"]);
     assert!(r.failed);
     assert_eq!(r.repairs, 0);
@@ -101,7 +87,7 @@ fn a_failed_standalone_service_is_reported_not_repaired() {
 
 #[test]
 fn the_cli_prints_the_timeline_and_exits_by_outcome() {
-    let (repo, base) = fleet();
+    let (repo, base) = common::hop_story();
     let path = repo.path().to_string_lossy().into_owned();
     let out = lockstep(&["rehearse", "--repo", &path, "--base", &base]);
     assert_eq!(out.status.code(), Some(0));

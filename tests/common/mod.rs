@@ -432,3 +432,20 @@ pub fn http(
         .unwrap_or_default();
     Ok((code, body))
 }
+
+/// The range the rehearsal tests share: a plane and a standalone Nova
+/// installed (the returned base), then three hops: the plane, Nova twice
+/// (the second waits for the first).
+pub fn hop_story() -> (FleetRepo, String) {
+    let repo = FleetRepo::new();
+    repo.write("prod.yaml", prod("2026.1", "2026.1"))
+        .write("nova.yaml", nova("nova", "2026.1", "2026.1"));
+    let base = repo.commit("fleet");
+    repo.write("prod.yaml", prod("2026.2", "2026.2"));
+    repo.commit("prod to 2026.2");
+    repo.write("nova.yaml", nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova to 2026.2");
+    repo.write("nova.yaml", nova("nova", "2027.1", "2027.1"));
+    repo.commit("nova to 2027.1");
+    (repo, base)
+}
