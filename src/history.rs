@@ -37,6 +37,11 @@ pub struct CheckOptions {
     /// Whose signatures make a commit trusted (`docs/gate.md`, "Signed
     /// commits"); `None`: commits are judged on their content alone.
     pub trust: Option<Arc<crate::trust::TrustPolicy>>,
+    /// The live state a commit was judged with, by commit: the daemon's
+    /// record of verdicts the cluster decided (`docs/gate.md`, "Verdicts
+    /// don't move"). A commit found here is judged with its recorded state
+    /// instead of `live`, so a restart reaches the verdict once posted.
+    pub recorded: Option<Arc<HashMap<String, Live>>>,
 }
 
 impl Default for CheckOptions {
@@ -49,6 +54,7 @@ impl Default for CheckOptions {
             max_file_bytes: manifest::DEFAULT_MAX_FILE_BYTES,
             memory: None,
             trust: None,
+            recorded: None,
         }
     }
 }
@@ -251,12 +257,22 @@ fn judge_commits(
             });
             continue;
         }
-        let judged = walker.judge(baseline_tree, c.tree)?;
+        let sha = c.id.to_string();
+        let judged = walker.judge(
+            baseline_tree,
+            c.tree,
+            opts.recorded
+                .as_ref()
+                .and_then(|r| r.get(&sha))
+                .or(opts.live.as_ref()),
+        )?;
         let (mut objects, skipped, files_changed) =
             (judged.objects, judged.skipped, judged.changes.len());
         objects.extend(walker.judge_plans(c.tree, &judged.changes)?);
         let verdict = gate::commit_verdict(&objects);
-        if verdict == Verdict::Accepted {
+        // A held commit is accepted work queued behind the hop in flight:
+        // what comes after it builds on it.
+        if matches!(verdict, Verdict::Accepted | Verdict::Held) {
             baseline_tree = Some(c.tree);
             let sha: Arc<str> = Arc::from(c.id.to_string());
             walker.memory.accept(&judged.baseline, &judged.next, &sha);
@@ -809,7 +825,12 @@ impl Walker<'_> {
         Ok(false)
     }
 
-    fn judge(&mut self, baseline_tree: Option<Oid>, tree: Oid) -> Result<Judged, GitError> {
+    fn judge(
+        &mut self,
+        baseline_tree: Option<Oid>,
+        tree: Oid,
+        live: Option<&Live>,
+    ) -> Result<Judged, GitError> {
         let changes: Vec<Change> = self.repo.changed_files_walk(
             baseline_tree,
             tree,
@@ -876,7 +897,7 @@ impl Walker<'_> {
             next: &next,
             elsewhere: &elsewhere,
             problems: &problems,
-            live: self.opts.live.as_ref(),
+            live,
             floors: &self.memory.floors,
         });
         Ok(Judged {

@@ -723,6 +723,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     max_file_bytes,
                     memory: None,
                     trust,
+                    recorded: None,
                 },
             )?;
             print(&report, output);

@@ -86,6 +86,12 @@ macro_rules! call {
 }
 
 impl Cluster for Chaos {
+    async fn load_record(&self, name: &str) -> Result<Option<String>, ClusterError> {
+        call!(self, self.inner.load_record(name).await)
+    }
+    async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
+        call!(self, self.inner.save_record(name, text).await)
+    }
     async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
         call!(self, self.inner.get(key).await)
     }
@@ -138,9 +144,18 @@ fn world() -> World {
 }
 
 fn daemon(repo: &Path, chaos: &Chaos, queue: &StatusQueue) -> Daemon<Chaos, Source> {
+    daemon_named(repo, chaos, queue, "test")
+}
+
+fn daemon_named(
+    repo: &Path,
+    chaos: &Chaos,
+    queue: &StatusQueue,
+    cluster: &str,
+) -> Daemon<Chaos, Source> {
     let source = Source::open(Origin::Local(repo.to_owned()), "main").unwrap();
     let opts = Options {
-        cluster_name: "test".into(),
+        cluster_name: cluster.into(),
         poll: Duration::from_millis(10),
         ..Options::default()
     };
@@ -333,4 +348,215 @@ async fn killed_anywhere_it_resumes_without_duplicates_losses_or_skips() {
             );
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// An abort through Git, killed anywhere: the verdict the live state decided
+// (the set-back accepted as an abort while the hop was wedged) is recorded
+// in the cluster before it is posted, so a daemon started after the abort
+// completed (when the same set-back would read as a downgrade) gives it
+// again, and nothing moves.
+
+mod common;
+
+/// The abort story in phases: Glance 2026.1 → 2026.2 wedges on its expand
+/// Job (standalone: reported, a person acts); the person sets release and
+/// image back; later the hop is made again and goes through.
+fn abort_phase(repo: &common::FleetRepo, phase: usize) {
+    let glance = "standalone/image/glance.yaml";
+    match phase {
+        0 => {
+            repo.write(glance, common::glance_digest("2026.1", 'a'));
+            repo.commit("Glance at 2026.1");
+            repo.write(glance, common::glance_digest("2026.2", 'b'));
+            repo.commit("Glance to 2026.2");
+        }
+        1 => {
+            repo.write(glance, common::glance_digest("2026.1", 'a'));
+            repo.commit("Abort Glance 2026.2");
+        }
+        _ => {
+            repo.write(glance, common::glance_digest("2026.2", 'b'));
+            repo.commit("Glance to 2026.2, again");
+        }
+    }
+}
+
+const ABORT_PHASES: usize = 3;
+
+fn glance_world() -> World {
+    let mut w = World::new(Params::default());
+    w.faults.push(Fault::JobFails {
+        object: "glance".into(),
+        job: JobKind::Expand,
+        tries: 5,
+    });
+    w
+}
+
+async fn run_abort(kill_at: Option<(usize, bool)>) -> Run {
+    let repo = common::FleetRepo::new();
+    abort_phase(&repo, 0);
+    let mem = MemoryCluster::new(glance_world());
+    let chaos = Chaos::new(mem.clone());
+    if let Some((at, after)) = kill_at {
+        chaos.at.store(at, Ordering::SeqCst);
+        chaos.after.store(after, Ordering::SeqCst);
+    }
+    let forge = AnyForge::Notes(Notes::open(repo.path()).unwrap());
+    let mut queue = StatusQueue::new(10_000);
+    let mut d = daemon(repo.path(), &chaos, &queue);
+    let mut killed = false;
+    for phase in 0..ABORT_PHASES {
+        if phase > 0 {
+            abort_phase(&repo, phase);
+        }
+        if !drive(&mut d, &chaos, &forge, &queue).await {
+            // Killed: everything in memory is gone, queued statuses included.
+            assert!(!killed, "killed twice");
+            killed = true;
+            drop(d);
+            queue = StatusQueue::new(10_000);
+            chaos.at.store(usize::MAX, Ordering::SeqCst);
+            d = daemon(repo.path(), &chaos, &queue);
+            assert!(drive(&mut d, &chaos, &forge, &queue).await, "killed twice");
+        }
+    }
+    assert_eq!(
+        killed,
+        kill_at.is_some(),
+        "a kill point inside the run kills"
+    );
+    // Commit ids differ between runs (commit times): notes are compared by
+    // commit subject, with the short ids in their text named the same way.
+    let mut e = end(repo.path(), &mem);
+    let subjects: Vec<(String, String)> = repo
+        .git(&["log", "--format=%H %s"])
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(h, s)| (h.to_owned(), s.to_owned()))
+        .collect();
+    e.notes = e
+        .notes
+        .into_iter()
+        .map(|(sha, mut text)| {
+            for (h, s) in &subjects {
+                text = text.replace(&h[..10], &format!("<{s}>"));
+            }
+            let subject = subjects
+                .iter()
+                .find(|(h, _)| *h == sha)
+                .map_or(sha, |(_, s)| s.clone());
+            (subject, text)
+        })
+        .collect();
+    Run {
+        end: e,
+        applies: chaos.applies.load(Ordering::SeqCst),
+        deletes: chaos.deletes.load(Ordering::SeqCst),
+        calls: chaos.calls.load(Ordering::SeqCst),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_through_git_survives_a_kill_anywhere() {
+    let reference = run_abort(None).await;
+    // The hop, the abort, the hop again: one apply each; no repair (a
+    // standalone service's failed Job is a person's to retry).
+    assert_eq!(reference.applies, 3, "{:?}", reference.end);
+    assert_eq!(reference.deletes, 0);
+    let glance = &reference.end.objects["Glance image/glance"];
+    assert!(
+        glance.contains("installed=Some(\"2026.2\")") && glance.contains("phase=None"),
+        "{glance}"
+    );
+    let notes = reference
+        .end
+        .notes
+        .values()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        notes.contains("lockstep/test: success — aborted: glance 2026.2→2026.1"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("lockstep/test: failure — glance 2026.1→2026.2: aborted by "),
+        "{notes}"
+    );
+    assert!(!notes.contains("pending"), "{notes}");
+    assert!(!notes.contains("DowngradeNotSupported"), "{notes}");
+
+    let points = 12;
+    for i in 1..=points {
+        let at = reference.calls * i / (points + 1) + 1;
+        for after in [false, true] {
+            let r = run_abort(Some((at, after))).await;
+            let when = format!(
+                "killed at call {at} of {} ({})",
+                reference.calls,
+                if after {
+                    "after it reached the cluster"
+                } else {
+                    "before"
+                }
+            );
+            assert_eq!(r.end, reference.end, "{when}: a different end state");
+            assert_eq!(
+                r.applies, reference.applies,
+                "{when}: duplicate or missing apply"
+            );
+        }
+    }
+}
+
+/// One repository, two clusters: the hop wedged in one and finished in the
+/// other. The set-back commit is an abort where the hop is wedged and a
+/// downgrade where it finished, each under its own cluster's context; the
+/// later hop is accepted on the first and changes nothing on the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clusters_judge_one_commit_each_against_its_own_state() {
+    let repo = common::FleetRepo::new();
+    abort_phase(&repo, 0);
+    let wedged = Chaos::new(MemoryCluster::new(glance_world()));
+    let done = Chaos::new(MemoryCluster::new(World::new(Params::default())));
+    let forge = AnyForge::Notes(Notes::open(repo.path()).unwrap());
+    let (qa, qb) = (StatusQueue::new(1_000), StatusQueue::new(1_000));
+    let mut a = daemon_named(repo.path(), &wedged, &qa, "east");
+    let mut b = daemon_named(repo.path(), &done, &qb, "west");
+    for phase in 0..2 {
+        if phase > 0 {
+            abort_phase(&repo, phase);
+        }
+        assert!(drive(&mut a, &wedged, &forge, &qa).await);
+        assert!(drive(&mut b, &done, &forge, &qb).await);
+    }
+    let abort = repo.git(&["rev-parse", "HEAD"]);
+    let hop = repo.git(&["rev-parse", "HEAD~1"]);
+    let e = end(repo.path(), &wedged.inner);
+    let on_abort = &e.notes[&abort];
+    assert!(
+        on_abort.contains("lockstep/east: success — aborted: glance 2026.2→2026.1"),
+        "{on_abort}"
+    );
+    assert!(
+        on_abort.contains(
+            "lockstep/west: failure — refused: glance 2026.2→2026.1 is a downgrade (DowngradeNotSupported)"
+        ),
+        "{on_abort}"
+    );
+    let on_hop = &e.notes[&hop];
+    assert!(
+        on_hop.contains("lockstep/east: failure — glance 2026.1→2026.2: aborted by "),
+        "{on_hop}"
+    );
+    assert!(
+        on_hop.contains("lockstep/west: success — applied: glance 2026.1→2026.2 upgrade"),
+        "{on_hop}"
+    );
+    // Each cluster where its own verdicts put it.
+    assert!(e.objects["Glance image/glance"].contains("installed=Some(\"2026.1\") phase=None"));
+    let w = end(repo.path(), &done.inner);
+    assert!(w.objects["Glance image/glance"].contains("installed=Some(\"2026.2\") phase=None"));
 }

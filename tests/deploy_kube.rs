@@ -189,6 +189,9 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
         "create leases.coordination.k8s.io -n lockstep",
         "list leases.coordination.k8s.io/lockstep -n lockstep",
         "watch leases.coordination.k8s.io/lockstep -n lockstep",
+        "get configmaps/lockstep-records -n lockstep",
+        "patch configmaps/lockstep-records -n lockstep",
+        "create configmaps -n lockstep",
     ];
     let denied = [
         // No secrets anywhere, not even its own.
@@ -228,6 +231,12 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
         "list leases.coordination.k8s.io -n lockstep",
         "watch leases.coordination.k8s.io -n lockstep",
         "list leases.coordination.k8s.io --all-namespaces",
+        // Its record: only its own ConfigMap, only in its namespace.
+        "get configmaps/other -n lockstep",
+        "patch configmaps/other -n lockstep",
+        "delete configmaps/lockstep-records -n lockstep",
+        "patch configmaps/lockstep-records -n kube-system",
+        "list configmaps -n lockstep",
         // Nothing else (cluster-scoped ones with --all-namespaces: no namespace).
         "create pods -n openstack",
         "create pods/exec -n lockstep",

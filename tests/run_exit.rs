@@ -428,6 +428,12 @@ struct Rejecting {
 }
 
 impl Cluster for Rejecting {
+    async fn load_record(&self, name: &str) -> Result<Option<String>, ClusterError> {
+        self.inner.load_record(name).await
+    }
+    async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
+        self.inner.save_record(name, text).await
+    }
     async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
         self.inner.get(key).await
     }

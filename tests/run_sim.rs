@@ -1478,3 +1478,106 @@ fn a_real_gitea_gets_every_status_and_its_webhooks_drive_the_daemon() {
     assert_eq!(pr["merged"], false, "{pr}");
     assert_eq!(pr["head"]["sha"], pull.as_str(), "{pr}");
 }
+
+// ---------------------------------------------------------------------------
+// Abort through Git: a standalone Glance wedged on a failed expand Job
+// (`run --fault`), set back in Git, release and image together.
+
+/// Statuses of `sha` in a local repository's notes, until `ok` holds.
+fn wait_notes(
+    ls: &mut Lockstep,
+    repo: &Path,
+    sha: &str,
+    what: &str,
+    ok: impl Fn(&Statuses) -> bool,
+) -> Statuses {
+    ls.wait_for(what, Duration::from_secs(30), |_| {
+        let n = notes(repo, sha);
+        if ok(&n) { Ok(n) } else { Err(format!("{n:?}")) }
+    })
+}
+
+#[test]
+fn a_wedged_glance_is_aborted_by_a_commit_and_hops_again_later() {
+    let repo = common::FleetRepo::new();
+    let glance = "standalone/image/glance.yaml";
+    repo.write(glance, common::glance_digest("2026.1", 'a'));
+    let install = repo.commit("Glance at 2026.1");
+    repo.write(glance, common::glance_digest("2026.2", 'b'));
+    let hop = repo.commit("Glance to 2026.2");
+    let mut ls = Lockstep::spawn(
+        &[
+            "--repo".into(),
+            repo.path().to_string_lossy().into_owned(),
+            "--poll".into(),
+            "1s".into(),
+            "--fault".into(),
+            "glance:expand:fail=5".into(),
+        ],
+        &[],
+    );
+    let ctx = format!("lockstep/{CLUSTER}");
+    let obj = format!("{ctx}/image/glance");
+    let _ = install;
+    // The hop wedges on its expand Job: a person must act.
+    let wedged = wedge_reported(&mut ls, repo.path(), &hop, &obj);
+    assert!(wedged.contains("xpand"), "{wedged}");
+
+    // The abort: release and image back together, as the operators'
+    // upgrade flow prescribes.
+    repo.write(glance, common::glance_digest("2026.1", 'a'));
+    let abort = repo.commit("Abort Glance 2026.2");
+    let n = wait_notes(&mut ls, repo.path(), &abort, "the abort applied", |n| {
+        n.get(&ctx).is_some_and(|(s, _)| s == "success")
+    });
+    let (_, d) = &n[&ctx];
+    assert!(d.starts_with("aborted: glance 2026.2→2026.1"), "{d}");
+    let short = &abort[..10];
+    let h = notes(repo.path(), &hop);
+    assert_eq!(
+        h.get(&ctx),
+        Some(&(
+            "failure".to_owned(),
+            format!("glance 2026.1→2026.2: aborted by {short}")
+        )),
+        "{h:?}"
+    );
+    assert!(
+        h.get(&obj)
+            .is_some_and(|(s, d)| s == "failure" && d.ends_with(&format!("aborted by {short}"))),
+        "{h:?}"
+    );
+    let a = notes(repo.path(), &abort);
+    assert!(
+        a.get(&obj)
+            .is_some_and(|(s, d)| s == "success" && d.ends_with(": aborted")),
+        "{a:?}"
+    );
+
+    // The next hop of the same service goes through (the fault is spent).
+    repo.write(glance, common::glance_digest("2026.2", 'b'));
+    let again = repo.commit("Glance to 2026.2, again");
+    wait_notes(&mut ls, repo.path(), &again, "the later hop applied", |n| {
+        n.get(&ctx)
+            .is_some_and(|(s, d)| s == "success" && d.contains("applied: glance 2026.1→2026.2"))
+            && n.get(&obj)
+                .is_some_and(|(s, d)| s == "success" && d.ends_with(": complete"))
+    });
+    // Nothing moved after the fact.
+    assert_eq!(notes(repo.path(), &hop), h);
+    assert_eq!(notes(repo.path(), &abort), a);
+    ls.sigterm();
+    let st = ls.wait_exit(Duration::from_secs(20));
+    if st.code() != Some(0) {
+        ls.fail(&format!("SIGTERM: exit {st}, want 0"));
+    }
+}
+
+/// Waits until the hop's per-object status reports the failed Job, and
+/// returns that description.
+fn wedge_reported(ls: &mut Lockstep, repo: &Path, hop: &str, obj: &str) -> String {
+    let n = wait_notes(ls, repo, hop, "the failed expand reported", |n| {
+        n.get(obj).is_some_and(|(s, _)| s == "failure")
+    });
+    n[obj].1.clone()
+}

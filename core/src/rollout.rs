@@ -44,6 +44,11 @@ pub struct Step {
     /// A plane's projected children that this step changes, with their
     /// targets; children carried over from earlier steps stay listed.
     pub children: BTreeMap<Key, Target>,
+    /// An accepted abort (`docs/gate.md`, "Abort"): the step sets a
+    /// standalone service back to the release it still has installed while
+    /// the hop before it is in flight. It is applied without waiting for
+    /// that hop, which it ends.
+    pub abort: bool,
     /// The unit's whole document at `sha`, parsed when the step was judged:
     /// what an apply sends (server-side apply owns what it sends, so a
     /// smaller apply would drop fields). An apply never reads Git again; a
@@ -143,7 +148,12 @@ pub fn extend_chains(
     // The steps these commits pushed or folded into: their documents are
     // read once, after the last fold.
     let mut touched: BTreeMap<Key, std::collections::BTreeSet<usize>> = BTreeMap::new();
-    for c in commits.iter().filter(|c| c.verdict == Verdict::Accepted) {
+    // A held commit is on the branch, queued behind the hop in flight: its
+    // steps wait in the chain like any later step.
+    for c in commits
+        .iter()
+        .filter(|c| matches!(c.verdict, Verdict::Accepted | Verdict::Held))
+    {
         // Children first collected per plane name, then attached to the
         // plane's step of this commit.
         let mut children: BTreeMap<String, Vec<(Key, Target)>> = BTreeMap::new();
@@ -177,6 +187,7 @@ pub fn extend_chains(
                     o.from.clone(),
                     target,
                     BTreeMap::new(),
+                    o.transition == Transition::Abort,
                 ),
             }
         }
@@ -217,6 +228,7 @@ pub fn extend_chains(
                     image: None,
                 },
                 map,
+                false,
             );
         }
         for (_, (key, from, to, file)) in planes {
@@ -237,6 +249,7 @@ pub fn extend_chains(
                     image: None,
                 },
                 map,
+                false,
             );
         }
     }
@@ -258,7 +271,11 @@ pub fn extend_chains(
 fn applies(o: &crate::gate::ObjectVerdict) -> bool {
     matches!(
         o.transition,
-        Transition::Install | Transition::Upgrade | Transition::Patch | Transition::Abort
+        Transition::Install
+            | Transition::Upgrade
+            | Transition::Patch
+            | Transition::Abort
+            | Transition::Queued
     )
 }
 
@@ -282,6 +299,7 @@ fn push_step(
     from: Option<String>,
     target: Target,
     children: BTreeMap<Key, Target>,
+    abort: bool,
 ) {
     let chain = Arc::make_mut(out.entry(key.clone()).or_insert_with(|| {
         Arc::new(Chain {
@@ -292,6 +310,8 @@ fn push_step(
     }));
     if let Some(last) = chain.steps.last_mut()
         && last.release == target.release
+        && !abort
+        && !last.abort
     {
         // Same release: fold into the previous step (a patch on top of a
         // hop is applied as one).
@@ -318,6 +338,7 @@ fn push_step(
         release: target.release,
         image: target.image,
         children,
+        abort,
         document: Err(NOT_READ.into()),
     });
 }
@@ -396,6 +417,7 @@ pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) 
     // this keeps a re-creation below the floor (`docs/gate.md`, "Identity
     // over time") from downgrading an object that was never deleted.
     if let Next::Apply(i) = n
+        && !chain.steps[i].abort
         && let Some(spec) = &state.spec
         && let (Some(running), Some(wanted)) = (
             spec.release.as_deref().and_then(release_of),
@@ -453,6 +475,22 @@ fn next_step(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool)
         // Same release, other image (a patch, or an edit made outside Git):
         // Git's accepted state is re-asserted.
         return Next::Apply(i);
+    }
+    // An accepted abort ends the hop before it wherever that hop stands:
+    // it is applied at once (the operator deletes the phase Jobs and
+    // returns to the installed release), never after a completion that a
+    // wedged Job will not bring.
+    if let Some(abort) = chain.steps.get(i + 1).filter(|s| s.abort) {
+        if complete(i) {
+            return Next::Blocked(format!(
+                "{} completed its hop to {} before the abort in {} reached the cluster; lockstep never goes backwards: move Git forward to {} again",
+                chain.unit,
+                chain.steps[i].release.as_deref().unwrap_or("?"),
+                short(&abort.sha),
+                chain.steps[i].release.as_deref().unwrap_or("?"),
+            ));
+        }
+        return Next::Apply(i + 1);
     }
     if !complete(i) {
         return Next::Follow(i);
@@ -528,7 +566,7 @@ pub fn statuses<M>(
     }
     for c in &report.commits {
         let verdict = describe::commit_status(cluster, c, target_url);
-        if c.verdict != Verdict::Accepted {
+        if c.verdict == Verdict::Refused {
             out.push((c.sha.clone(), verdict));
             continue;
         }
@@ -568,13 +606,7 @@ pub fn statuses<M>(
         let (state, description) = match (failed, waiting) {
             (Some(m), _) => (State::Failure, m),
             (None, Some(m)) => (State::Pending, m),
-            (None, None) => (
-                State::Success,
-                verdict
-                    .description
-                    .replacen("accepted:", "applied:", 1)
-                    .to_string(),
-            ),
+            (None, None) => (State::Success, describe::done(c)),
         };
         out.push((
             c.sha.clone(),
@@ -598,17 +630,22 @@ pub fn statuses<M>(
             let Some(from) = step.from.as_deref() else {
                 continue;
             };
+            let (state, phase) = match aborted_by(&u.chain, j) {
+                Some(a) => (State::Failure, format!("aborted by {}", short(&a.sha))),
+                None if step.abort => (State::Success, "aborted".to_owned()),
+                None => (State::Success, "complete".to_owned()),
+            };
             for (key, target) in u.chain.followed(j) {
                 out.push((
                     step.sha.clone(),
                     Status {
-                        state: State::Success,
+                        state,
                         context: Context::object(cluster, &key.namespace, &key.name).to_string(),
                         description: describe::progress(
                             &key.name,
                             from,
                             target.release.as_deref().unwrap_or(""),
-                            "complete",
+                            &phase,
                         ),
                         target_url: target_url.map(str::to_owned),
                     },
@@ -632,6 +669,7 @@ pub fn statuses<M>(
             let from = step.from.as_deref().unwrap_or("new");
             let to = target.release.as_deref().unwrap_or("");
             let (state, phase) = match &p {
+                Progress::Complete if step.abort => (State::Success, "aborted".to_owned()),
                 Progress::Complete => (State::Success, "complete".to_owned()),
                 Progress::Failed { .. } | Progress::Stalled { .. } => {
                     (State::Failure, p.describe())
@@ -652,6 +690,24 @@ pub fn statuses<M>(
     out
 }
 
+/// The abort step that ended step `i`, if the next step is one.
+fn aborted_by(chain: &Chain, i: usize) -> Option<&Step> {
+    chain.steps.get(i + 1).filter(|s| s.abort)
+}
+
+/// The step a unit is at, if any.
+fn position(n: &Next) -> Option<usize> {
+    match n {
+        Next::Apply(j) | Next::Follow(j) | Next::Done(j) => Some(*j),
+        Next::Blocked(_) => None,
+    }
+}
+
+/// A commit as statuses name it.
+fn short(sha: &str) -> &str {
+    sha.get(..10).unwrap_or(sha)
+}
+
 enum StepState {
     Done,
     Pending(String),
@@ -666,6 +722,13 @@ fn step_state(u: &UnitReport, i: usize) -> StepState {
         step.from.as_deref().unwrap_or("new"),
         step.release.as_deref().unwrap_or("?")
     );
+    // A hop an accepted abort ended: failed, for good, from the moment the
+    // abort is the unit's step (never success first).
+    if let Some(abort) = aborted_by(&u.chain, i)
+        && position(&u.next).is_some_and(|j| j > i)
+    {
+        return StepState::Failed(format!("{hop}: aborted by {}", short(&abort.sha)));
+    }
     match &u.next {
         Next::Blocked(m) => StepState::Failed(format!("blocked: {m}")),
         Next::Done(_) => StepState::Done,
@@ -939,6 +1002,7 @@ mod tests {
             )]
             .into_iter()
             .collect(),
+            abort: false,
             document: Err(String::new()),
         };
         let c = Chain {

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
@@ -56,6 +56,24 @@ impl KubeCluster {
 
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// A failure on the record's ConfigMap, said the way a person fixes it.
+    fn record_error(&self, what: &str, e: kube::Error) -> ClusterError {
+        let at = format!(
+            "cannot {what} ConfigMap {}/{RECORD_CONFIGMAP}",
+            self.client.default_namespace()
+        );
+        match e {
+            kube::Error::Api(s) if s.code == 403 => ClusterError::Other(format!(
+                "{at}: forbidden; grant get and patch on it and create on configmaps (deploy/rbac.yaml, Role lockstep-records)"
+            )),
+            kube::Error::Api(s) if matches!(s.code, 408 | 429 | 500..=599) => {
+                ClusterError::Unavailable(format!("{at}: {} {}", s.code, s.reason))
+            }
+            kube::Error::Api(s) => ClusterError::Other(format!("{at}: {} {}", s.code, s.message)),
+            other => ClusterError::Unavailable(format!("{at}: {other}")),
+        }
     }
 
     fn api(&self, key: &Key) -> Api<DynamicObject> {
@@ -149,7 +167,59 @@ fn to_object(key: &Key, obj: &DynamicObject) -> ClusterObject {
     }
 }
 
+/// The ConfigMap holding lockstep's records, in the client's namespace
+/// (the pod's own, in a cluster); one data key per record name.
+pub const RECORD_CONFIGMAP: &str = "lockstep-records";
+
+/// A record name as a ConfigMap data key (`[-._a-zA-Z0-9]+`).
+fn record_key(name: &str) -> String {
+    let k: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if k.is_empty() || k.chars().all(|c| c == '.') {
+        "_".into()
+    } else {
+        k
+    }
+}
+
 impl Cluster for KubeCluster {
+    async fn load_record(&self, name: &str) -> Result<Option<String>, ClusterError> {
+        let api: Api<ConfigMap> = Api::default_namespaced(self.client.clone());
+        match api.get_opt(RECORD_CONFIGMAP).await {
+            Ok(Some(cm)) => Ok(cm.data.and_then(|mut d| d.remove(&record_key(name)))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.record_error("read", e)),
+        }
+    }
+
+    async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
+        let api: Api<ConfigMap> = Api::default_namespaced(self.client.clone());
+        let body = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": RECORD_CONFIGMAP,
+                "labels": {"app.kubernetes.io/managed-by": "lockstep"},
+            },
+            "data": { record_key(name): text },
+        });
+        // Only lockstep writes this object: its own field manager, forced,
+        // so a record is never lost to a conflict with a past instance.
+        let pp = PatchParams::apply("lockstep-records").force();
+        api.patch(RECORD_CONFIGMAP, &pp, &Patch::Apply(&body))
+            .await
+            .map_err(|e| self.record_error("write", e))?;
+        Ok(())
+    }
+
     async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
         let obj = self
             .api(key)

@@ -17,6 +17,9 @@ pub struct MemoryCluster {
     /// has nothing to do (an idle daemon does not re-run the operator over
     /// every object on every loop).
     quiet: Arc<std::sync::atomic::AtomicBool>,
+    /// lockstep's records (`Cluster::save_record`), kept with the world so
+    /// a restarted daemon on the same cluster reads them back.
+    records: Arc<Mutex<std::collections::BTreeMap<String, String>>>,
 }
 
 impl MemoryCluster {
@@ -25,6 +28,7 @@ impl MemoryCluster {
             world: Arc::new(Mutex::new(world)),
             changes: tokio::sync::broadcast::channel(4096).0,
             quiet: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            records: Arc::default(),
         }
     }
 
@@ -93,6 +97,23 @@ impl MemoryCluster {
 }
 
 impl Cluster for MemoryCluster {
+    async fn load_record(&self, name: &str) -> Result<Option<String>, ClusterError> {
+        let r = self
+            .records
+            .lock()
+            .map_err(|_| ClusterError::Other("simulated cluster poisoned".into()))?;
+        Ok(r.get(name).cloned())
+    }
+
+    async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
+        let mut r = self
+            .records
+            .lock()
+            .map_err(|_| ClusterError::Other("simulated cluster poisoned".into()))?;
+        r.insert(name.to_owned(), text.to_owned());
+        Ok(())
+    }
+
     async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
         let w = self.world_ro()?;
         if key.kind == Kind::ControlPlane {

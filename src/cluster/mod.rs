@@ -191,6 +191,20 @@ pub trait Cluster: Send + Sync {
         name: &str,
     ) -> impl Future<Output = Result<bool, ClusterError>> + Send;
 
+    /// lockstep's own record in the cluster under `name` (the verdicts the
+    /// live state decided, `daemon::record`); `None` before the first write.
+    fn load_record(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<String>, ClusterError>> + Send;
+
+    /// Replaces the record under `name`.
+    fn save_record(
+        &self,
+        name: &str,
+        text: &str,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
+
     /// Records a Kubernetes Event on the object (every repair is one).
     fn record_event(
         &self,

@@ -20,8 +20,13 @@ use crate::gate::Verdict;
 use crate::git::GitRepo;
 use crate::history::{self, CheckOptions, CheckReport, EMPTY_TREE};
 use crate::kind::{Key, Kind};
+use crate::live::Live;
 use crate::metrics::{Metrics, VerdictLabels};
 use crate::rollout::{self, Chain, StepDocument};
+
+/// The commits whose verdict the live state decided, with the keys they
+/// hold: what the record gets.
+type Decided = Vec<(String, Vec<Key>)>;
 
 /// The branch's judged history, and what it implies.
 pub(super) struct Judged {
@@ -114,16 +119,23 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         }
     }
 
-    /// Judges the branch: Git only, so that every replica and every restart
-    /// reaches the same verdicts (in-flight rules are the planner's: a hop
-    /// waits for the one before it).
+    /// Judges the branch. Commits are judged once against the live state
+    /// of the moment they are first seen; where that decided the verdict
+    /// (an abort, a held hop, a refusal by the cluster's state), the state
+    /// is recorded in the cluster first ([`super::record`]) and every later
+    /// judgment (a restart, another replica) judges the commit with it
+    /// again: verdicts never move. History before the record's watermark
+    /// is Git's alone.
     async fn judge(
-        &self,
+        &mut self,
         path: &Path,
         head: Oid,
         prev: Option<Judged>,
     ) -> Result<(Judged, usize), (String, Option<Judged>)> {
-        let path = path.to_owned();
+        let mut record = match self.load_record().await {
+            Ok(r) => r,
+            Err(e) => return Err((e, prev)),
+        };
         let opts = CheckOptions {
             base: Some(self.opts.since.clone().unwrap_or_else(|| EMPTY_TREE.into())),
             head: head.to_string(),
@@ -132,14 +144,185 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             max_file_bytes: self.opts.max_file_bytes,
             memory: None,
             trust: self.opts.trust.clone(),
+            recorded: super::record::shared(&record),
         };
         let t = Instant::now();
-        let r = tokio::task::spawn_blocking(move || judge_blocking(&path, head, prev, &opts))
-            .await
-            .map_err(|e| (e.to_string(), None))
-            .and_then(|r| r);
+        let r = self
+            .judge_with_live(path, head, prev, &opts, &mut record)
+            .await;
         Metrics::observe(&self.metrics.git_seconds, "judge", r.is_ok(), t.elapsed());
-        r
+        let (judged, n, entries) = r?;
+        // The record goes to the cluster before any verdict it decided is
+        // posted or applied: a verdict that cannot be recorded is not given.
+        let moved = record.watermark.as_deref() != Some(&head.to_string());
+        if moved || !entries.is_empty() {
+            record.watermark = Some(head.to_string());
+            if let Err(e) = self
+                .cluster
+                .save_record(
+                    &super::record::name(&self.opts.cluster_name),
+                    &record.to_text(),
+                )
+                .await
+            {
+                // Judged again next pass, from where the record stands.
+                return Err((
+                    format!("cannot record live verdicts in the cluster: {e}"),
+                    None,
+                ));
+            }
+        }
+        self.record = Some(record);
+        Ok((judged, n))
+    }
+
+    /// The record, read from the cluster once per process.
+    async fn load_record(&mut self) -> Result<super::record::Record, String> {
+        if let Some(r) = &self.record {
+            return Ok(r.clone());
+        }
+        let text = self
+            .cluster
+            .load_record(&super::record::name(&self.opts.cluster_name))
+            .await
+            .map_err(|e| format!("cannot read lockstep's record of live verdicts: {e}"))?;
+        match text {
+            None => Ok(super::record::Record::new()),
+            Some(t) => super::record::Record::parse(&t).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The judgment proper: Git (with the record) up to where the record
+    /// says everything was judged, then the new commits against the live
+    /// state. Returns the new entries of the record.
+    async fn judge_with_live(
+        &self,
+        path: &Path,
+        head: Oid,
+        prev: Option<Judged>,
+        opts: &CheckOptions,
+        record: &mut super::record::Record,
+    ) -> Result<(Judged, usize, Decided), (String, Option<Judged>)> {
+        let repo_path = path.to_owned();
+        let descends = |from: Oid| {
+            let p = repo_path.clone();
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    GitRepo::open(&p)
+                        .ok()
+                        .and_then(|r| r.raw().graph_descendant_of(head, from).ok())
+                        .unwrap_or(false)
+                })
+                .await
+                .unwrap_or(false)
+            }
+        };
+        // Where the judgment starts from: the last judgment when the branch
+        // moved forward; else (a first pass, or history rewritten) Git and
+        // the record up to the watermark, when the head descends from it.
+        let forward_from = match prev {
+            Some(p) if p.head == head => return Ok((p, 0, Vec::new())),
+            Some(p) if descends(p.head).await => Some(p),
+            other => {
+                let watermark = record
+                    .watermark
+                    .as_deref()
+                    .and_then(|w| Oid::from_str(w).ok())
+                    .filter(|w| *w != head);
+                let upto = match watermark {
+                    Some(w) if descends(w).await => w,
+                    _ => head,
+                };
+                let opts_upto = CheckOptions {
+                    head: upto.to_string(),
+                    ..opts.clone()
+                };
+                let p = repo_path.clone();
+                let (j, n) = tokio::task::spawn_blocking(move || {
+                    judge_blocking(&p, upto, other, &opts_upto, None)
+                })
+                .await
+                .map_err(|e| (e.to_string(), None))
+                .and_then(|r| r)
+                .map(|(j, n, _)| (j, n))?;
+                if upto == head {
+                    return Ok((j, n, Vec::new()));
+                }
+                Some(j)
+            }
+        };
+        let Some(prev) = forward_from else {
+            return Err(("nothing to judge from".into(), None));
+        };
+        // The new commits, from Git alone first: which objects they hold,
+        // so that exactly those are read from the cluster.
+        let p = repo_path.clone();
+        let o = opts.clone();
+        let prev_head = prev.head;
+        let prev_report = prev.report.clone();
+        let keys = tokio::task::spawn_blocking(move || -> Result<Vec<Key>, String> {
+            let repo = GitRepo::open(&p).map_err(|e| e.to_string())?;
+            let baseline = forward_baseline(&repo, &prev_report)?;
+            let more = history::check_after(&repo, &o, prev_head, baseline, &prev_report.memory)
+                .map_err(|e| e.to_string())?;
+            let mut keys: Vec<Key> = more
+                .commits
+                .iter()
+                .flat_map(|c| c.objects.iter().filter_map(|o| o.key()))
+                .collect();
+            keys.sort();
+            keys.dedup();
+            Ok(keys)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        let keys = match keys {
+            Ok(k) => k,
+            Err(e) => return Err((e, Some(prev))),
+        };
+        let live = match self.live_of(&keys).await {
+            Ok(l) => l,
+            Err(e) => return Err((e, Some(prev))),
+        };
+        let p = repo_path.clone();
+        let o = opts.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            judge_blocking(&p, head, Some(prev), &o, Some(&live)).map(|(j, n, entries)| {
+                let lives: Vec<(String, Vec<Key>, Live)> = entries
+                    .into_iter()
+                    .map(|(sha, keys)| (sha, keys, live.clone()))
+                    .collect();
+                (j, n, lives)
+            })
+        })
+        .await
+        .map_err(|e| (e.to_string(), None))
+        .and_then(|r| r)?;
+        let (j, n, lives) = r;
+        let mut entries = Vec::new();
+        for (sha, keys, live) in lives {
+            record.add(&sha, &live, &keys);
+            entries.push((sha, keys));
+        }
+        Ok((j, n, entries))
+    }
+
+    /// The cluster's status of `keys`, as the gate reads it. An object the
+    /// cluster does not have is absent; a failed read fails the judgment
+    /// (judged again next pass), never a judgment without the live state.
+    async fn live_of(&self, keys: &[Key]) -> Result<Live, String> {
+        let mut live = Live::default();
+        for k in keys {
+            match self.cluster.get(k).await {
+                Ok(Some(o)) => {
+                    live.objects.insert(k.clone(), o.status);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(format!("cannot read {k} to judge against it: {e}")),
+            }
+        }
+        Ok(live)
     }
 
     /// Pull-request heads get the verdict of their commits before merge.
@@ -155,7 +338,6 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             if self.pulls.get(&n) == Some(&oid) || oid == head {
                 continue;
             }
-            let p = path.to_owned();
             let opts = CheckOptions {
                 base: Some(head.to_string()),
                 head: oid.to_string(),
@@ -164,14 +346,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 max_file_bytes: self.opts.max_file_bytes,
                 memory: memory.clone(),
                 trust: self.opts.trust.clone(),
+                recorded: None,
             };
-            let r = tokio::task::spawn_blocking(move || {
-                let repo = GitRepo::open(&p).map_err(|e| e.to_string())?;
-                history::check(&repo, &opts).map_err(|e| e.to_string())
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r);
+            let r = self.judge_pull(path, opts).await;
             match r {
                 Ok(report) => {
                     for c in &report.commits {
@@ -183,11 +360,65 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         );
                         self.queue_status(c.sha.clone(), s).await;
                     }
-                    self.pulls.insert(n, oid);
+                    // A held request is judged again every pass: its status
+                    // turns once the hop it waits for completes.
+                    if report.commits.iter().all(|c| c.verdict != Verdict::Held) {
+                        self.pulls.insert(n, oid);
+                    } else {
+                        self.pulls.remove(&n);
+                    }
                 }
                 Err(e) => tracing::warn!(pull = n, error = %e, "judging a pull request failed"),
             }
         }
+    }
+}
+
+impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
+    /// A pull request against the live state, as `check --live` judges it:
+    /// from Git first to learn the objects it holds, then again with their
+    /// status in the cluster. Not recorded: a request's verdict is given
+    /// again whenever its head moves.
+    async fn judge_pull(
+        &self,
+        path: &Path,
+        opts: CheckOptions,
+    ) -> Result<history::CheckReport, String> {
+        let p = path.to_owned();
+        let o = opts.clone();
+        let git = tokio::task::spawn_blocking(move || {
+            let repo = GitRepo::open(&p).map_err(|e| e.to_string())?;
+            history::check(&repo, &o).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)?;
+        let mut keys: Vec<Key> = git
+            .commits
+            .iter()
+            .flat_map(|c| c.objects.iter().filter_map(|o| o.key()))
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let live = self.live_of(&keys).await?;
+        if live.objects.is_empty() {
+            return Ok(git);
+        }
+        let p = path.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let repo = GitRepo::open(&p).map_err(|e| e.to_string())?;
+            history::check(
+                &repo,
+                &CheckOptions {
+                    live: Some(live),
+                    ..opts
+                },
+            )
+            .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
     }
 }
 
@@ -198,7 +429,8 @@ fn judge_blocking(
     head: Oid,
     prev: Option<Judged>,
     opts: &CheckOptions,
-) -> Result<(Judged, usize), (String, Option<Judged>)> {
+    live: Option<&Live>,
+) -> Result<(Judged, usize, Decided), (String, Option<Judged>)> {
     let repo = match GitRepo::open(path) {
         Ok(r) => r,
         Err(e) => return Err((e.to_string(), prev)),
@@ -213,24 +445,10 @@ fn judge_blocking(
         // The branch moved forward: judge only the new commits, from the
         // last accepted tree, and extend the chains they touch.
         Some(prev) if forward => {
-            let more = (|| {
-                let baseline = match prev
-                    .report
-                    .commits
-                    .iter()
-                    .rev()
-                    .find(|c| c.verdict == Verdict::Accepted)
-                {
-                    Some(c) => {
-                        let oid = Oid::from_str(&c.sha).map_err(|e| e.to_string())?;
-                        Some(repo.commit(oid).map_err(|e| e.to_string())?.tree)
-                    }
-                    None => history::base_tree(&repo, &prev.report).map_err(|e| e.to_string())?,
-                };
-                history::check_after(&repo, opts, prev.head, baseline, &prev.report.memory)
-                    .map_err(|e| e.to_string())
-            })();
-            let more = match more {
+            let more = forward_baseline(&repo, &prev.report).and_then(|baseline| {
+                judge_forward(&repo, opts, prev.head, baseline, &prev.report.memory, live)
+            });
+            let (more, entries) = match more {
                 Ok(m) => m,
                 Err(e) => return Err((e, Some(prev))),
             };
@@ -276,6 +494,7 @@ fn judge_blocking(
                     plans,
                 },
                 n,
+                entries,
             ))
         }
         // First look, or history rewritten: all of it.
@@ -313,9 +532,102 @@ fn judge_blocking(
                     plans: Arc::new(plans),
                 },
                 n,
+                Vec::new(),
             ))
         }
     }
+}
+
+/// The tree the commits after `report` are judged from: its last
+/// accepted (or held) commit's, or the range's base.
+fn forward_baseline(repo: &GitRepo, report: &CheckReport) -> Result<Option<Oid>, String> {
+    match report
+        .commits
+        .iter()
+        .rev()
+        .find(|c| matches!(c.verdict, Verdict::Accepted | Verdict::Held))
+    {
+        Some(c) => {
+            let oid = Oid::from_str(&c.sha).map_err(|e| e.to_string())?;
+            Ok(Some(repo.commit(oid).map_err(|e| e.to_string())?.tree))
+        }
+        None => history::base_tree(repo, report).map_err(|e| e.to_string()),
+    }
+}
+
+/// The commits after `after`, judged: from Git (and the record) alone when
+/// `live` is `None`; else one at a time against `live`, each also from Git
+/// alone, so that exactly the commits whose verdict the live state decided
+/// are returned for the record (with the keys they hold). Judged one at a
+/// time because each commit builds on the verdicts before it, as a replay
+/// of the record will.
+fn judge_forward(
+    repo: &GitRepo,
+    opts: &CheckOptions,
+    after: Oid,
+    baseline: Option<Oid>,
+    memory: &Arc<history::Memory>,
+    live: Option<&Live>,
+) -> Result<(CheckReport, Decided), String> {
+    let Some(live) = live else {
+        return history::check_after(repo, opts, after, baseline, memory)
+            .map(|r| (r, Vec::new()))
+            .map_err(|e| e.to_string());
+    };
+    let head = Oid::from_str(&opts.head).map_err(|e| e.to_string())?;
+    let commits = repo
+        .first_parent_range(Some(after), head)
+        .map_err(|e| e.to_string())?;
+    let mut memory = memory.clone();
+    let mut baseline = baseline;
+    let mut prev = after;
+    let mut out = Vec::with_capacity(commits.len());
+    let mut entries = Vec::new();
+    for c in commits {
+        let one = CheckOptions {
+            head: c.id.to_string(),
+            live: None,
+            ..opts.clone()
+        };
+        let git =
+            history::check_after(repo, &one, prev, baseline, &memory).map_err(|e| e.to_string())?;
+        let with = CheckOptions {
+            live: Some(live.clone()),
+            ..one
+        };
+        let judged = history::check_after(repo, &with, prev, baseline, &memory)
+            .map_err(|e| e.to_string())?;
+        let (Some(g), Some(l)) = (git.commits.first(), judged.commits.first()) else {
+            return Err(format!("commit {} was not judged", c.id));
+        };
+        if super::record::differs(g, l) {
+            let mut keys: Vec<Key> = l.objects.iter().filter_map(|o| o.key()).collect();
+            keys.sort();
+            keys.dedup();
+            entries.push((l.sha.clone(), keys));
+        }
+        if matches!(l.verdict, Verdict::Accepted | Verdict::Held) {
+            baseline = Some(c.tree);
+        }
+        memory = judged.memory.clone();
+        prev = c.id;
+        out.extend(judged.commits);
+    }
+    let verdict = if out.iter().any(|c| c.verdict == Verdict::Refused) {
+        Verdict::Refused
+    } else {
+        Verdict::Accepted
+    };
+    Ok((
+        CheckReport {
+            verdict,
+            base: Some(after.to_string()),
+            head: head.to_string(),
+            commits: out,
+            memory,
+        },
+        entries,
+    ))
 }
 
 /// Reads steps' documents during one judgment, each file's blob parsed

@@ -25,6 +25,7 @@ mod follow;
 pub mod journal;
 mod judge;
 mod plans;
+pub mod record;
 pub mod simulate;
 mod source;
 mod statuses;
@@ -225,6 +226,9 @@ pub struct Daemon<C: Cluster, R: Repo> {
     /// What the engine did, when `Options::journal` asks for it. Never read
     /// by a decision: rehearsals render it.
     journal: Vec<Entry>,
+    /// The record of live verdicts ([`record`]), read from the cluster on
+    /// the first judgment and written back before verdicts it decides go out.
+    record: Option<record::Record>,
 }
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
@@ -258,6 +262,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             forge: None,
             proposals: HashMap::new(),
             journal: Vec::new(),
+            record: None,
         }
     }
 

@@ -26,6 +26,17 @@ pub fn commit_status(cluster: &str, commit: &CommitReport, target_url: Option<&s
             String::new()
         };
         (State::Failure, format!("refused: {}{more}", refusal(first)))
+    } else if let Some(held) = commit.objects.iter().find(|o| o.verdict == Verdict::Held) {
+        // Held is not done and not refused: it waits for the hop in flight.
+        (
+            State::Pending,
+            format!(
+                "held: {}{} waits for the upgrade to {} in flight (UpgradeInProgress)",
+                who(held),
+                hop(held),
+                held.from.as_deref().unwrap_or("its target")
+            ),
+        )
     } else {
         (
             State::Success,
@@ -37,6 +48,41 @@ pub fn commit_status(cluster: &str, commit: &CommitReport, target_url: Option<&s
         context: Context::commit(cluster).to_string(),
         description,
         target_url: target_url.map(str::to_owned),
+    }
+}
+
+/// What an accepted (or held) commit's status says once every step it
+/// carries is complete: `applied: …`, or `aborted: …` for an abort.
+pub fn done(commit: &CommitReport) -> String {
+    let objects: Vec<ObjectVerdict> = commit
+        .objects
+        .iter()
+        .map(|o| ObjectVerdict {
+            verdict: Verdict::Accepted,
+            transition: if o.transition == Transition::Queued {
+                Transition::Upgrade
+            } else {
+                o.transition
+            },
+            ..o.clone()
+        })
+        .collect();
+    let aborts: Vec<&ObjectVerdict> = objects
+        .iter()
+        .filter(|o| o.transition == Transition::Abort)
+        .collect();
+    match aborts.as_slice() {
+        [] => format!("applied: {}", accepted(&objects)),
+        [one]
+            if objects
+                .iter()
+                .filter(|o| o.transition != Transition::Unchanged)
+                .count()
+                == 1 =>
+        {
+            format!("aborted: {}{}", who(one), hop(one))
+        }
+        _ => format!("applied, with aborts: {}", accepted(&objects)),
     }
 }
 
