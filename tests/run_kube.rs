@@ -945,3 +945,180 @@ async fn the_leader_fails_over_mid_phase() {
     );
     eprintln!("total: {:.1}s", t0.elapsed().as_secs_f64());
 }
+
+// ---------------------------------------------------------------------------
+// Aborts through Git against the real API server.
+
+/// `(state, description)` of `sha`'s note line under `context`.
+fn note(repo: &Path, sha: &str, context: &str) -> Option<(String, String)> {
+    let text = git(repo, &["notes", "--ref=lockstep", "show", sha])?;
+    let prefix = format!("{context}: ");
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(&prefix)?;
+        let (state, desc) = rest.split_once(" — ").unwrap_or((rest, ""));
+        Some((state.to_owned(), desc.to_owned()))
+    })
+}
+
+/// Writes `text` to the standalone Glance and commits it on main.
+fn commit_glance(repo: &Path, text: &str, message: &str) -> String {
+    std::fs::write(repo.join("standalone/image/glance.yaml"), text).unwrap();
+    git(repo, &["commit", "-qam", message]).unwrap();
+    git(repo, &["rev-parse", "HEAD"]).unwrap()
+}
+
+/// A standalone Glance wedged on its expand Job is aborted by a commit that
+/// sets release and image back; lockstep is killed after applying the
+/// abort, the operator finishes it meanwhile, and a new process gives the
+/// abort's verdict again (recorded in the cluster: judged again now, the
+/// set-back would read as a downgrade). A pull request for the next release
+/// is held while the hop is in flight. Later the hop is made again, and a
+/// set-back during its Contracting is refused `AbortUnsafe`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wedged_glance_is_aborted_through_git_and_a_contract_is_not() {
+    let t0 = Instant::now();
+    let server = ApiServer::start();
+    let story = Story::new(false);
+    let repo = story.path();
+    let logs = tempfile::tempdir().unwrap();
+    let mut world = world();
+    world.faults.push(Fault::JobFails {
+        object: "glance".into(),
+        job: JobKind::Expand,
+        tries: 5,
+    });
+    let mut fleet = Fleet::new(&server, world, &[]).await;
+    let mut daemon = Daemon::start("lockstep", &server, repo, logs.path(), &[], &[]);
+    fleet.install(&story).await;
+    // The work tree follows the branch from here on.
+    git(repo, &["checkout", "-qf", "main"]).unwrap();
+    let installed = std::fs::read_to_string(repo.join("standalone/image/glance.yaml")).unwrap();
+    let commit_ctx = format!("lockstep/{CLUSTER}");
+    let object_ctx = format!("lockstep/{CLUSTER}/image/glance");
+
+    // The hop wedges: the expand Job fails for good; standalone, so it is
+    // reported for a person, not repaired.
+    let hop = commit_glance(
+        repo,
+        &common::glance_digest("2026.2", 'b'),
+        "Glance to 2026.2",
+    );
+    fleet
+        .drive(
+            "the failed expand reported",
+            Duration::from_secs(60),
+            async |_| note(repo, &hop, &object_ctx).is_some_and(|(s, _)| s == "failure"),
+        )
+        .await;
+    let g = fleet.get(&glance()).await.unwrap();
+    assert_eq!(
+        g.status.upgrade_phase.as_deref(),
+        Some("Expanding"),
+        "{g:?}"
+    );
+
+    // A pull request for the next release waits for the hop in flight.
+    git(repo, &["checkout", "-qb", "next"]).unwrap();
+    let next = commit_glance(
+        repo,
+        &common::glance_digest("2027.1", 'c'),
+        "Glance to 2027.1",
+    );
+    git(repo, &["checkout", "-qf", "main"]).unwrap();
+    git(repo, &["update-ref", "refs/pull/1/head", &next]).unwrap();
+    fleet
+        .wait("the pull request held", Duration::from_secs(20), async |_| {
+            note(repo, &next, &commit_ctx).is_some_and(|(s, d)| {
+                s == "pending"
+                    && d == "held: glance 2026.2→2027.1 waits for the upgrade to 2026.2 in flight (UpgradeInProgress)"
+            })
+        })
+        .await;
+
+    // The abort, applied while the operator is paused; lockstep is killed
+    // before the abort completes.
+    let abort = commit_glance(repo, &installed, "Abort Glance 2026.2");
+    fleet
+        .wait("the abort applied", Duration::from_secs(20), async |f| {
+            f.get(&glance()).await.and_then(|o| o.release).as_deref() == Some("2026.1")
+        })
+        .await;
+    let records: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(fleet.client.clone(), "default");
+    let record = records.get("lockstep-records").await.unwrap();
+    let text = record.data.unwrap_or_default()[&format!("verdicts.{CLUSTER}")].clone();
+    assert!(
+        text.contains(&abort),
+        "the abort's verdict is recorded: {text}"
+    );
+    daemon.kill();
+    fleet
+        .drive("the abort completes", Duration::from_secs(60), async |f| {
+            f.settled_at(&glance(), "2026.1").await
+        })
+        .await;
+    let daemon = Daemon::start("lockstep-2", &server, repo, logs.path(), &[], &[]);
+    fleet
+        .drive("the abort's verdict", Duration::from_secs(30), async |_| {
+            note(repo, &abort, &commit_ctx)
+                .is_some_and(|(s, d)| s == "success" && d == "aborted: glance 2026.2→2026.1")
+        })
+        .await;
+    let short = &abort[..10];
+    assert_eq!(
+        note(repo, &hop, &commit_ctx),
+        Some((
+            "failure".into(),
+            format!("glance 2026.1→2026.2: aborted by {short}")
+        ))
+    );
+    assert_eq!(
+        note(repo, &abort, &object_ctx),
+        Some(("success".into(), "glance 2026.2→2026.1: aborted".into()))
+    );
+    assert!(
+        daemon.applied().is_empty(),
+        "the new process applies nothing: {:?}",
+        daemon.applied()
+    );
+
+    // The hop again (the fault is spent), and a set-back while it contracts.
+    let again = commit_glance(
+        repo,
+        &common::glance_digest("2026.2", 'b'),
+        "Glance to 2026.2, again",
+    );
+    fleet
+        .drive("Contracting", Duration::from_secs(60), async |f| {
+            f.get(&glance())
+                .await
+                .and_then(|o| o.status.upgrade_phase)
+                .as_deref()
+                == Some("Contracting")
+        })
+        .await;
+    let late = commit_glance(repo, &installed, "Abort during contract");
+    fleet
+        .wait(
+            "the late abort refused",
+            Duration::from_secs(20),
+            async |_| {
+                note(repo, &late, &commit_ctx).is_some_and(|(s, d)| {
+                    s == "failure" && d == "refused: glance abort while Contracting (AbortUnsafe)"
+                })
+            },
+        )
+        .await;
+    fleet
+        .drive("the hop completes", Duration::from_secs(60), async |f| {
+            f.settled_at(&glance(), "2026.2").await
+                && note(repo, &again, &commit_ctx).is_some_and(|(s, _)| s == "success")
+        })
+        .await;
+    assert_eq!(
+        daemon.applied(),
+        vec![("Glance image/glance".to_owned(), "2026.2".to_owned())],
+        "the second process applied the hop once and never the refused set-back"
+    );
+    eprintln!("total: {:.1}s", t0.elapsed().as_secs_f64());
+}

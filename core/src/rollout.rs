@@ -44,7 +44,7 @@ pub struct Step {
     /// A plane's projected children that this step changes, with their
     /// targets; children carried over from earlier steps stay listed.
     pub children: BTreeMap<Key, Target>,
-    /// An accepted abort (`docs/gate.md`, "Abort"): the step sets a
+    /// An accepted abort (`docs/gate.md`, "Live rules in the daemon"): sets a
     /// standalone service back to the release it still has installed while
     /// the hop before it is in flight. It is applied without waiting for
     /// that hop, which it ends.
@@ -1268,9 +1268,46 @@ mod tests {
         let mut commits = Vec::new();
         let mut at = 0usize;
         let mut patch = 0;
+        // Whether the last step is a hop an abort may end.
+        let mut abortable = false;
         for (k, kind) in kinds.iter().enumerate() {
             let sha = format!("c{k}");
-            let c = match kind % 3 {
+            let kind = match kind % 5 {
+                3 if !abortable => 1,
+                k => k,
+            };
+            abortable = matches!(kind, 0 | 4);
+            let c = match kind {
+                3 => {
+                    // The set-back of the hop in flight, release and image.
+                    at -= 1;
+                    patch = 0;
+                    commit(
+                        &sha,
+                        Verdict::Accepted,
+                        vec![ov(
+                            &n,
+                            Some(&rel(at + 1)),
+                            &rel(at),
+                            &img(&rel(at)),
+                            Transition::Abort,
+                        )],
+                    )
+                }
+                4 => {
+                    // The next release while the hop before is in flight.
+                    at += 1;
+                    patch = 0;
+                    let mut held = ov(
+                        &n,
+                        Some(&rel(at - 1)),
+                        &rel(at),
+                        &img(&rel(at)),
+                        Transition::Queued,
+                    );
+                    held.verdict = Verdict::Held;
+                    commit(&sha, Verdict::Held, vec![held])
+                }
                 0 => {
                     at += 1;
                     patch = 0;
@@ -1325,7 +1362,7 @@ mod tests {
         /// when the chain is done, nothing is left pending, and every
         /// per-object status of every hop, mid-chain included, is success.
         #[test]
-        fn statuses_settle_once_and_never_before_the_work(kinds in proptest::collection::vec(0u8..3, 1..8)) {
+        fn statuses_settle_once_and_never_before_the_work(kinds in proptest::collection::vec(0u8..5, 1..10)) {
             let r = random_story(&kinds);
             let chain = chains(&r, |_, _, _| None, |_, _, _| Err(String::new())).remove(&nova());
             let mut seen: BTreeMap<(String, String), Vec<State>> = BTreeMap::new();
@@ -1367,10 +1404,25 @@ mod tests {
                 let last = states.last().copied();
                 proptest::prop_assert_ne!(last, Some(State::Pending), "{} {} left pending", sha, ctx);
             }
-            // Accepted commits that carry a step were pending first.
-            for c in r.commits.iter().filter(|c| c.verdict == Verdict::Accepted) {
+            // Accepted (and held) commits that carry a step were pending first.
+            for c in r.commits.iter().filter(|c| c.verdict != Verdict::Refused) {
                 let states = &seen[&(c.sha.clone(), "lockstep/prod".to_owned())];
                 proptest::prop_assert_eq!(states[0], State::Pending, "{} success before the apply", c.sha);
+            }
+            // Nothing here needs a person: a failure is an abort's, final,
+            // and only on a hop an abort ended.
+            for ((sha, ctx), states) in &seen {
+                if let Some(f) = states.iter().position(|s| *s == State::Failure) {
+                    proptest::prop_assert!(
+                        states[f..].iter().all(|s| *s == State::Failure),
+                        "{sha} {ctx} left failure: {states:?}"
+                    );
+                    let refused = r.commits.iter().any(|c| c.sha == *sha && c.verdict == Verdict::Refused);
+                    let aborted = chain.as_ref().is_some_and(|c| {
+                        c.steps.windows(2).any(|w| w[1].abort && w[0].commits.contains(sha))
+                    });
+                    proptest::prop_assert!(refused || aborted, "{sha} {ctx} failed: {states:?}");
+                }
             }
         }
     }

@@ -1,6 +1,9 @@
 //! Judge: the second step of a pass. On a new branch head, the new commits
-//! are judged (Git only, so every replica and every restart reaches the
-//! same verdicts) and the accepted ones extend the chains of their units;
+//! are judged against the live state of the objects they hold (the rules
+//! of `check --live`), with the verdicts that state decided recorded in the
+//! cluster first ([`super::record`]), so every replica and every restart
+//! reaches the same verdicts; the accepted (and held) ones extend the
+//! chains of their units;
 //! each new step carries its parsed document, so no apply reads Git again.
 //! Pull-request heads are judged too, and new verdicts are queued before
 //! anything is applied.

@@ -5,7 +5,7 @@
 //! | step | file | in | out |
 //! |---|---|---|---|
 //! | source | `source.rs` | the [`Repo`] | [`source::Refreshed`]: path, branch head, pull-request heads |
-//! | judge | `judge.rs` | the head, the last judgment | [`judge::Judgment`]: report and chains (steps carry their documents) |
+//! | judge | `judge.rs` (with `record.rs`) | the head, the last judgment, the objects' live status | [`judge::Judgment`]: report and chains (steps carry their documents); the record of live verdicts |
 //! | units | `units.rs` (with `apply.rs`, `follow.rs`) | the chains, the cluster | [`units::Walked`]: a report per unit; applies, follows, repairs |
 //! | plans | `plans.rs` | the head's plans, the unit reports | hop commits, plan statuses |
 //! | statuses | `statuses.rs` | the judgment, the unit reports | statuses queued |
@@ -13,7 +13,8 @@
 //!
 //! Nothing here survives a restart and nothing needs to: Git (the accepted
 //! chain, the notes) and the cluster (specs lockstep applied, the operators'
-//! status, the Events of its repairs) hold the whole story, so a new process
+//! status, the Events of its repairs, lockstep's record of live verdicts)
+//! hold the whole story, so a new process
 //! picks up where a killed one stopped. Time comes from a [`Clock`]: the
 //! system's for a real cluster, the simulator's for `run` in sim mode and
 //! the rehearsals ([`simulate`]), which run this same engine.
