@@ -565,7 +565,7 @@ pub fn statuses<M>(
         }
     }
     for c in &report.commits {
-        let verdict = describe::commit_status(cluster, c, target_url);
+        let verdict = describe::daemon_status(cluster, c, target_url);
         if c.verdict == Verdict::Refused {
             out.push((c.sha.clone(), verdict));
             continue;

@@ -175,15 +175,13 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 ));
             }
         }
-        self.record = Some(record);
         Ok((judged, n))
     }
 
-    /// The record, read from the cluster once per process.
+    /// The record, read from the cluster on every new head: another
+    /// replica may have led (and recorded) since this one last did, and a
+    /// stale copy saved back would lose its entries.
     async fn load_record(&mut self) -> Result<super::record::Record, String> {
-        if let Some(r) = &self.record {
-            return Ok(r.clone());
-        }
         let text = self
             .cluster
             .load_record(&super::record::name(&self.opts.cluster_name))
@@ -356,7 +354,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 Ok(report) => {
                     for c in &report.commits {
                         tracing::info!(pull = n, commit = %c.sha, verdict = ?c.verdict, "pull request judged");
-                        let s = describe::commit_status(
+                        let s = describe::daemon_status(
                             &self.opts.cluster_name,
                             c,
                             self.opts.target_url.as_deref(),

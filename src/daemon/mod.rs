@@ -227,9 +227,6 @@ pub struct Daemon<C: Cluster, R: Repo> {
     /// What the engine did, when `Options::journal` asks for it. Never read
     /// by a decision: rehearsals render it.
     journal: Vec<Entry>,
-    /// The record of live verdicts ([`record`]), read from the cluster on
-    /// the first judgment and written back before verdicts it decides go out.
-    record: Option<record::Record>,
 }
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
@@ -263,7 +260,6 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             forge: None,
             proposals: HashMap::new(),
             journal: Vec::new(),
-            record: None,
         }
     }
 

@@ -26,17 +26,6 @@ pub fn commit_status(cluster: &str, commit: &CommitReport, target_url: Option<&s
             String::new()
         };
         (State::Failure, format!("refused: {}{more}", refusal(first)))
-    } else if let Some(held) = commit.objects.iter().find(|o| o.verdict == Verdict::Held) {
-        // Held is not done and not refused: it waits for the hop in flight.
-        (
-            State::Pending,
-            format!(
-                "held: {}{} waits for the upgrade to {} in flight (UpgradeInProgress)",
-                who(held),
-                hop(held),
-                held.from.as_deref().unwrap_or("its target")
-            ),
-        )
     } else {
         (
             State::Success,
@@ -48,6 +37,31 @@ pub fn commit_status(cluster: &str, commit: &CommitReport, target_url: Option<&s
         context: Context::commit(cluster).to_string(),
         description,
         target_url: target_url.map(str::to_owned),
+    }
+}
+
+/// The verdict status as the daemon posts it: a held commit is pending
+/// and names what it waits for (the daemon applies it, or judges the pull
+/// request again, once that completes). A one-shot `check --report` posts
+/// [`commit_status`], where held is accepted work: nothing would ever turn
+/// a pending status there.
+pub fn daemon_status(cluster: &str, commit: &CommitReport, target_url: Option<&str>) -> Status {
+    let status = commit_status(cluster, commit, target_url);
+    if status.state == State::Failure {
+        return status;
+    }
+    match commit.objects.iter().find(|o| o.verdict == Verdict::Held) {
+        Some(held) => Status {
+            state: State::Pending,
+            description: format!(
+                "held: {}{} waits for the upgrade to {} in flight (UpgradeInProgress)",
+                who(held),
+                hop(held),
+                held.from.as_deref().unwrap_or("its target")
+            ),
+            ..status
+        },
+        None => status,
     }
 }
 
