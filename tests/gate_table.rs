@@ -201,6 +201,38 @@ fn skip_level_is_upgrade_path_invalid() {
         (Transition::Skip, Some(Reason::UpgradePathInvalid))
     );
     assert!(o.message.contains("skips 2026.1"), "{}", o.message);
+    assert!(
+        !o.message.contains("SLURP"),
+        "2025.2 is no SLURP release: {}",
+        o.message
+    );
+}
+
+#[test]
+fn a_slurp_jump_is_refused_and_says_how_to_take_it() {
+    let v = judge(
+        &[(F, &nova("nova", "2025.1", "2025.1"))],
+        &[(F, &nova("nova", "2026.1", "2026.1"))],
+    );
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(
+        (o.transition, o.reason),
+        (Transition::Skip, Some(Reason::UpgradePathInvalid))
+    );
+    for words in [
+        "upstream OpenStack supports this SLURP upgrade directly",
+        "the C5C3 operators accept one release at a time",
+        "2025.1 → 2025.2 first, then 2026.1",
+        "UpgradePlan",
+    ] {
+        assert!(o.message.contains(words), "{words}: {}", o.message);
+    }
+    // Further than one SLURP step is a plain skip.
+    let v = judge(
+        &[(F, &nova("nova", "2025.1", "2025.1"))],
+        &[(F, &nova("nova", "2027.1", "2027.1"))],
+    );
+    assert!(!one(&v, "Nova", "nova").message.contains("SLURP"));
 }
 
 #[test]

@@ -54,6 +54,14 @@ impl Release {
         self.minor
     }
 
+    /// Whether this is a SLURP release (Skip Level Upgrade Release Process):
+    /// upstream OpenStack's `.1` releases, between which it supports a
+    /// direct upgrade (`2025.1 → 2026.1`). The C5C3 operators do not: one
+    /// release at a time.
+    pub fn is_slurp(self) -> bool {
+        self.minor == 1
+    }
+
     /// The one release an object may move to next: `Y.1 → Y.2`, `Y.2 → (Y+1).1`.
     pub fn next(self) -> Self {
         if self.minor == 1 {
