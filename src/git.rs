@@ -239,6 +239,35 @@ impl GitRepo {
         }))
     }
 
+    /// A commit's whole message (for trailers such as `Lockstep-Ack`).
+    pub fn message(&self, id: Oid) -> Result<String, GitError> {
+        let c = self
+            .repo
+            .find_commit(id)
+            .map_err(other(format!("reading commit {id}")))?;
+        Ok(String::from_utf8_lossy(c.message_bytes()).into_owned())
+    }
+
+    /// The id of the directory at `path` in a tree, if there is one.
+    pub fn subtree(&self, tree: Oid, path: &str) -> Result<Option<Oid>, GitError> {
+        let tree = self.repo.find_tree(tree).map_err(other("reading a tree"))?;
+        Ok(tree
+            .get_path(Path::new(path))
+            .ok()
+            .filter(|e| e.kind() == Some(git2::ObjectType::Tree))
+            .map(|e| e.id()))
+    }
+
+    /// The files directly in a directory tree: `(name, blob)`.
+    pub fn dir_files(&self, dir: Oid) -> Result<Vec<(String, Oid)>, GitError> {
+        let tree = self.repo.find_tree(dir).map_err(other("reading a tree"))?;
+        Ok(tree
+            .iter()
+            .filter(|e| e.kind() == Some(git2::ObjectType::Blob))
+            .map(|e| (String::from_utf8_lossy(e.name_bytes()).into_owned(), e.id()))
+            .collect())
+    }
+
     /// The committer's email (for an unsigned commit's refusal).
     pub fn committer_email(&self, id: Oid) -> Result<String, GitError> {
         let c = self

@@ -238,6 +238,7 @@ fn judge_commits(
         past: look_back.map(Past::new),
         mentions: Mentions::default(),
         without_plans: Default::default(),
+        policies: HashMap::new(),
     };
     let mut reports = Vec::with_capacity(commits.len());
     for c in commits {
@@ -259,6 +260,7 @@ fn judge_commits(
         }
         let sha = c.id.to_string();
         let judged = walker.judge(
+            c.id,
             baseline_tree,
             c.tree,
             opts.recorded
@@ -354,6 +356,7 @@ pub fn tree_desired(
         past: None,
         mentions: Mentions::default(),
         without_plans: Default::default(),
+        policies: HashMap::new(),
     };
     let files = repo.files(tree, &opts.prefixes, manifest::is_manifest_path)?;
     walker.parse_many(
@@ -419,6 +422,15 @@ struct Walker<'a> {
     /// Blobs known not to hold an UpgradePlan (seen by `parse_many`):
     /// `judge_plans` need not read them again.
     without_plans: std::collections::HashSet<Oid>,
+    /// The policies of a tree's policy directory, by the directory's id.
+    policies: HashMap<Option<Oid>, Arc<TreePolicies>>,
+}
+
+/// The `UpgradePolicy` documents of one tree's policy directory.
+#[derive(Default)]
+struct TreePolicies {
+    policies: Vec<Arc<crate::policy::Policy>>,
+    errors: Vec<crate::policy::PolicyError>,
 }
 
 /// Whether blobs name one of a set of needles, per blob, for the last set
@@ -459,6 +471,108 @@ impl Walker<'_> {
     /// Plans the commit adds or changes, judged against the whole tree
     /// (their selections and targets depend on every object) and the
     /// tree's other plans. Only refusals are reported.
+    /// The policies of a tree (`None`: the empty tree), read from the one
+    /// directory they may live in, once per version of that directory.
+    fn tree_policies(&mut self, tree: Option<Oid>) -> Result<Arc<TreePolicies>, GitError> {
+        let dir = match tree {
+            Some(t) => self.repo.subtree(t, crate::policy::DIR)?,
+            None => None,
+        };
+        if let Some(p) = self.policies.get(&dir) {
+            return Ok(p.clone());
+        }
+        let mut out = TreePolicies::default();
+        if let Some(d) = dir {
+            for (name, blob) in self.repo.dir_files(d)? {
+                if !manifest::is_manifest_path(&name) {
+                    continue;
+                }
+                let bytes = self.repo.blob(blob)?;
+                let path = format!("{}/{name}", crate::policy::DIR);
+                if bytes.content().len() > self.opts.max_file_bytes {
+                    out.errors.push(crate::policy::PolicyError {
+                        file: Arc::from(path.as_str()),
+                        line: 1,
+                        name: None,
+                        message: format!("larger than {} bytes", self.opts.max_file_bytes),
+                    });
+                    continue;
+                }
+                let (p, e) = crate::policy::parse(&path, &String::from_utf8_lossy(bytes.content()));
+                out.policies.extend(p.into_iter().map(Arc::new));
+                out.errors.extend(e);
+            }
+        }
+        let out = Arc::new(out);
+        self.policies.insert(dir, out.clone());
+        Ok(out)
+    }
+
+    /// Refusals for policy documents the commit changed: one that cannot be
+    /// read, or one outside the policy directory (read nowhere else, so it
+    /// would silently not apply).
+    fn judge_policy_files(
+        &mut self,
+        changes: &[Change],
+        after: &TreePolicies,
+    ) -> Result<Vec<ObjectVerdict>, GitError> {
+        let mut out = Vec::new();
+        let refused =
+            |file: Arc<str>, line: u32, name: Option<String>, message: String| ObjectVerdict {
+                kind: None,
+                namespace: None,
+                name,
+                file,
+                line,
+                projected_by: None,
+                from: None,
+                to: None,
+                from_image: None,
+                to_image: None,
+                transition: gate::Transition::Invalid,
+                verdict: Verdict::Refused,
+                reason: Some(gate::Reason::PolicyInvalid),
+                message,
+            };
+        for e in &after.errors {
+            if changes.iter().any(|c| *c.path == *e.file) {
+                out.push(refused(
+                    e.file.clone(),
+                    e.line,
+                    e.name.clone(),
+                    e.message.clone(),
+                ));
+            }
+        }
+        for ch in changes {
+            let Some(new) = ch.new.as_ref().filter(|e| e.kind == EntryKind::File) else {
+                continue;
+            };
+            if crate::policy::in_dir(&ch.path) {
+                continue;
+            }
+            let blob = self.repo.blob(new.oid)?;
+            if memchr::memmem::find(blob.content(), crate::policy::KIND.as_bytes()).is_none() {
+                continue;
+            }
+            let (found, _) =
+                crate::policy::parse(&ch.path, &String::from_utf8_lossy(blob.content()));
+            for p in found {
+                out.push(refused(
+                    p.file.clone(),
+                    p.line,
+                    Some(p.name.clone()),
+                    format!(
+                        "UpgradePolicy {} is read only from {}/ (one directory, so a one-file check stays one file's work); move it there",
+                        p.name,
+                        crate::policy::DIR
+                    ),
+                ));
+            }
+        }
+        Ok(out)
+    }
+
     fn judge_plans(
         &mut self,
         tree: Oid,
@@ -827,6 +941,7 @@ impl Walker<'_> {
 
     fn judge(
         &mut self,
+        commit: Oid,
         baseline_tree: Option<Oid>,
         tree: Oid,
         live: Option<&Live>,
@@ -892,14 +1007,35 @@ impl Walker<'_> {
                 .collect();
             self.look_back(&unknown)?;
         }
-        let objects = gate::judge_commit(&CommitInput {
+        // The fleet's policies: the baseline's and the commit's own, so a
+        // commit can neither lift a block and cross it, nor add one and
+        // slip past it.
+        let before = self.tree_policies(baseline_tree)?;
+        let after = self.tree_policies(Some(tree))?;
+        let policies = crate::policy::PolicySet {
+            policies: before
+                .policies
+                .iter()
+                .chain(&after.policies)
+                .cloned()
+                .collect(),
+        };
+        let acks = if policies.is_empty() {
+            Default::default()
+        } else {
+            crate::policy::acks_in_message(&self.repo.message(commit)?)
+        };
+        let mut objects = gate::judge_commit(&CommitInput {
             baseline: &baseline,
             next: &next,
             elsewhere: &elsewhere,
             problems: &problems,
             live,
             floors: &self.memory.floors,
+            policies: &policies,
+            acks: &acks,
         });
+        objects.extend(self.judge_policy_files(&changes, &after)?);
         Ok(Judged {
             objects,
             skipped,

@@ -143,7 +143,25 @@ enum Op {
     FixTypo {
         obj: Obj,
     },
+    /// The fleet's UpgradePolicy blocking Nova 2026.1 → 2026.2: written
+    /// (true) or removed (false).
+    Policy(bool),
 }
+
+/// The policy `Op::Policy(true)` writes: Nova (standalone or projected)
+/// may not cross 2026.1 → 2026.2.
+const POLICY_FILE: &str = ".lockstep/policies/cells.yaml";
+const POLICY: &str = "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePolicy
+metadata:
+  name: cells
+spec:
+  blocked:
+    - kinds: [Nova]
+      from: \"2026.1\"
+      to: \"2026.2\"
+      reason: 2026.2 breaks our cells layout
+";
 
 fn op() -> impl Strategy<Value = Op> {
     let obj = prop::sample::select(OBJS.to_vec());
@@ -157,6 +175,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (obj.clone(), 0..4usize, rel).prop_map(|(obj, path, release)| Op::Add { obj, path, release }),
         1 => (obj.clone(), 0..3usize).prop_map(|(obj, typo)| Op::Typo { obj, typo }),
         1 => obj.prop_map(|obj| Op::FixTypo { obj }),
+        1 => prop::bool::ANY.prop_map(Op::Policy),
     ]
 }
 
@@ -264,16 +283,18 @@ fn apply_op(state: &mut BTreeMap<Obj, Written>, op: &Op) {
                 w.typo = None;
             }
         }
+        Op::Policy(_) => {}
     }
 }
 
-fn tree_of(repo: &Repository, state: &BTreeMap<Obj, Written>) -> Oid {
+fn tree_of(repo: &Repository, state: &BTreeMap<Obj, Written>, policy: bool) -> Oid {
     let mut index = git2::Index::new().expect("index");
     // Something that is not ours, so no tree is ever empty.
     let files = std::iter::once((
         "platform/namespaces.yaml".to_owned(),
         common::example("platform/namespaces.yaml"),
     ))
+    .chain(policy.then(|| (POLICY_FILE.to_owned(), POLICY.to_owned())))
     .chain(
         state
             .iter()
@@ -302,6 +323,14 @@ fn tree_of(repo: &Repository, state: &BTreeMap<Obj, Written>) -> Oid {
 /// Writes the history into a new repository; returns main's commits
 /// (first parent, oldest first).
 fn build(dir: &Path, steps: &[Step]) -> Vec<Oid> {
+    build_with_policy(dir, steps)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
+}
+
+/// [`build`], with whether each commit's tree holds the policy.
+fn build_with_policy(dir: &Path, steps: &[Step]) -> Vec<(Oid, bool)> {
     // No hook samples or other template files: thousands of repositories.
     let repo = Repository::init_opts(
         dir,
@@ -312,11 +341,19 @@ fn build(dir: &Path, steps: &[Step]) -> Vec<Oid> {
         .expect("signature");
     let mut state: BTreeMap<Obj, Written> = BTreeMap::new();
     let mut main: Vec<Oid> = Vec::new();
+    let mut policy = false;
+    let mut flags = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         for op in &step.ops {
             apply_op(&mut state, op);
+            if let Op::Policy(on) = op {
+                policy = *on;
+            }
         }
-        let tree = repo.find_tree(tree_of(&repo, &state)).expect("tree");
+        flags.push(policy);
+        let tree = repo
+            .find_tree(tree_of(&repo, &state, policy))
+            .expect("tree");
         let parents: Vec<git2::Commit<'_>> = main
             .last()
             .map(|p| repo.find_commit(*p).expect("parent"))
@@ -342,7 +379,54 @@ fn build(dir: &Path, steps: &[Step]) -> Vec<Oid> {
     repo.reference("refs/heads/main", head, true, "history")
         .expect("main");
     repo.set_head("refs/heads/main").expect("HEAD");
-    main
+    main.into_iter().zip(flags).collect()
+}
+
+/// The policy's promise: no accepted move of a Nova crosses 2026.1 →
+/// 2026.2 while the policy is in the commit's tree or its baseline's (the
+/// last accepted commit's).
+fn never_crossing_the_blocked_edge(
+    report: &CheckReport,
+    main: &[(Oid, bool)],
+) -> Result<(), String> {
+    let (low, high) = (release_of("2026.1").unwrap(), release_of("2026.2").unwrap());
+    let mut highest: HashMap<Key, Release> = HashMap::new();
+    let mut baseline_policy = false;
+    for c in &report.commits {
+        let at = main
+            .iter()
+            .find(|(id, _)| id.to_string() == c.sha)
+            .map(|(_, p)| *p)
+            .ok_or("a judged commit not in main")?;
+        if c.verdict != Verdict::Accepted {
+            continue;
+        }
+        let in_effect = at || baseline_policy;
+        for o in &c.objects {
+            if o.verdict == Verdict::Refused || o.transition == Transition::Remove {
+                continue;
+            }
+            let (Some(k), Some(r)) = (o.key(), o.to.as_deref().and_then(release_of)) else {
+                continue;
+            };
+            if let Some(h) = highest.get(&k).copied()
+                && in_effect
+                && k.kind == lockstep::kind::Kind::Nova
+                && h <= low
+                && r >= high
+                && o.transition != Transition::Install
+            {
+                return Err(format!(
+                    "{k} crossed the blocked edge {h} → {r} at {}",
+                    c.sha
+                ));
+            }
+            let e = highest.entry(k).or_insert(r);
+            *e = (*e).max(r);
+        }
+        baseline_policy = at;
+    }
+    Ok(())
 }
 
 fn release_of(text: &str) -> Option<Release> {
@@ -412,7 +496,8 @@ proptest! {
     #[test]
     fn the_gate_never_lets_a_release_go_down_or_skip(steps in history(), cut_seed in 0usize..1000, shallow_seed in 0u32..10) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let main = build(dir.path(), &steps);
+        let flagged = build_with_policy(dir.path(), &steps);
+        let main: Vec<Oid> = flagged.iter().map(|(id, _)| *id).collect();
         let repo = GitRepo::open(dir.path()).expect("open");
 
         // The look back's own tree walk lists exactly what libgit2's diff
@@ -446,6 +531,8 @@ proptest! {
         let whole = history::check(&repo, &opts(EMPTY_TREE, &[])).expect("check");
         let seq = accepted(&whole);
         never_down_never_skipping(&seq).map_err(|e| TestCaseError::fail(format!("whole history: {e}")))?;
+        never_crossing_the_blocked_edge(&whole, &flagged)
+            .map_err(|e| TestCaseError::fail(format!("whole history: {e}")))?;
 
         // Judged from a cut at an accepted commit (its tree is the last
         // accepted state there): the older history is looked back into.

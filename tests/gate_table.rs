@@ -41,6 +41,8 @@ fn judge_live(
         problems: &n.problems,
         live,
         floors: &Default::default(),
+        policies: &Default::default(),
+        acks: &Default::default(),
     })
 }
 

@@ -27,6 +27,9 @@ pub enum Reason {
     AbortUnsafe,
     UpgradeInProgress,
     UpgradeTargetChanged,
+    UpgradeBlocked,
+    AckRequired,
+    PolicyInvalid,
     ProjectedChildEdited,
     /// An UpgradePlan that does not parse or breaks the plan schema.
     PlanInvalid,
@@ -54,6 +57,9 @@ impl Reason {
             Reason::AbortUnsafe => "AbortUnsafe",
             Reason::UpgradeInProgress => "UpgradeInProgress",
             Reason::UpgradeTargetChanged => "UpgradeTargetChanged",
+            Reason::UpgradeBlocked => "UpgradeBlocked",
+            Reason::AckRequired => "AckRequired",
+            Reason::PolicyInvalid => "PolicyInvalid",
             Reason::ProjectedChildEdited => "ProjectedChildEdited",
             Reason::PlanInvalid => "PlanInvalid",
             Reason::PlanTargetInvalid => "PlanTargetInvalid",
@@ -134,6 +140,10 @@ pub struct CommitInput<'a> {
     /// (removed, renamed away, hidden behind another extension): an object
     /// of `next` without a baseline is judged from its floor, if it has one.
     pub floors: &'a HashMap<Key, Floor>,
+    /// The `UpgradePolicy` documents the commit is judged by (its
+    /// baseline's and its own), and the acknowledgements its message gives.
+    pub policies: &'a crate::policy::PolicySet,
+    pub acks: &'a std::collections::BTreeSet<String>,
 }
 
 /// What the judged history remembers of an identity: removing an object
@@ -263,10 +273,11 @@ pub fn judge_commit(input: &CommitInput<'_>) -> Vec<ObjectVerdict> {
             continue;
         }
         let live = input.live.and_then(|l| l.get(&d.key));
-        match (base, input.floors.get(&d.key)) {
-            (None, Some(floor)) => out.push(judge_readd(floor, d, live)),
-            _ => out.push(judge_object(base, d, live)),
-        }
+        let v = match (base, input.floors.get(&d.key)) {
+            (None, Some(floor)) => judge_readd(floor, d, live),
+            _ => judge_object(base, d, live),
+        };
+        out.push(apply_policies(v, d, live, input));
     }
 
     for b in input.baseline {
@@ -293,6 +304,44 @@ pub fn judge_commit(input: &CommitInput<'_>) -> Vec<ObjectVerdict> {
         });
     }
     out
+}
+
+/// The fleet's own rules on top of the operators' (`docs/policy.md`): an
+/// accepted or held move to a higher release must cross no blocked edge
+/// and carry every acknowledgement its edges ask for.
+fn apply_policies(
+    v: ObjectVerdict,
+    d: &Desired,
+    live: Option<&LiveStatus>,
+    input: &CommitInput<'_>,
+) -> ObjectVerdict {
+    if input.policies.is_empty()
+        || v.verdict == Verdict::Refused
+        || !matches!(v.transition, Transition::Upgrade | Transition::Queued)
+    {
+        return v;
+    }
+    let release = |s: Option<&str>| {
+        s.and_then(|s| TaggedRelease::parse(s).ok())
+            .map(|t| t.release)
+    };
+    let (Some(kind), Some(from), Some(to)) =
+        (v.kind, release(v.from.as_deref()), release(v.to.as_deref()))
+    else {
+        return v;
+    };
+    let (reason, message) = match input.policies.judge(kind, from, to, live, input.acks) {
+        None => return v,
+        Some(crate::policy::Refusal::Blocked(m)) => (Reason::UpgradeBlocked, m),
+        Some(crate::policy::Refusal::AckRequired(m)) => (Reason::AckRequired, m),
+    };
+    ObjectVerdict {
+        verdict: Verdict::Refused,
+        reason: Some(reason),
+        message,
+        line: d.release_line,
+        ..v
+    }
 }
 
 fn plane_ns<'a>(child: &'a Desired, input: &'a CommitInput<'_>) -> &'a str {

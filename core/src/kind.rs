@@ -291,11 +291,12 @@ const GROUPS: [Group; 11] = [
         kinds: &[],
         companions: &["OVNCentral", "OVNChassis"],
     },
-    // lockstep's own: UpgradePlans are read and judged by `plan`.
+    // lockstep's own: UpgradePlans are read and judged by `plan`,
+    // UpgradePolicies by `policy`.
     Group {
         group: "lockstep.c5c3.io",
         kinds: &[],
-        companions: &["UpgradePlan"],
+        companions: &["UpgradePlan", "UpgradePolicy"],
     },
 ];
 

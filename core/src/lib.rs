@@ -23,6 +23,7 @@ pub mod kind;
 pub mod live;
 pub mod manifest;
 pub mod plan;
+pub mod policy;
 pub mod release;
 pub mod rollout;
 pub mod status;

@@ -260,7 +260,7 @@ pub fn parse_plans(file: &str, text: &str) -> (Vec<Located>, Vec<PlanError>) {
 }
 
 /// 1-based line where each YAML document's content starts.
-fn document_lines(text: &str) -> Vec<u32> {
+pub fn document_lines(text: &str) -> Vec<u32> {
     let mut out = Vec::new();
     let mut pending = true;
     for (i, l) in text.lines().enumerate() {

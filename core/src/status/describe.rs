@@ -153,6 +153,26 @@ pub fn refusal(o: &ObjectVerdict) -> String {
             format!("{}{} changes the target mid-upgrade", who(o), hop(o))
         }
         Some(Reason::ProjectedChildEdited) => format!("{} is a projected child", who(o)),
+        // The policy's reason and URL: what a person reads first.
+        Some(Reason::UpgradeBlocked) => format!(
+            "{}{} blocked: {}",
+            who(o),
+            hop(o),
+            o.message
+                .split_once("): ")
+                .map_or(o.message.as_str(), |(_, why)| why)
+        ),
+        Some(Reason::AckRequired) => format!(
+            "{}{} needs acknowledgement {}",
+            who(o),
+            hop(o),
+            o.message
+                .split("needs acknowledgement ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap_or("?")
+        ),
+        Some(Reason::PolicyInvalid) => format!("policy {}: {}", who(o), o.message),
         Some(Reason::ManifestInvalid) => format!("{}:{} invalid", o.file, o.line),
         Some(Reason::UntrustedCommit) => "commit not signed by a trusted key".to_owned(),
         Some(

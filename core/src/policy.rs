@@ -1,0 +1,614 @@
+//! Upgrade policy beyond the operators: what a platform team knows and the
+//! operators cannot. "2026.2 breaks our Nova cells layout: block it until
+//! the fix" is a **blocked edge**; "nobody moves to 2027.1 without
+//! acknowledging the removed API" is an **acknowledgement**. Both are
+//! `UpgradePolicy` documents (`lockstep.c5c3.io/v1alpha1`) in the fleet
+//! repository under [`DIR`], read by the gate with every commit
+//! (`docs/policy.md`).
+//!
+//! Policies are read from one fixed directory, not searched for in every
+//! file: a one-file check stays one file's work however large the fleet
+//! (an `UpgradePolicy` anywhere else is refused, so none is silently
+//! ignored). A commit is judged by the policies of its baseline and of its
+//! own tree together: it can neither lift a block and cross it at once,
+//! nor add one and slip past it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::kind::Kind;
+use crate::live::LiveStatus;
+use crate::release::Release;
+
+pub const KIND: &str = "UpgradePolicy";
+
+/// Where policies live, relative to the repository root.
+pub const DIR: &str = ".lockstep/policies";
+
+/// The commit-message trailer that gives an acknowledgement.
+pub const ACK_TRAILER: &str = "Lockstep-Ack";
+
+pub fn is_policy(api_version: &str, kind: &str) -> bool {
+    api_version == crate::plan::API_VERSION && kind == KIND
+}
+
+/// Whether `path` is where policies may live.
+pub fn in_dir(path: &str) -> bool {
+    path.strip_prefix(DIR)
+        .is_some_and(|rest| rest.starts_with('/') && !rest[1..].contains('/'))
+}
+
+/// A release, or a pattern of releases: `*`, `2026.*`, `2026.1`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Releases {
+    Any,
+    Year(u16),
+    One(Release),
+}
+
+impl Releases {
+    fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s == "*" {
+            return Ok(Self::Any);
+        }
+        if let Some(y) = s.strip_suffix(".*") {
+            return y
+                .parse::<u16>()
+                .ok()
+                .filter(|y| *y >= 2010)
+                .map(Self::Year)
+                .ok_or_else(|| format!("{s:?} is not a release pattern (2026.*)"));
+        }
+        Release::parse_strict(s)
+            .map(Self::One)
+            .map_err(|e| format!("{s:?}: {e} (or a pattern: * or 2026.*)"))
+    }
+
+    fn matches(&self, r: Release) -> bool {
+        match self {
+            Self::Any => true,
+            Self::Year(y) => r.year() == *y,
+            Self::One(o) => *o == r,
+        }
+    }
+}
+
+/// One edge of the upgrade graph: kinds (empty: every kind), from, to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Edge {
+    pub kinds: Vec<Kind>,
+    pub from: Releases,
+    pub to: Releases,
+    pub reason: String,
+    pub url: Option<String>,
+}
+
+impl Edge {
+    fn matches(&self, kind: Kind, from: Release, to: Release) -> bool {
+        (self.kinds.is_empty() || self.kinds.contains(&kind))
+            && self.from.matches(from)
+            && self.to.matches(to)
+    }
+
+    fn why(&self) -> String {
+        match &self.url {
+            Some(u) => format!("{} ({u})", self.reason),
+            None => self.reason.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    pub edge: Edge,
+    /// Only while the object's live condition of this type has this status
+    /// (`None`: always). Without a live state the block holds: the gate
+    /// fails closed.
+    pub when: Option<(String, String)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ack {
+    pub id: String,
+    pub edge: Edge,
+}
+
+/// One `UpgradePolicy`, where it was found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub name: String,
+    pub file: Arc<str>,
+    pub line: u32,
+    pub blocked: Vec<Blocked>,
+    pub acks: Vec<Ack>,
+    /// Acknowledgements given fleet-wide.
+    pub given: Vec<String>,
+}
+
+/// A policy document that cannot be used: refused `PolicyInvalid` with the
+/// file and line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyError {
+    pub file: Arc<str>,
+    pub line: u32,
+    pub name: Option<String>,
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Doc {
+    #[serde(rename = "apiVersion")]
+    _api_version: String,
+    #[serde(rename = "kind")]
+    _kind: String,
+    metadata: Metadata,
+    spec: Spec,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Spec {
+    #[serde(default)]
+    blocked: Vec<BlockedDoc>,
+    #[serde(default)]
+    acknowledgements: Vec<AckDoc>,
+    #[serde(default)]
+    given: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EdgeDoc {
+    #[serde(default)]
+    kinds: Vec<String>,
+    from: String,
+    to: String,
+    reason: String,
+    #[serde(default)]
+    url: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlockedDoc {
+    #[serde(flatten)]
+    edge: EdgeDoc,
+    #[serde(default)]
+    when: Option<WhenDoc>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WhenDoc {
+    condition: String,
+    #[serde(default = "true_text")]
+    status: String,
+}
+
+fn true_text() -> String {
+    "True".into()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AckDoc {
+    id: String,
+    #[serde(flatten)]
+    edge: EdgeDoc,
+}
+
+fn edge(e: EdgeDoc, at: &str) -> Result<Edge, String> {
+    let kinds = e
+        .kinds
+        .iter()
+        .map(|k| {
+            Kind::ALL
+                .into_iter()
+                .find(|x| x.as_str().eq_ignore_ascii_case(k) || x.service() == k.as_str())
+                .ok_or_else(|| format!("{at}: kind {k:?} is not a C5C3 kind"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let from = Releases::parse(&e.from).map_err(|m| format!("{at}.from: {m}"))?;
+    let to = Releases::parse(&e.to).map_err(|m| format!("{at}.to: {m}"))?;
+    if e.reason.trim().is_empty() {
+        return Err(format!(
+            "{at}.reason: say why (it is what the status shows)"
+        ));
+    }
+    if let Some(u) = &e.url
+        && !(u.starts_with("https://") || u.starts_with("http://"))
+    {
+        return Err(format!("{at}.url: {u:?} is not an http(s) URL"));
+    }
+    Ok(Edge {
+        kinds,
+        from,
+        to,
+        reason: e.reason,
+        url: e.url,
+    })
+}
+
+fn is_ack_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 63
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// The policies of one file (documents of other kinds are skipped).
+pub fn parse(file: &str, text: &str) -> (Vec<Policy>, Vec<PolicyError>) {
+    let file: Arc<str> = Arc::from(file);
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    if !text.contains(KIND) {
+        return (out, errors);
+    }
+    let limit = crate::yaml::Limit::manifest(text.len());
+    let options = crate::yaml::options(&limit, text.len());
+    let docs = match serde_saphyr::from_multiple_with_options::<serde_json::Value>(text, options) {
+        Ok(d) => d,
+        Err(_) => {
+            errors.push(PolicyError {
+                file,
+                line: 1,
+                name: None,
+                message: "the file is not YAML lockstep can read".into(),
+            });
+            return (out, errors);
+        }
+    };
+    let starts = crate::plan::document_lines(text);
+    for (i, doc) in docs.into_iter().enumerate() {
+        let api = doc.get("apiVersion").and_then(|v| v.as_str()).unwrap_or("");
+        let kind = doc.get("kind").and_then(|v| v.as_str()).unwrap_or("");
+        if !is_policy(api, kind) {
+            continue;
+        }
+        let line = starts.get(i).copied().unwrap_or(1);
+        let name = doc
+            .pointer("/metadata/name")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned);
+        let fail = |message: String| PolicyError {
+            file: file.clone(),
+            line,
+            name: name.clone(),
+            message,
+        };
+        let d: Doc = match serde_json::from_value(doc) {
+            Ok(d) => d,
+            Err(e) => {
+                errors.push(fail(format!("{e}")));
+                continue;
+            }
+        };
+        let mut policy = Policy {
+            name: d.metadata.name,
+            file: file.clone(),
+            line,
+            blocked: Vec::new(),
+            acks: Vec::new(),
+            given: Vec::new(),
+        };
+        let mut bad = None;
+        for (j, b) in d.spec.blocked.into_iter().enumerate() {
+            match edge(b.edge, &format!("spec.blocked[{j}]")) {
+                Ok(edge) => policy.blocked.push(Blocked {
+                    edge,
+                    when: b.when.map(|w| (w.condition, w.status)),
+                }),
+                Err(m) => bad = bad.or(Some(m)),
+            }
+        }
+        for (j, a) in d.spec.acknowledgements.into_iter().enumerate() {
+            if !is_ack_id(&a.id) {
+                bad = bad.or(Some(format!(
+                    "spec.acknowledgements[{j}].id {:?}: letters, digits, '-', '_' and '.', at most 63",
+                    a.id
+                )));
+                continue;
+            }
+            match edge(a.edge, &format!("spec.acknowledgements[{j}]")) {
+                Ok(edge) => policy.acks.push(Ack { id: a.id, edge }),
+                Err(m) => bad = bad.or(Some(m)),
+            }
+        }
+        for (j, g) in d.spec.given.into_iter().enumerate() {
+            if !is_ack_id(&g) {
+                bad = bad.or(Some(format!(
+                    "spec.given[{j}] {g:?} is not an acknowledgement id"
+                )));
+            }
+            policy.given.push(g);
+        }
+        match bad {
+            Some(m) => errors.push(fail(m)),
+            None => out.push(policy),
+        }
+    }
+    (out, errors)
+}
+
+/// The acknowledgements a commit message gives: its `Lockstep-Ack: <id>`
+/// trailers (one id per line; a line of several ids, comma-separated, too).
+pub fn acks_in_message(message: &str) -> BTreeSet<String> {
+    // Trailers are the last paragraph's `Key: value` lines.
+    let last = message.trim_end().rsplit("\n\n").next().unwrap_or("");
+    last.lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(k, _)| k.trim().eq_ignore_ascii_case(ACK_TRAILER))
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .map(|s| s.trim().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .filter(|s| is_ack_id(s))
+        .collect()
+}
+
+/// Every policy a commit is judged by.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicySet {
+    pub policies: Vec<Arc<Policy>>,
+}
+
+/// Why a hop may not be taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Blocked(String),
+    AckRequired(String),
+}
+
+impl PolicySet {
+    pub fn is_empty(&self) -> bool {
+        self.policies.is_empty()
+    }
+
+    /// Whether an object of `kind` may move `from → to` (any distance: a
+    /// re-add judged from its floor crosses every edge in between, so each
+    /// release step on the way is checked). `acks` are the commit's.
+    pub fn judge(
+        &self,
+        kind: Kind,
+        from: Release,
+        to: Release,
+        live: Option<&LiveStatus>,
+        acks: &BTreeSet<String>,
+    ) -> Option<Refusal> {
+        if self.policies.is_empty() || to <= from {
+            return None;
+        }
+        let given: BTreeSet<&str> = self
+            .policies
+            .iter()
+            .flat_map(|p| p.given.iter().map(String::as_str))
+            .collect();
+        let mut a = from;
+        let mut steps = 0;
+        while a < to && steps < 64 {
+            let b = a.next();
+            for p in &self.policies {
+                for bl in &p.blocked {
+                    if !bl.edge.matches(kind, a, b) {
+                        continue;
+                    }
+                    let active = match (&bl.when, live) {
+                        (None, _) | (Some(_), None) => true,
+                        (Some((cond, status)), Some(l)) => {
+                            l.condition(cond).is_some_and(|c| &c.status == status)
+                        }
+                    };
+                    if active {
+                        let when = match &bl.when {
+                            Some((c, s)) => format!(" while {c} is {s}"),
+                            None => String::new(),
+                        };
+                        return Some(Refusal::Blocked(format!(
+                            "{kind} {a} → {b} is blocked{when} by UpgradePolicy {} ({}:{}): {}",
+                            p.name,
+                            p.file,
+                            p.line,
+                            bl.edge.why()
+                        )));
+                    }
+                }
+                for ack in &p.acks {
+                    if ack.edge.matches(kind, a, b)
+                        && !acks.contains(&ack.id)
+                        && !given.contains(ack.id.as_str())
+                    {
+                        return Some(Refusal::AckRequired(format!(
+                            "{kind} {a} → {b} needs acknowledgement {} (UpgradePolicy {}): {}; add the trailer `{ACK_TRAILER}: {}` to the commit message, or list it under spec.given",
+                            ack.id,
+                            p.name,
+                            ack.edge.why(),
+                            ack.id
+                        )));
+                    }
+                }
+            }
+            a = b;
+            steps += 1;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: &str = r#"apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePolicy
+metadata:
+  name: fleet
+spec:
+  blocked:
+    - kinds: [Nova]
+      from: "2026.1"
+      to: "2026.2"
+      reason: 2026.2 breaks our cells layout
+      url: https://tracker.example/1234
+    - from: "*"
+      to: "2028.*"
+      reason: not certified yet
+      when:
+        condition: Certified
+        status: "False"
+  acknowledgements:
+    - id: nova-api-removal
+      kinds: [nova]
+      from: "*"
+      to: "2027.1"
+      reason: 2027.1 removes os-hosts
+"#;
+
+    fn r(s: &str) -> Release {
+        Release::parse_strict(s).unwrap()
+    }
+
+    fn set() -> PolicySet {
+        let (p, e) = parse(".lockstep/policies/fleet.yaml", POLICY);
+        assert!(e.is_empty(), "{e:?}");
+        PolicySet {
+            policies: p.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    #[test]
+    fn a_blocked_edge_refuses_its_hop_and_only_it() {
+        let s = set();
+        let none = BTreeSet::new();
+        let Some(Refusal::Blocked(m)) = s.judge(Kind::Nova, r("2026.1"), r("2026.2"), None, &none)
+        else {
+            panic!("blocked")
+        };
+        assert!(
+            m.contains("cells layout (https://tracker.example/1234)"),
+            "{m}"
+        );
+        assert!(m.contains(".lockstep/policies/fleet.yaml:1"), "{m}");
+        assert_eq!(
+            s.judge(Kind::Glance, r("2026.1"), r("2026.2"), None, &none),
+            None
+        );
+        // A jump over it (a re-add from its floor) crosses it too.
+        assert!(matches!(
+            s.judge(Kind::Nova, r("2025.2"), r("2026.2"), None, &none),
+            Some(Refusal::Blocked(_))
+        ));
+    }
+
+    #[test]
+    fn an_acknowledgement_comes_from_the_trailer_or_the_policy() {
+        let s = set();
+        let none = BTreeSet::new();
+        let Some(Refusal::AckRequired(m)) =
+            s.judge(Kind::Nova, r("2026.2"), r("2027.1"), None, &none)
+        else {
+            panic!("ack required")
+        };
+        assert!(m.contains("Lockstep-Ack: nova-api-removal"), "{m}");
+        let acks = acks_in_message(
+            "Nova to 2027.1\n\nWe read the notes.\n\nLockstep-Ack: nova-api-removal\n",
+        );
+        assert_eq!(
+            s.judge(Kind::Nova, r("2026.2"), r("2027.1"), None, &acks),
+            None
+        );
+        // A trailer in the body, not the last paragraph, is not one.
+        let body =
+            acks_in_message("Nova\n\nLockstep-Ack: nova-api-removal\n\nSigned-off-by: a <a@b>");
+        assert!(body.is_empty(), "{body:?}");
+        let mut given = s.clone();
+        Arc::make_mut(&mut given.policies[0])
+            .given
+            .push("nova-api-removal".into());
+        assert_eq!(
+            given.judge(Kind::Nova, r("2026.2"), r("2027.1"), None, &none),
+            None
+        );
+    }
+
+    #[test]
+    fn a_conditional_block_holds_without_a_live_state() {
+        let s = set();
+        let none = BTreeSet::new();
+        assert!(matches!(
+            s.judge(Kind::Glance, r("2027.2"), r("2028.1"), None, &none),
+            Some(Refusal::Blocked(m)) if m.contains("while Certified is False")
+        ));
+        let certified = LiveStatus {
+            conditions: vec![crate::live::Condition {
+                type_: "Certified".into(),
+                status: "True".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            s.judge(
+                Kind::Glance,
+                r("2027.2"),
+                r("2028.1"),
+                Some(&certified),
+                &none
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn bad_policies_are_errors_naming_the_field() {
+        for (bad, want) in [
+            ("from: \"2026.3\"", "spec.blocked[0].from"),
+            ("kinds: [Pod]", "kind \"Pod\""),
+            ("reason: \"\"", "spec.blocked[0].reason"),
+            ("url: ftp://x", "spec.blocked[0].url"),
+            ("colour: red", "unknown field"),
+        ] {
+            let mut fields = vec![
+                ("kinds", "kinds: [Nova]"),
+                ("from", "from: \"2026.1\""),
+                ("to", "to: \"2026.2\""),
+                ("reason", "reason: because"),
+            ];
+            let key = bad.split(':').next().unwrap();
+            fields.retain(|(k, _)| *k != key);
+            let mut text = String::from(
+                "apiVersion: lockstep.c5c3.io/v1alpha1\nkind: UpgradePolicy\nmetadata:\n  name: p\nspec:\n  blocked:\n",
+            );
+            for (i, (_, f)) in fields.iter().enumerate() {
+                text.push_str(if i == 0 { "    - " } else { "      " });
+                text.push_str(f);
+                text.push('\n');
+            }
+            text.push_str("      ");
+            text.push_str(bad);
+            text.push('\n');
+            let (p, e) = parse(".lockstep/policies/p.yaml", &text);
+            assert!(p.is_empty(), "{bad}");
+            assert_eq!(e.len(), 1, "{bad}: {e:?}");
+            assert!(e[0].message.contains(want), "{bad}: {}", e[0].message);
+        }
+    }
+
+    #[test]
+    fn policies_live_in_one_directory() {
+        assert!(in_dir(".lockstep/policies/a.yaml"));
+        assert!(!in_dir(".lockstep/policies/sub/a.yaml"));
+        assert!(!in_dir(".lockstep/policiesx/a.yaml"));
+        assert!(!in_dir("clusters/a.yaml"));
+    }
+}
