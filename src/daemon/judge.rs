@@ -13,11 +13,11 @@ use std::time::Instant;
 
 use git2::Oid;
 
-use super::{Daemon, PassOutcome, Repo};
+use super::{Daemon, PassError, PassOutcome, Repo};
 use crate::cluster::Cluster;
 use crate::forge::describe;
 use crate::gate::Verdict;
-use crate::git::GitRepo;
+use crate::git::{GitRepo, Store};
 use crate::history::{self, CheckOptions, CheckReport, EMPTY_TREE};
 use crate::kind::{Key, Kind};
 use crate::metrics::{Metrics, VerdictLabels};
@@ -65,7 +65,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 Err((e, prev)) => {
                     tracing::error!(error = %e, head = %head, "judging failed");
                     self.judged = prev;
-                    out.source_error = Some(e);
+                    out.source_error = Some(e.to_string());
                 }
             }
         }
@@ -122,7 +122,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         path: &Path,
         head: Oid,
         prev: Option<Judged>,
-    ) -> Result<(Judged, usize), (String, Option<Judged>)> {
+    ) -> Result<(Judged, usize), (PassError, Option<Judged>)> {
         let path = path.to_owned();
         let opts = CheckOptions {
             base: Some(self.opts.since.clone().unwrap_or_else(|| EMPTY_TREE.into())),
@@ -136,7 +136,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let t = Instant::now();
         let r = tokio::task::spawn_blocking(move || judge_blocking(&path, head, prev, &opts))
             .await
-            .map_err(|e| (e.to_string(), None))
+            .map_err(|e| (PassError::from(e), None))
             .and_then(|r| r);
         Metrics::observe(&self.metrics.git_seconds, "judge", r.is_ok(), t.elapsed());
         r
@@ -166,11 +166,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 trust: self.opts.trust.clone(),
             };
             let r = tokio::task::spawn_blocking(move || {
-                let repo = GitRepo::open(&p).map_err(|e| e.to_string())?;
-                history::check(&repo, &opts).map_err(|e| e.to_string())
+                let repo = GitRepo::open(&p)?;
+                Ok::<_, PassError>(history::check(&repo, &opts)?)
             })
             .await
-            .map_err(|e| e.to_string())
+            .map_err(PassError::from)
             .and_then(|r| r);
             match r {
                 Ok(report) => {
@@ -198,22 +198,20 @@ fn judge_blocking(
     head: Oid,
     prev: Option<Judged>,
     opts: &CheckOptions,
-) -> Result<(Judged, usize), (String, Option<Judged>)> {
+) -> Result<(Judged, usize), (PassError, Option<Judged>)> {
     let repo = match GitRepo::open(path) {
         Ok(r) => r,
-        Err(e) => return Err((e.to_string(), prev)),
+        Err(e) => return Err((e.into(), prev)),
     };
     let documents = Documents::new(&repo);
-    let forward = prev.as_ref().is_some_and(|p| {
-        repo.raw()
-            .graph_descendant_of(head, p.head)
-            .unwrap_or(false)
-    });
+    let forward = prev
+        .as_ref()
+        .is_some_and(|p| repo.descends_from(head, p.head));
     match prev {
         // The branch moved forward: judge only the new commits, from the
         // last accepted tree, and extend the chains they touch.
         Some(prev) if forward => {
-            let more = (|| {
+            let more = (|| -> Result<_, crate::git::Error> {
                 let baseline = match prev
                     .report
                     .commits
@@ -222,17 +220,17 @@ fn judge_blocking(
                     .find(|c| c.verdict == Verdict::Accepted)
                 {
                     Some(c) => {
-                        let oid = Oid::from_str(&c.sha).map_err(|e| e.to_string())?;
-                        Some(repo.commit(oid).map_err(|e| e.to_string())?.tree)
+                        let oid = Oid::from_str(&c.sha)
+                            .map_err(|_| crate::git::Error::InvalidId { id: c.sha.clone() })?;
+                        Some(repo.commit(oid)?.tree)
                     }
-                    None => history::base_tree(&repo, &prev.report).map_err(|e| e.to_string())?,
+                    None => history::base_tree(&repo, &prev.report)?,
                 };
                 history::check_after(&repo, opts, prev.head, baseline, &prev.report.memory)
-                    .map_err(|e| e.to_string())
             })();
             let more = match more {
                 Ok(m) => m,
-                Err(e) => return Err((e, Some(prev))),
+                Err(e) => return Err((e.into(), Some(prev))),
             };
             let Judged {
                 report,
@@ -282,7 +280,7 @@ fn judge_blocking(
         prev => {
             let report = match history::check(&repo, opts) {
                 Ok(r) => r,
-                Err(e) => return Err((e.to_string(), prev)),
+                Err(e) => return Err((e.into(), prev)),
             };
             let mut chains = BTreeMap::new();
             rollout::extend_chains(
@@ -377,16 +375,14 @@ fn plane_key(repo: &GitRepo, sha: &str, file: &str, name: &str) -> Option<Key> {
     })
 }
 
-fn blob_at(repo: &GitRepo, sha: &str, file: &str) -> Option<Oid> {
+fn blob_at(repo: &impl Store, sha: &str, file: &str) -> Option<Oid> {
     let oid = Oid::from_str(sha).ok()?;
-    let tree = repo.raw().find_commit(oid).ok()?.tree().ok()?;
-    let entry = tree.get_path(Path::new(file)).ok()?;
-    Some(entry.id())
+    repo.entry_at(oid, file).ok().map(|e| e.oid)
 }
 
-fn parse_blob(repo: &GitRepo, blob: Oid) -> Option<Vec<serde_json::Value>> {
-    let blob = repo.raw().find_blob(blob).ok()?;
-    let text = std::str::from_utf8(blob.content()).ok()?;
+fn parse_blob(repo: &impl Store, blob: Oid) -> Option<Vec<serde_json::Value>> {
+    let bytes = repo.read_blob(blob).ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
     // The gate read this file within its byte limit: the same budget here,
     // or a file of thousands of documents would pass the gate and then not
     // be found to apply.
