@@ -503,8 +503,8 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
         Command::Plan {
             command: PlanCommand::Status { repo, rev, paths },
         } => {
-            let text = lockstep::plan::status::render(&repo, &rev, &paths)
-                .with_context(|| repo.display().to_string())?;
+            // Its errors name the repository.
+            let text = lockstep::plan::status::render(&repo, &rev, &paths)?;
             print!("{text}");
             Ok(ExitCode::SUCCESS)
         }
