@@ -523,6 +523,274 @@ pub fn duration(s: &str) -> Option<Duration> {
     lockstep_core::duration::positive(s).ok()
 }
 
+/// What the command line and the environment set on top of the file
+/// (`lockstep run`'s flags; each variable is named by its flag's help). A
+/// field left `None` (or empty, or `false`) keeps the file's value.
+#[derive(Clone, Debug, Default, PartialEq, clap::Args)]
+pub struct Overrides {
+    /// A local fleet repository to watch.
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_REPO",
+        value_name = "PATH",
+        conflicts_with = "url"
+    )]
+    pub repo: Option<PathBuf>,
+    /// A remote fleet repository (https://, ssh://, git://).
+    #[arg(long, hide_env_values = true, env = "LOCKSTEP_URL")]
+    pub url: Option<String>,
+    #[arg(long, hide_env_values = true, env = "LOCKSTEP_BRANCH")]
+    pub branch: Option<String>,
+    /// Only manifests under this path (repeatable).
+    #[arg(long = "path", value_name = "PREFIX")]
+    pub paths: Vec<String>,
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_CACHE_DIR",
+        value_name = "DIR"
+    )]
+    pub cache_dir: Option<PathBuf>,
+    /// HTTPS token for the remote repository (a file).
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_GIT_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub git_token_file: Option<PathBuf>,
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_SSH_KEY_FILE",
+        value_name = "FILE"
+    )]
+    pub ssh_key_file: Option<PathBuf>,
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_KNOWN_HOSTS_FILE",
+        value_name = "FILE"
+    )]
+    pub known_hosts_file: Option<PathBuf>,
+    /// Poll interval (90s, 5m).
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_POLL",
+        value_name = "DURATION"
+    )]
+    pub poll: Option<String>,
+    /// Judge only commits after this one.
+    #[arg(long, value_name = "REV")]
+    pub since: Option<String>,
+    /// sim (the simulated operator, default) or kube. kube needs a source
+    /// (--repo or --url): the example fleet is for sim only.
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_CLUSTER_MODE",
+        value_name = "MODE",
+        value_enum
+    )]
+    pub cluster_mode: Option<ClusterMode>,
+    #[arg(long, hide_env_values = true, env = "KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// This cluster's name in status contexts (lockstep/<name>).
+    #[arg(long, hide_env_values = true, env = "LOCKSTEP_CLUSTER")]
+    pub cluster_name: Option<String>,
+    /// Where statuses go: notes (default), github, gitlab, gitea (or forgejo).
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_REPORT",
+        value_name = "HOST",
+        value_enum
+    )]
+    pub report: Option<ReportKind>,
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_FORGE_URL",
+        value_name = "URL"
+    )]
+    pub forge_url: Option<String>,
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_FORGE_REPO",
+        value_name = "REPO"
+    )]
+    pub forge_repo: Option<String>,
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub token_file: Option<PathBuf>,
+    #[arg(long, value_name = "VAR")]
+    pub token_env: Option<String>,
+    #[arg(long, value_name = "URL")]
+    pub target_url: Option<String>,
+    /// With notes: push refs/notes/lockstep after each delivery and when stopping (to REMOTE, or the branch's remote).
+    #[arg(long, value_name = "REMOTE", num_args = 0..=1, default_missing_value = "")]
+    pub push_notes: Option<String>,
+    /// Webhook receiver address (HOST:PORT).
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_LISTEN",
+        value_name = "ADDR"
+    )]
+    pub listen: Option<String>,
+    /// /healthz, /readyz and /metrics address (HOST:PORT).
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_METRICS_LISTEN",
+        value_name = "ADDR"
+    )]
+    pub metrics_listen: Option<String>,
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_GITHUB_WEBHOOK_SECRET_FILE",
+        value_name = "FILE"
+    )]
+    pub github_webhook_secret_file: Option<PathBuf>,
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_GITLAB_WEBHOOK_SECRET_FILE",
+        value_name = "FILE"
+    )]
+    pub gitlab_webhook_secret_file: Option<PathBuf>,
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_GITEA_WEBHOOK_SECRET_FILE",
+        value_name = "FILE"
+    )]
+    pub gitea_webhook_secret_file: Option<PathBuf>,
+    /// Elect a leader on a Lease (several replicas, kube mode).
+    #[arg(long)]
+    pub leader_election: bool,
+    /// text or json.
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_LOG_FORMAT",
+        value_name = "FORMAT",
+        value_enum
+    )]
+    pub log_format: Option<LogFormat>,
+    /// A tracing filter (info, lockstep=debug).
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_LOG",
+        value_name = "FILTER"
+    )]
+    pub log_level: Option<String>,
+    /// Sim mode: inject trouble into the simulated operator, as `rehearse
+    /// --fault` does (repeatable).
+    #[arg(long = "fault", value_name = "SPEC")]
+    pub faults: Vec<String>,
+    /// Refuse commits not signed by an SSH key this allowed-signers file
+    /// trusts (as `check --allowed-signers`).
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_ALLOWED_SIGNERS",
+        value_name = "FILE"
+    )]
+    pub allowed_signers: Option<PathBuf>,
+    /// Refuse commits not signed by an OpenPGP key of this directory (as
+    /// `check --trusted-keys`).
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_TRUSTED_KEYS",
+        value_name = "DIR"
+    )]
+    pub trusted_keys: Option<PathBuf>,
+}
+
+impl Config {
+    /// This configuration with `o` on top: what is given replaces the
+    /// file's value; a `repo` drops the file's `url` and the other way
+    /// round (one source); a list given replaces the file's list, an empty
+    /// one keeps it; `leader_election` can only turn election on.
+    pub fn with_overrides(mut self, o: &Overrides) -> Config {
+        fn set<T: Clone>(slot: &mut T, v: &Option<T>) {
+            if let Some(v) = v {
+                *slot = v.clone();
+            }
+        }
+        fn set_opt<T: Clone>(slot: &mut Option<T>, v: &Option<T>) {
+            if v.is_some() {
+                slot.clone_from(v);
+            }
+        }
+        let c = &mut self;
+        if o.repo.is_some() {
+            c.source.repo.clone_from(&o.repo);
+            c.source.url = None;
+        }
+        if o.url.is_some() {
+            c.source.url.clone_from(&o.url);
+            c.source.repo = None;
+        }
+        set(&mut c.source.branch, &o.branch);
+        if !o.paths.is_empty() {
+            c.source.paths.clone_from(&o.paths);
+        }
+        set_opt(&mut c.source.cache_dir, &o.cache_dir);
+        set_opt(&mut c.source.token_file, &o.git_token_file);
+        set_opt(&mut c.source.ssh_key_file, &o.ssh_key_file);
+        set_opt(&mut c.source.known_hosts_file, &o.known_hosts_file);
+        set(&mut c.source.poll_interval, &o.poll);
+        set_opt(&mut c.source.since, &o.since);
+        set(&mut c.cluster.mode, &o.cluster_mode);
+        if !o.faults.is_empty() {
+            c.cluster.faults.clone_from(&o.faults);
+        }
+        set_opt(&mut c.cluster.kubeconfig, &o.kubeconfig);
+        set(&mut c.cluster.name, &o.cluster_name);
+        set(&mut c.report.kind, &o.report);
+        set_opt(&mut c.report.url, &o.forge_url);
+        set_opt(&mut c.report.repo, &o.forge_repo);
+        set_opt(&mut c.report.token_file, &o.token_file);
+        set_opt(&mut c.report.token_env, &o.token_env);
+        set_opt(&mut c.report.target_url, &o.target_url);
+        set_opt(&mut c.report.push_notes, &o.push_notes);
+        set_opt(&mut c.webhook.listen, &o.listen);
+        set_opt(&mut c.server.listen, &o.metrics_listen);
+        set_opt(
+            &mut c.webhook.github_secret_file,
+            &o.github_webhook_secret_file,
+        );
+        set_opt(
+            &mut c.webhook.gitlab_secret_file,
+            &o.gitlab_webhook_secret_file,
+        );
+        set_opt(
+            &mut c.webhook.gitea_secret_file,
+            &o.gitea_webhook_secret_file,
+        );
+        if o.leader_election {
+            c.leader_election.enabled = true;
+        }
+        set(&mut c.log.format, &o.log_format);
+        set(&mut c.log.level, &o.log_level);
+        set_opt(&mut c.trust.allowed_signers_file, &o.allowed_signers);
+        set_opt(&mut c.trust.trusted_keys_dir, &o.trusted_keys);
+        self
+    }
+}
+
 /// The JSON Schema of the configuration file, as committed under `plans/`.
 pub fn schema_json() -> String {
     let schema = schemars::schema_for!(Config);
@@ -534,6 +802,83 @@ pub fn schema_json() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn file(yaml: &str) -> Config {
+        Config::from_yaml(yaml, Path::new("lockstep.yaml")).unwrap()
+    }
+
+    #[test]
+    fn a_flag_overrides_the_file_and_absent_flags_keep_it() {
+        let c = file(
+            "source:\n  repo: /srv/fleet\n  branch: prod\n  pollInterval: 5m\ncluster:\n  name: east\nlog:\n  level: debug\n",
+        );
+        let o = Overrides {
+            branch: Some("main".into()),
+            cluster_name: Some("west".into()),
+            report: Some(ReportKind::Gitea),
+            ..Overrides::default()
+        };
+        let c = c.with_overrides(&o);
+        assert_eq!(c.source.branch, "main");
+        assert_eq!(c.cluster.name, "west");
+        assert_eq!(c.report.kind, ReportKind::Gitea);
+        // Not given: the file's.
+        assert_eq!(c.source.poll_interval, "5m");
+        assert_eq!(c.log.level, "debug");
+        assert_eq!(c.source.repo, Some(PathBuf::from("/srv/fleet")));
+        // No overrides at all: the file unchanged.
+        let f = file("source:\n  repo: /srv/fleet\n");
+        assert_eq!(f.clone().with_overrides(&Overrides::default()), f);
+    }
+
+    #[test]
+    fn a_repo_flag_replaces_the_files_url_and_the_other_way_round() {
+        let remote = file("source:\n  url: https://git.example/fleet.git\n");
+        let c = remote.with_overrides(&Overrides {
+            repo: Some("/srv/fleet".into()),
+            ..Overrides::default()
+        });
+        assert_eq!(c.source.repo, Some(PathBuf::from("/srv/fleet")));
+        assert_eq!(c.source.url, None);
+        c.validate().unwrap();
+        let local = file("source:\n  repo: /srv/fleet\n");
+        let c = local.with_overrides(&Overrides {
+            url: Some("https://git.example/fleet.git".into()),
+            ..Overrides::default()
+        });
+        assert_eq!(
+            c.source.url.as_deref(),
+            Some("https://git.example/fleet.git")
+        );
+        assert_eq!(c.source.repo, None);
+    }
+
+    #[test]
+    fn lists_replace_the_files_only_when_given_and_election_only_turns_on() {
+        let c = file(
+            "source:\n  repo: /srv/fleet\n  paths: [clusters/prod]\ncluster:\n  faults: ['nova:expand:fail=1']\nleaderElection:\n  enabled: true\n",
+        );
+        let kept = c.clone().with_overrides(&Overrides::default());
+        assert_eq!(kept.source.paths, vec!["clusters/prod".to_owned()]);
+        assert_eq!(kept.cluster.faults, vec!["nova:expand:fail=1".to_owned()]);
+        // `--leader-election` absent is false: it cannot turn the file's off.
+        assert!(kept.leader_election.enabled);
+        let replaced = c.with_overrides(&Overrides {
+            paths: vec!["standalone".into(), "clusters/dev".into()],
+            faults: vec!["glance:db-down=5m".into()],
+            ..Overrides::default()
+        });
+        assert_eq!(replaced.source.paths, vec!["standalone", "clusters/dev"]);
+        assert_eq!(replaced.cluster.faults, vec!["glance:db-down=5m"]);
+        let on = file("source:\n  repo: x\n").with_overrides(&Overrides {
+            leader_election: true,
+            push_notes: Some(String::new()),
+            ..Overrides::default()
+        });
+        assert!(on.leader_election.enabled);
+        // `--push-notes` without a remote: present, and empty.
+        assert_eq!(on.report.push_notes.as_deref(), Some(""));
+    }
 
     #[test]
     fn a_minimal_file_gets_the_defaults() {

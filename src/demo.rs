@@ -3,7 +3,7 @@
 //! accepts and refuses and why. Nothing outside a throwaway directory is
 //! touched.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use git2::{Repository, Signature, Time};
 use include_dir::{Dir, include_dir};
@@ -23,11 +23,43 @@ pub enum DemoError {
     Script { file: String, needle: String },
     #[error(transparent)]
     Check(#[from] crate::git::GitError),
+    #[error("--keep {}: directory is not empty", dir.display())]
+    NotEmpty { dir: PathBuf },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
 }
 
 impl From<git2::Error> for DemoError {
     fn from(e: git2::Error) -> Self {
         DemoError::Git(e.message().to_owned())
+    }
+}
+
+/// Where an example repository is built: `keep` (created if missing, and
+/// refused unless empty, so nothing of a person's is overwritten), else a
+/// temporary directory, removed when the returned guard drops.
+pub fn workdir(keep: Option<&Path>) -> Result<(PathBuf, Option<tempfile::TempDir>), DemoError> {
+    let io = |what: String| move |source| DemoError::Io { what, source };
+    match keep {
+        Some(d) => {
+            let used = d.exists()
+                && d.read_dir()
+                    .map_err(io(format!("--keep {}", d.display())))?
+                    .next()
+                    .is_some();
+            if used {
+                return Err(DemoError::NotEmpty { dir: d.to_owned() });
+            }
+            std::fs::create_dir_all(d).map_err(io(format!("--keep {}", d.display())))?;
+            Ok((d.to_owned(), None))
+        }
+        None => {
+            let t = tempfile::tempdir().map_err(io("creating a temporary directory".into()))?;
+            Ok((t.path().to_owned(), Some(t)))
+        }
     }
 }
 

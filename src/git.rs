@@ -1,40 +1,180 @@
-//! The Git edge: revisions, first-parent ranges, tree diffs and blobs, over
-//! libgit2. Everything here is read-only.
+//! The Git edge, over libgit2: revisions, first-parent ranges, tree diffs
+//! and blobs, and the two writes lockstep makes (a commit, a branch push).
+//! [`Store`] is the seam the engine is given; [`Error`] says what failed in
+//! lockstep's words (no libgit2 class or code in a message).
 
 use std::path::{Path, PathBuf};
 
 use git2::{DiffOptions, ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
 use thiserror::Error;
 
+/// What went wrong with Git, in lockstep's words: each message names what
+/// failed (a commit, a path at a commit, a repository, a remote) and what to
+/// do about it. libgit2's own message is kept only as the [`Error::Other`]
+/// source, never in a `Display`; names that come from Git (paths, refs,
+/// revisions) are printed raw here and escaped at the sink
+/// ([`crate::escape`]).
 #[derive(Debug, Error)]
-pub enum GitError {
-    #[error("cannot open Git repository {path}: {message}")]
-    Open { path: PathBuf, message: String },
-    #[error("unknown revision {rev:?} in {path}: {message}")]
+pub enum Error {
+    #[error("cannot open Git repository {}: {why}", path.display())]
+    Open { path: PathBuf, why: String },
+    #[error("unknown revision {rev:?} in {}: {why}", path.display())]
     UnknownRevision {
         rev: String,
         path: PathBuf,
-        message: String,
+        why: String,
     },
-    #[error("Git error while {context}: {message}")]
-    Other { context: String, message: String },
+    /// A commit, tree, blob or path that is not where it was looked for.
+    #[error("{what} does not exist in {place}; check the name, or fetch the history that has it")]
+    NotFound { what: String, place: String },
+    /// An object that exists but does not read: a damaged repository.
+    #[error(
+        "{what} in {} cannot be read: the repository is damaged; run `git fsck` there, then fetch or clone it again",
+        path.display()
+    )]
+    Corrupt { what: String, path: PathBuf },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{what}: the remote refused the credentials; check that the token or key is valid and may use the repository"
+    )]
+    Auth { what: String },
+    #[error(
+        "{what}: the remote could not be reached; check the URL and the network (lockstep tries again)"
+    )]
+    Network { what: String },
+    /// The other side (a remote, a ref that moved) said no.
+    #[error("{what} was refused: {why}")]
+    Refused { what: String, why: String },
+    /// What a remote's credential or host-key check refused, in the
+    /// source's words.
+    #[error(transparent)]
+    Remote(Box<crate::source::SourceError>),
     /// A walk reached a commit whose parents a shallow clone left out:
     /// judging from there would take a cut for a root and accept anything.
     #[error(
-        "{path}: history is cut short at commit {commit} (a shallow clone), and lockstep judges against the whole first-parent history; fetch it all: `git fetch --unshallow` (GitHub Actions: actions/checkout with `fetch-depth: 0`; GitLab CI: `GIT_DEPTH: \"0\"`)"
+        "{}: history is cut short at commit {commit} (a shallow clone), and lockstep judges against the whole first-parent history; fetch it all: `git fetch --unshallow` (GitHub Actions: actions/checkout with `fetch-depth: 0`; GitLab CI: `GIT_DEPTH: \"0\"`)",
+        path.display()
     )]
     Shallow { path: PathBuf, commit: Oid },
     /// A `--path` that cannot select anything in this repository.
     #[error("--path {raw:?}: {why}")]
     Path { raw: String, why: String },
+    #[error("{id:?} is not a Git object id (40 hexadecimal digits)")]
+    InvalidId { id: String },
+    #[error("signing with {}: {why}", key.display())]
+    Sign { key: PathBuf, why: String },
+    /// Anything else libgit2 reports; its message is the source.
+    #[error("{what}: Git failed; if this persists, run `git fsck` in the repository")]
+    Other {
+        what: String,
+        #[source]
+        detail: Detail,
+    },
 }
 
-fn other(context: impl Into<String>) -> impl FnOnce(git2::Error) -> GitError {
-    let context = context.into();
-    move |e| GitError::Other {
-        context,
-        message: e.message().to_owned(),
+/// The old name, for callers that matched on it.
+pub type GitError = Error;
+
+/// libgit2's message without its class and code, as an error's source.
+#[derive(Debug)]
+pub struct Detail(String);
+
+impl std::fmt::Display for Detail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
+}
+
+impl std::error::Error for Detail {}
+
+impl Error {
+    /// libgit2's error `e` while doing `what` in the repository at `path`,
+    /// sorted by what a person can do about it.
+    pub fn classify(e: &git2::Error, what: impl Into<String>, path: &Path) -> Error {
+        use git2::{ErrorClass as C, ErrorCode as K};
+        let what = what.into();
+        match (e.code(), e.class()) {
+            (K::NotFound, _) => Error::NotFound {
+                what,
+                place: path.display().to_string(),
+            },
+            (K::Auth, _) => Error::Auth { what },
+            (K::Certificate, _) => Error::Refused {
+                what,
+                why: "the remote's certificate or host key did not verify; check the CA bundle (SSL_CERT_FILE) or known_hosts".into(),
+            },
+            (_, C::Net | C::Http | C::Ssl | C::Ssh) | (K::Eof, _) => Error::Network { what },
+            (K::NotFastForward, _) => Error::Refused {
+                what,
+                why: "the remote has commits this one lacks (not a fast-forward); fetch and try again".into(),
+            },
+            (K::Locked | K::Modified, _) => Error::Refused {
+                what,
+                why: "someone else changed the reference at the same time; try again".into(),
+            },
+            (_, C::Zlib) | (K::GenericError | K::Invalid, C::Odb | C::Object) => Error::Corrupt {
+                what,
+                path: path.to_owned(),
+            },
+            _ => Error::Other {
+                what,
+                detail: Detail(e.message().to_owned()),
+            },
+        }
+    }
+}
+
+fn other(context: impl Into<String>) -> impl FnOnce(git2::Error) -> Error {
+    let context = context.into();
+    move |e| Error::Other {
+        what: context,
+        detail: Detail(e.message().to_owned()),
+    }
+}
+
+/// Who writes a commit lockstep makes: author and committer alike (the
+/// daemon is both; a plan's owner is named in the message).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Author {
+    pub name: String,
+    pub email: String,
+}
+
+/// A commit to write: one parent, a tree already in the object database.
+#[derive(Clone, Copy, Debug)]
+pub struct NewCommit<'a> {
+    pub parent: Oid,
+    pub tree: Oid,
+    pub message: &'a str,
+    pub author: &'a Author,
+    /// Sign with this OpenSSH key (see [`write_commit`]).
+    pub signing_key: Option<&'a Path>,
+}
+
+/// The Git the engine needs, as a seam: what a commit holds, the
+/// first-parent history between two commits, writing a commit and pushing
+/// a branch. [`GitRepo`] is the real one (libgit2); the history walk
+/// (`history`) uses its richer inherent methods directly.
+pub trait Store {
+    /// A commit: its tree and summary.
+    fn commit(&self, id: Oid) -> Result<CommitInfo, Error>;
+    /// The entry at `path` in `commit`'s tree ([`Error::NotFound`] naming
+    /// both when there is none).
+    fn entry_at(&self, commit: Oid, path: &str) -> Result<Entry, Error>;
+    /// A blob's bytes.
+    fn read_blob(&self, id: Oid) -> Result<Vec<u8>, Error>;
+    /// `base..head` along first parents, oldest first
+    /// ([`GitRepo::first_parent_range`]).
+    fn first_parent_range(&self, base: Option<Oid>, head: Oid) -> Result<Vec<CommitInfo>, Error>;
+    /// Writes a commit (no ref is moved).
+    fn write_commit(&self, new: &NewCommit<'_>) -> Result<Oid, Error>;
+    /// Pushes `refs/heads/<branch>` to `to`, forced or not (a refusal is
+    /// [`Error::Refused`]).
+    fn push(&self, to: &crate::source::PushTarget, branch: &str, force: bool) -> Result<(), Error>;
 }
 
 /// What a tree entry is, as far as lockstep cares.
@@ -118,7 +258,7 @@ pub unsafe fn init_without_certificates() {
 
 /// Loads the CA certificates [`init_without_certificates`] left out, once;
 /// a no-op otherwise. Call before libgit2 opens a connection.
-pub fn load_certificates() -> Result<(), GitError> {
+pub fn load_certificates() -> Result<(), Error> {
     let Ok(mut deferred) = DEFERRED_CERTIFICATES.lock() else {
         return Ok(());
     };
@@ -151,24 +291,42 @@ pub enum Resolved {
 }
 
 impl GitRepo {
-    pub fn open(path: &Path) -> Result<Self, GitError> {
+    pub fn open(path: &Path) -> Result<Self, Error> {
         // libgit2 re-hashes every object it reads; git itself trusts its
         // object database (integrity is checked when objects arrive, on
         // fetch). Skipping the re-hash halves the cost of a small check.
         git2::opts::strict_hash_verification(false);
-        let repo = Repository::open(path).map_err(|e| GitError::Open {
+        let repo = Repository::open(path).map_err(|e| Error::Open {
             path: path.to_owned(),
-            message: e.message().to_owned(),
+            why: match e.code() {
+                git2::ErrorCode::NotFound => "no repository there; name a work tree or a bare repository (`git clone` one first)".into(),
+                _ => "it cannot be read; check its permissions, or run `git fsck` there".into(),
+            },
         })?;
-        let shallow = shallow_boundary(repo.commondir()).map_err(|e| GitError::Open {
-            path: path.to_owned(),
-            message: format!("cannot read its shallow boundary: {e}"),
+        let shallow = shallow_boundary(repo.commondir()).map_err(|e| Error::Io {
+            what: format!(
+                "cannot read the shallow boundary of Git repository {}",
+                path.display()
+            ),
+            source: e,
         })?;
         Ok(Self {
             repo,
             path: path.to_owned(),
             shallow,
         })
+    }
+
+    /// Where the repository was opened.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// libgit2's error while doing `what`, in our words
+    /// ([`Error::classify`]).
+    fn fail(&self, what: impl Into<String>) -> impl FnOnce(git2::Error) -> Error + '_ {
+        let what = what.into();
+        move |e| Error::classify(&e, what, &self.path)
     }
 
     /// Whether `id` is a commit whose parents this clone does not have.
@@ -180,19 +338,35 @@ impl GitRepo {
         &self.repo
     }
 
-    pub fn resolve(&self, rev: &str) -> Result<Resolved, GitError> {
-        let unknown = |message: String| GitError::UnknownRevision {
+    /// Whether `commit` descends from `ancestor` (false when either is
+    /// missing).
+    pub fn descends_from(&self, commit: Oid, ancestor: Oid) -> bool {
+        self.repo
+            .graph_descendant_of(commit, ancestor)
+            .unwrap_or(false)
+    }
+
+    pub fn resolve(&self, rev: &str) -> Result<Resolved, Error> {
+        let unknown = |why: String| Error::UnknownRevision {
             rev: rev.to_owned(),
             path: self.path.clone(),
-            message,
+            why,
         };
         let obj = self.repo.revparse_single(rev).map_err(|e| {
+            let why = match e.code() {
+                git2::ErrorCode::Ambiguous => {
+                    "the abbreviation names more than one object; give more of the id".to_owned()
+                }
+                git2::ErrorCode::NotFound | git2::ErrorCode::InvalidSpec => {
+                    "no branch, tag or commit by that name".to_owned()
+                }
+                _ => "it cannot be read; run `git fsck` in the repository".to_owned(),
+            };
             if self.shallow.is_empty() {
-                unknown(e.message().to_owned())
+                unknown(why)
             } else {
                 unknown(format!(
-                    "{}; this is a shallow clone, so it may lie below its cut: fetch the whole history (`git fetch --unshallow`; actions/checkout: `fetch-depth: 0`)",
-                    e.message()
+                    "{why}; this is a shallow clone, so it may lie below its cut: fetch the whole history (`git fetch --unshallow`; actions/checkout: `fetch-depth: 0`)"
                 ))
             }
         })?;
@@ -205,11 +379,11 @@ impl GitRepo {
         }
     }
 
-    pub fn commit(&self, id: Oid) -> Result<CommitInfo, GitError> {
+    pub fn commit(&self, id: Oid) -> Result<CommitInfo, Error> {
         let c = self
             .repo
             .find_commit(id)
-            .map_err(other(format!("reading commit {id}")))?;
+            .map_err(self.fail(format!("commit {id}")))?;
         Ok(CommitInfo {
             id,
             tree: c.tree_id(),
@@ -220,16 +394,16 @@ impl GitRepo {
     /// A commit's signature (its `gpgsig` header) with the bytes it signs
     /// (the commit object without that header), the committer's time and
     /// email; `None` for an unsigned commit.
-    pub fn signature(&self, id: Oid) -> Result<Option<CommitSignature>, GitError> {
+    pub fn signature(&self, id: Oid) -> Result<Option<CommitSignature>, Error> {
         let c = self
             .repo
             .find_commit(id)
-            .map_err(other(format!("reading commit {id}")))?;
+            .map_err(self.fail(format!("commit {id}")))?;
         let committer = c.committer();
         let (signature, signed) = match self.repo.extract_signature(&id, None) {
             Ok(pair) => pair,
             Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
-            Err(e) => return Err(other(format!("reading the signature of commit {id}"))(e)),
+            Err(e) => return Err(self.fail(format!("the signature of commit {id}"))(e)),
         };
         Ok(Some(CommitSignature {
             signature: signature.to_vec(),
@@ -269,19 +443,19 @@ impl GitRepo {
     }
 
     /// The committer's email (for an unsigned commit's refusal).
-    pub fn committer_email(&self, id: Oid) -> Result<String, GitError> {
+    pub fn committer_email(&self, id: Oid) -> Result<String, Error> {
         let c = self
             .repo
             .find_commit(id)
-            .map_err(other(format!("reading commit {id}")))?;
+            .map_err(self.fail(format!("commit {id}")))?;
         Ok(String::from_utf8_lossy(c.committer().email_bytes()).into_owned())
     }
 
     /// The first parent; `None` only for a real root. A shallow clone's
-    /// cut is an error ([`GitError::Shallow`]), never a root.
-    pub fn first_parent(&self, id: Oid) -> Result<Option<Oid>, GitError> {
+    /// cut is an error ([`Error::Shallow`]), never a root.
+    pub fn first_parent(&self, id: Oid) -> Result<Option<Oid>, Error> {
         if self.shallow.contains(&id) {
-            return Err(GitError::Shallow {
+            return Err(Error::Shallow {
                 path: self.path.clone(),
                 commit: id,
             });
@@ -289,7 +463,7 @@ impl GitRepo {
         let c = self
             .repo
             .find_commit(id)
-            .map_err(other(format!("reading commit {id}")))?;
+            .map_err(self.fail(format!("commit {id}")))?;
         Ok(c.parent_ids().next())
     }
 
@@ -301,7 +475,7 @@ impl GitRepo {
         &self,
         base: Option<Oid>,
         head: Oid,
-    ) -> Result<Vec<CommitInfo>, GitError> {
+    ) -> Result<Vec<CommitInfo>, Error> {
         let mut out = Vec::new();
         let mut cur = Some(head);
         while let Some(id) = cur {
@@ -310,7 +484,7 @@ impl GitRepo {
                     || self
                         .repo
                         .graph_descendant_of(b, id)
-                        .map_err(other("walking history"))?)
+                        .map_err(self.fail(format!("the history of {id}")))?)
             {
                 break;
             }
@@ -323,19 +497,19 @@ impl GitRepo {
 
     /// `base` itself when it is an ancestor of `head` (or `head`), else the
     /// merge base of the two; `base` when they share no history.
-    pub fn fork_point(&self, base: Oid, head: Oid) -> Result<Oid, GitError> {
+    pub fn fork_point(&self, base: Oid, head: Oid) -> Result<Oid, Error> {
         if base == head
             || self
                 .repo
                 .graph_descendant_of(head, base)
-                .map_err(other("walking history"))?
+                .map_err(self.fail(format!("the history of {head}")))?
         {
             return Ok(base);
         }
         match self.repo.merge_base(base, head) {
             Ok(m) => Ok(m),
             Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(base),
-            Err(e) => Err(other("finding the merge base")(e)),
+            Err(e) => Err(self.fail(format!("the merge base of {base} and {head}"))(e)),
         }
     }
 
@@ -348,15 +522,15 @@ impl GitRepo {
         new: Oid,
         prefixes: &[String],
         wanted: impl Fn(&str) -> bool,
-    ) -> Result<Vec<Change>, GitError> {
+    ) -> Result<Vec<Change>, Error> {
         let old_tree = old
             .map(|o| self.repo.find_tree(o))
             .transpose()
-            .map_err(other("reading the baseline tree"))?;
+            .map_err(self.fail("the baseline tree"))?;
         let new_tree = self
             .repo
             .find_tree(new)
-            .map_err(other("reading the commit tree"))?;
+            .map_err(self.fail(format!("tree {new}")))?;
         let mut opts = DiffOptions::new();
         opts.include_typechange(true).ignore_submodules(false);
         for p in prefixes {
@@ -365,7 +539,7 @@ impl GitRepo {
         let diff = self
             .repo
             .diff_tree_to_tree(old_tree.as_ref(), Some(&new_tree), Some(&mut opts))
-            .map_err(other("diffing trees"))?;
+            .map_err(self.fail(format!("the changes of tree {new}")))?;
         let mut out = Vec::new();
         for delta in diff.deltas() {
             let side = |f: git2::DiffFile<'_>| -> Option<Entry> {
@@ -412,8 +586,12 @@ impl GitRepo {
         new: Oid,
         prefixes: &[String],
         wanted: impl Fn(&str) -> bool,
-    ) -> Result<Vec<Change>, GitError> {
-        let tree = |id: Oid| self.repo.find_tree(id).map_err(other("reading a tree"));
+    ) -> Result<Vec<Change>, Error> {
+        let tree = |id: Oid| {
+            self.repo
+                .find_tree(id)
+                .map_err(self.fail(format!("tree {id}")))
+        };
         let old = old.map(tree).transpose()?;
         let new = tree(new)?;
         let mut out = Vec::new();
@@ -430,7 +608,7 @@ impl GitRepo {
         prefixes: &[String],
         wanted: &dyn Fn(&str) -> bool,
         out: &mut Vec<Change>,
-    ) -> Result<(), GitError> {
+    ) -> Result<(), Error> {
         use std::collections::BTreeMap;
         type Side = (Oid, i32);
         let mut both: BTreeMap<&str, (Option<Side>, Option<Side>)> = BTreeMap::new();
@@ -480,13 +658,13 @@ impl GitRepo {
                         p.starts_with(&sub) || p == path || under_prefixes(&path, prefixes)
                     });
                 if relevant {
-                    let load = |s: &Option<Side>| -> Result<Option<git2::Tree<'_>>, GitError> {
+                    let load = |s: &Option<Side>| -> Result<Option<git2::Tree<'_>>, Error> {
                         match s {
                             Some((id, 0o040000)) => self
                                 .repo
                                 .find_tree(*id)
                                 .map(Some)
-                                .map_err(other("reading a tree")),
+                                .map_err(self.fail(format!("tree {id}"))),
                             _ => Ok(None),
                         }
                     };
@@ -515,8 +693,11 @@ impl GitRepo {
         tree: Oid,
         prefixes: &[String],
         wanted: impl Fn(&str) -> bool,
-    ) -> Result<Vec<(String, Entry)>, GitError> {
-        let tree = self.repo.find_tree(tree).map_err(other("reading a tree"))?;
+    ) -> Result<Vec<(String, Entry)>, Error> {
+        let tree = self
+            .repo
+            .find_tree(tree)
+            .map_err(self.fail(format!("tree {tree}")))?;
         let mut out = Vec::new();
         tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
             let name = entry.name().unwrap_or("");
@@ -538,21 +719,257 @@ impl GitRepo {
             }
             TreeWalkResult::Ok
         })
-        .map_err(other("walking a tree"))?;
+        .map_err(self.fail(format!("the files of tree {}", tree.id())))?;
         Ok(out)
     }
 
     /// Whether a tree has an entry (file or directory) at `path`.
-    pub fn has_path(&self, tree: Oid, path: &str) -> Result<bool, GitError> {
-        let tree = self.repo.find_tree(tree).map_err(other("reading a tree"))?;
+    pub fn has_path(&self, tree: Oid, path: &str) -> Result<bool, Error> {
+        let tree = self
+            .repo
+            .find_tree(tree)
+            .map_err(self.fail(format!("tree {tree}")))?;
         Ok(path.is_empty() || tree.get_path(Path::new(path)).is_ok())
     }
 
-    pub fn blob(&self, oid: Oid) -> Result<git2::Blob<'_>, GitError> {
+    pub fn blob(&self, oid: Oid) -> Result<git2::Blob<'_>, Error> {
         self.repo
             .find_blob(oid)
-            .map_err(other(format!("reading blob {oid}")))
+            .map_err(self.fail(format!("blob {oid}")))
     }
+}
+
+impl Store for GitRepo {
+    fn commit(&self, id: Oid) -> Result<CommitInfo, Error> {
+        GitRepo::commit(self, id)
+    }
+
+    fn entry_at(&self, commit: Oid, path: &str) -> Result<Entry, Error> {
+        let c = self
+            .repo
+            .find_commit(commit)
+            .map_err(self.fail(format!("commit {commit}")))?;
+        let tree = c
+            .tree()
+            .map_err(self.fail(format!("the tree of commit {commit}")))?;
+        let entry = tree.get_path(Path::new(path)).map_err(|e| match e.code() {
+            git2::ErrorCode::NotFound => Error::NotFound {
+                what: format!("{path:?}"),
+                place: format!("commit {commit} of {}", self.path.display()),
+            },
+            _ => Error::classify(&e, format!("{path:?} at commit {commit}"), &self.path),
+        })?;
+        let kind = match entry.filemode() {
+            0o120000 => EntryKind::Symlink,
+            0o160000 => EntryKind::Submodule,
+            0o040000 => {
+                return Err(Error::NotFound {
+                    what: format!("a file {path:?} (it is a directory)"),
+                    place: format!("commit {commit} of {}", self.path.display()),
+                });
+            }
+            _ => EntryKind::File,
+        };
+        Ok(Entry {
+            oid: entry.id(),
+            kind,
+        })
+    }
+
+    fn read_blob(&self, id: Oid) -> Result<Vec<u8>, Error> {
+        Ok(self.blob(id)?.content().to_vec())
+    }
+
+    fn first_parent_range(&self, base: Option<Oid>, head: Oid) -> Result<Vec<CommitInfo>, Error> {
+        GitRepo::first_parent_range(self, base, head)
+    }
+
+    fn write_commit(&self, new: &NewCommit<'_>) -> Result<Oid, Error> {
+        let parent = self
+            .repo
+            .find_commit(new.parent)
+            .map_err(self.fail(format!("commit {}", new.parent)))?;
+        write_commit(
+            &self.repo,
+            &parent,
+            new.tree,
+            new.message,
+            new.author,
+            new.signing_key,
+        )
+    }
+
+    fn push(&self, to: &crate::source::PushTarget, branch: &str, force: bool) -> Result<(), Error> {
+        let errs = std::cell::RefCell::new(None);
+        let pushed = push(&self.repo, to.url(), branch, force, to.callbacks(&errs));
+        match (pushed, errs.into_inner()) {
+            (Ok(()), _) => Ok(()),
+            // What a callback refused (a token, a host key) says more.
+            (Err(_), Some(found)) => Err(Error::Remote(Box::new(found))),
+            (Err(e), None) => Err(e),
+        }
+    }
+}
+
+/// Writes (but does not point any ref at) the commit of `tree_id` on
+/// `parent`, authored and committed by `author`. With `signing_key` (an
+/// OpenSSH private key file, or a public key whose private half is in
+/// ssh-agent) the commit carries git's SSH signature (`gpgsig`, made by
+/// `ssh-keygen -Y sign -n git`), so branch protection that requires signed
+/// commits accepts it.
+pub fn write_commit(
+    repo: &Repository,
+    parent: &git2::Commit<'_>,
+    tree_id: Oid,
+    message: &str,
+    author: &Author,
+    signing_key: Option<&Path>,
+) -> Result<Oid, Error> {
+    let path = repo.path();
+    let fail = |what: &str| {
+        let what = what.to_owned();
+        move |e: git2::Error| Error::classify(&e, what, path)
+    };
+    let tree = repo
+        .find_tree(tree_id)
+        .map_err(fail(&format!("tree {tree_id}")))?;
+    let sig =
+        git2::Signature::now(&author.name, &author.email).map_err(fail("the author signature"))?;
+    let buffer = repo
+        .commit_create_buffer(&sig, &sig, message, &tree, &[parent])
+        .map_err(fail("formatting the commit"))?;
+    let content = buffer
+        .as_str()
+        .map_err(fail("formatting the commit (author or message not UTF-8)"))?;
+    let commit = match signing_key {
+        Some(key) => {
+            let signature = ssh_sign(content, key)?;
+            repo.commit_signed(content, &signature, Some("gpgsig"))
+                .map_err(fail("writing the signed commit"))?
+        }
+        None => repo
+            .odb()
+            .and_then(|odb| odb.write(ObjectType::Commit, content.as_bytes()))
+            .map_err(fail("writing the commit"))?,
+    };
+    Ok(commit)
+}
+
+/// Signs `content` the way `git commit -S` with `gpg.format=ssh` does: the
+/// payload in a file, `ssh-keygen -Y sign -n git -f KEY FILE`, the armored
+/// signature from `FILE.sig`. No prompt can appear (no terminal input, no
+/// askpass): a daemon cannot answer one, so a passphrase-protected key
+/// fails here instead of hanging.
+fn ssh_sign(content: &str, key: &Path) -> Result<String, Error> {
+    use std::process::{Command, Stdio};
+    let fail = |why: String| Error::Sign {
+        key: key.to_owned(),
+        why,
+    };
+    let dir =
+        tempfile::tempdir().map_err(|e| fail(format!("creating a temporary directory: {e}")))?;
+    let payload = dir.path().join("commit");
+    std::fs::write(&payload, content).map_err(|e| fail(format!("writing the payload: {e}")))?;
+    let out = Command::new("ssh-keygen")
+        .args(["-Y", "sign", "-n", "git", "-f"])
+        .arg(key)
+        .arg(&payload)
+        .stdin(Stdio::null())
+        .env("SSH_ASKPASS_REQUIRE", "never")
+        .output()
+        .map_err(|e| fail(format!("running ssh-keygen: {e}")))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(fail(format!(
+            "ssh-keygen -Y sign failed ({}): {}",
+            out.status,
+            stderr.trim()
+        )));
+    }
+    let signature = std::fs::read_to_string(dir.path().join("commit.sig"))
+        .map_err(|e| fail(format!("reading the signature: {e}")))?;
+    if !signature.starts_with("-----BEGIN SSH SIGNATURE-----") {
+        return Err(fail("ssh-keygen wrote no SSH signature".into()));
+    }
+    Ok(signature)
+}
+
+/// Pushes `refs/heads/<branch>` to `remote` (a configured remote's name, or
+/// a URL or path). Not forced, a push the remote does not take (it moved
+/// on) is [`Error::Refused`]; forced, whatever the remote had there is
+/// replaced (only for branches lockstep owns).
+///
+/// `callbacks` carries the caller's credentials; its
+/// `push_update_reference` callback is replaced, because that is where the
+/// server says whether it took the ref. Credentials in `remote` never reach
+/// an error ([`redact`]).
+pub fn push(
+    repo: &Repository,
+    remote: &str,
+    branch: &str,
+    force: bool,
+    mut callbacks: git2::RemoteCallbacks<'_>,
+) -> Result<(), Error> {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let refname = format!("refs/heads/{branch}");
+    if !git2::Reference::is_valid_name(&refname) {
+        return Err(Error::Refused {
+            what: format!("pushing branch {branch:?}"),
+            why: "it is not a valid branch name".into(),
+        });
+    }
+    let shown = redact(remote);
+    let what = format!("pushing {refname} to {shown}");
+    let mut handle = match repo.find_remote(remote) {
+        Ok(r) => r,
+        Err(_) => repo
+            .remote_anonymous(remote)
+            .map_err(|e| Error::classify(&e, format!("remote {shown}"), repo.path()))?,
+    };
+    let refused: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
+    let slot = Rc::clone(&refused);
+    callbacks.push_update_reference(move |_name, status| {
+        if let Some(s) = status {
+            *slot.borrow_mut() = Some(s.to_owned());
+        }
+        Ok(())
+    });
+    let mut opts = git2::PushOptions::new();
+    opts.remote_callbacks(callbacks);
+    let spec = format!("{}{refname}:{refname}", if force { "+" } else { "" });
+    handle
+        .push(&[spec.as_str()], Some(&mut opts))
+        .map_err(|e| Error::classify(&e, what.clone(), repo.path()))?;
+    if let Some(status) = refused.borrow_mut().take() {
+        return Err(Error::Refused {
+            what,
+            why: redact(&status),
+        });
+    }
+    Ok(())
+}
+
+/// Drops `user:password@` from anything URL-like, so errors can be logged.
+pub fn redact(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c == '/' || c.is_whitespace())
+            .unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(at) => {
+                out.push_str("<redacted>@");
+                rest = &tail[at + 1..];
+            }
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The shallow boundary of a repository: `$GIT_DIR/shallow` lists one
@@ -573,8 +990,8 @@ fn shallow_boundary(git_dir: &Path) -> std::io::Result<std::collections::HashSet
 /// `clusters/prod`, `a/b`, `` for the whole repository). Absolute paths and
 /// `..` are refused: a prefix is relative to the repository's root, and one
 /// that leaves it would silently match nothing.
-pub fn normalize_prefix(raw: &str) -> Result<String, GitError> {
-    let refuse = |why: &str| GitError::Path {
+pub fn normalize_prefix(raw: &str) -> Result<String, Error> {
+    let refuse = |why: &str| Error::Path {
         raw: raw.to_owned(),
         why: why.to_owned(),
     };
@@ -605,7 +1022,7 @@ pub fn normalize_prefix(raw: &str) -> Result<String, GitError> {
 
 /// Every prefix normalized ([`normalize_prefix`]); one naming the whole
 /// repository makes the list empty (no filter).
-pub fn normalize_prefixes(raw: &[String]) -> Result<Vec<String>, GitError> {
+pub fn normalize_prefixes(raw: &[String]) -> Result<Vec<String>, Error> {
     let mut out = Vec::with_capacity(raw.len());
     for r in raw {
         let p = normalize_prefix(r)?;
@@ -634,7 +1051,131 @@ pub fn under_prefixes(path: &str, prefixes: &[String]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::under_prefixes;
+    use super::*;
+
+    /// A repository with one commit holding `a.yaml`; its path, the commit
+    /// and the blob.
+    fn one_commit() -> (tempfile::TempDir, Oid, Oid) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let blob = repo.blob(b"kind: Nova\n").unwrap();
+        let mut tb = repo.treebuilder(None).unwrap();
+        tb.insert("a.yaml", blob, 0o100644).unwrap();
+        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let c = repo
+            .commit(Some("HEAD"), &sig, &sig, "one", &tree, &[])
+            .unwrap();
+        (dir, c, blob)
+    }
+
+    /// No libgit2 phrasing ("class=", "code=", its own words) in what a
+    /// person reads, source chain included.
+    fn ours(e: &Error) -> String {
+        let mut text = e.to_string();
+        assert!(!text.contains("class="), "{text}");
+        assert!(!text.contains("code="), "{text}");
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            text.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        assert!(
+            !text.contains("class=") && !text.contains("code="),
+            "{text}"
+        );
+        text
+    }
+
+    #[test]
+    fn a_missing_commit_is_named_with_the_repository() {
+        let (dir, _, _) = one_commit();
+        let repo = GitRepo::open(dir.path()).unwrap();
+        let missing = Oid::from_str("1234567890123456789012345678901234567890").unwrap();
+        let e = repo.commit(missing).unwrap_err();
+        assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
+        let text = ours(&e);
+        assert!(
+            text.contains("commit 1234567890123456789012345678901234567890"),
+            "{text}"
+        );
+        assert!(text.contains(&dir.path().display().to_string()), "{text}");
+        assert!(text.contains("fetch"), "{text}");
+        let e = Store::first_parent_range(&repo, None, missing).unwrap_err();
+        assert!(ours(&e).contains("1234567890"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_path_names_the_path_and_the_commit() {
+        let (dir, head, blob) = one_commit();
+        let repo = GitRepo::open(dir.path()).unwrap();
+        let e = repo.entry_at(head, "standalone/nova.yaml").unwrap_err();
+        assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
+        let text = ours(&e);
+        assert!(text.contains("\"standalone/nova.yaml\""), "{text}");
+        assert!(text.contains(&format!("commit {head}")), "{text}");
+        let found = repo.entry_at(head, "a.yaml").unwrap();
+        assert_eq!(found.oid, blob);
+        assert_eq!(repo.read_blob(found.oid).unwrap(), b"kind: Nova\n");
+    }
+
+    #[test]
+    fn an_unknown_revision_and_a_missing_repository_say_what_to_do() {
+        let (dir, _, _) = one_commit();
+        let repo = GitRepo::open(dir.path()).unwrap();
+        let e = repo.resolve("no-such-branch").unwrap_err();
+        let text = ours(&e);
+        assert!(
+            text.contains("\"no-such-branch\"") && text.contains("no branch, tag or commit"),
+            "{text}"
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let e = GitRepo::open(&empty.path().join("fleet")).err().unwrap();
+        let text = ours(&e);
+        assert!(
+            text.contains("fleet") && text.contains("no repository there"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_corrupt_object_says_the_repository_is_damaged() {
+        let (dir, _, blob) = one_commit();
+        let hex = blob.to_string();
+        let loose = dir
+            .path()
+            .join(".git/objects")
+            .join(&hex[..2])
+            .join(&hex[2..]);
+        let mut perms = std::fs::metadata(&loose).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        std::fs::set_permissions(&loose, perms).unwrap();
+        std::fs::write(&loose, b"not zlib at all").unwrap();
+        let repo = GitRepo::open(dir.path()).unwrap();
+        let e = repo.read_blob(blob).unwrap_err();
+        assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
+        let text = ours(&e);
+        assert!(text.contains(&format!("blob {blob}")), "{text}");
+        assert!(text.contains("git fsck"), "{text}");
+    }
+
+    #[test]
+    fn push_errors_carry_no_credentials() {
+        let (dir, _, _) = one_commit();
+        let repo = Repository::open(dir.path()).unwrap();
+        let e = push(
+            &repo,
+            "https://user:s3cret@127.0.0.1:1/fleet.git",
+            "main",
+            false,
+            git2::RemoteCallbacks::new(),
+        )
+        .unwrap_err();
+        let text = ours(&e);
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("<redacted>@127.0.0.1:1"), "{text}");
+    }
 
     #[test]
     fn prefixes_match_whole_components() {

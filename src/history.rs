@@ -116,8 +116,8 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
         Resolved::Tree(_) => {
             return Err(GitError::UnknownRevision {
                 rev: opts.head.clone(),
-                path: repo.raw().path().to_owned(),
-                message: "--head must name a commit".into(),
+                path: repo.path().to_owned(),
+                why: "--head must name a commit".into(),
             });
         }
     };
@@ -199,8 +199,8 @@ pub fn check_after(
         Resolved::Tree(_) => {
             return Err(GitError::UnknownRevision {
                 rev: opts.head.clone(),
-                path: repo.raw().path().to_owned(),
-                message: "--head must name a commit".into(),
+                path: repo.path().to_owned(),
+                why: "--head must name a commit".into(),
             });
         }
     };

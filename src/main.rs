@@ -163,172 +163,8 @@ struct RunArgs {
         value_name = "FILE"
     )]
     config: Option<PathBuf>,
-    /// A local fleet repository to watch.
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_REPO",
-        value_name = "PATH",
-        conflicts_with = "url"
-    )]
-    repo: Option<PathBuf>,
-    /// A remote fleet repository (https://, ssh://, git://).
-    #[arg(long, hide_env_values = true, env = "LOCKSTEP_URL")]
-    url: Option<String>,
-    #[arg(long, hide_env_values = true, env = "LOCKSTEP_BRANCH")]
-    branch: Option<String>,
-    /// Only manifests under this path (repeatable).
-    #[arg(long = "path", value_name = "PREFIX")]
-    paths: Vec<String>,
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_CACHE_DIR",
-        value_name = "DIR"
-    )]
-    cache_dir: Option<PathBuf>,
-    /// HTTPS token for the remote repository (a file).
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_GIT_TOKEN_FILE",
-        value_name = "FILE"
-    )]
-    git_token_file: Option<PathBuf>,
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_SSH_KEY_FILE",
-        value_name = "FILE"
-    )]
-    ssh_key_file: Option<PathBuf>,
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_KNOWN_HOSTS_FILE",
-        value_name = "FILE"
-    )]
-    known_hosts_file: Option<PathBuf>,
-    /// Poll interval (90s, 5m).
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_POLL",
-        value_name = "DURATION"
-    )]
-    poll: Option<String>,
-    /// Judge only commits after this one.
-    #[arg(long, value_name = "REV")]
-    since: Option<String>,
-    /// sim (the simulated operator, default) or kube. kube needs a source
-    /// (--repo or --url): the example fleet is for sim only.
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_CLUSTER_MODE",
-        value_name = "MODE",
-        value_enum
-    )]
-    cluster_mode: Option<lockstep::config::ClusterMode>,
-    #[arg(long, hide_env_values = true, env = "KUBECONFIG", value_name = "FILE")]
-    kubeconfig: Option<PathBuf>,
-    /// This cluster's name in status contexts (lockstep/<name>).
-    #[arg(long, hide_env_values = true, env = "LOCKSTEP_CLUSTER")]
-    cluster_name: Option<String>,
-    /// Where statuses go: notes (default), github, gitlab, gitea (or forgejo).
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_REPORT",
-        value_name = "HOST",
-        value_enum
-    )]
-    report: Option<lockstep::config::ReportKind>,
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_FORGE_URL",
-        value_name = "URL"
-    )]
-    forge_url: Option<String>,
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_FORGE_REPO",
-        value_name = "REPO"
-    )]
-    forge_repo: Option<String>,
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_TOKEN_FILE",
-        value_name = "FILE"
-    )]
-    token_file: Option<PathBuf>,
-    #[arg(long, value_name = "VAR")]
-    token_env: Option<String>,
-    #[arg(long, value_name = "URL")]
-    target_url: Option<String>,
-    /// With notes: push refs/notes/lockstep after each delivery and when stopping (to REMOTE, or the branch's remote).
-    #[arg(long, value_name = "REMOTE", num_args = 0..=1, default_missing_value = "")]
-    push_notes: Option<String>,
-    /// Webhook receiver address (HOST:PORT).
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_LISTEN",
-        value_name = "ADDR"
-    )]
-    listen: Option<String>,
-    /// /healthz, /readyz and /metrics address (HOST:PORT).
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_METRICS_LISTEN",
-        value_name = "ADDR"
-    )]
-    metrics_listen: Option<String>,
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_GITHUB_WEBHOOK_SECRET_FILE",
-        value_name = "FILE"
-    )]
-    github_webhook_secret_file: Option<PathBuf>,
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_GITLAB_WEBHOOK_SECRET_FILE",
-        value_name = "FILE"
-    )]
-    gitlab_webhook_secret_file: Option<PathBuf>,
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_GITEA_WEBHOOK_SECRET_FILE",
-        value_name = "FILE"
-    )]
-    gitea_webhook_secret_file: Option<PathBuf>,
-    /// Elect a leader on a Lease (several replicas, kube mode).
-    #[arg(long)]
-    leader_election: bool,
-    /// text or json.
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_LOG_FORMAT",
-        value_name = "FORMAT",
-        value_enum
-    )]
-    log_format: Option<lockstep::config::LogFormat>,
-    /// A tracing filter (info, lockstep=debug).
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_LOG",
-        value_name = "FILTER"
-    )]
-    log_level: Option<String>,
+    #[command(flatten)]
+    overrides: lockstep::config::Overrides,
     /// Stop once every hop is complete (or waits on a person) and every
     /// status is delivered. Exit 1 when a status could not be delivered or
     /// a status ends in failure that a person must act on: a unit blocked
@@ -342,152 +178,22 @@ struct RunArgs {
     /// directory. With a source it is a usage error.
     #[arg(long, value_name = "DIR")]
     keep: Option<PathBuf>,
-    /// Sim mode: inject trouble into the simulated operator, as `rehearse
-    /// --fault` does (repeatable).
-    #[arg(long = "fault", value_name = "SPEC")]
-    faults: Vec<String>,
-    /// Refuse commits not signed by an SSH key this allowed-signers file
-    /// trusts (as `check --allowed-signers`).
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_ALLOWED_SIGNERS",
-        value_name = "FILE"
-    )]
-    allowed_signers: Option<PathBuf>,
-    /// Refuse commits not signed by an OpenPGP key of this directory (as
-    /// `check --trusted-keys`).
-    #[arg(
-        long,
-        hide_env_values = true,
-        env = "LOCKSTEP_TRUSTED_KEYS",
-        value_name = "DIR"
-    )]
-    trusted_keys: Option<PathBuf>,
 }
 
 impl RunArgs {
     /// The file's configuration with flags and environment on top.
     fn config(&self) -> anyhow::Result<lockstep::config::Config> {
-        use lockstep::config::Config;
-        let mut c = match &self.config {
-            Some(f) => Config::load(f)?,
-            None => Config::default(),
+        let file = match &self.config {
+            Some(f) => lockstep::config::Config::load(f)?,
+            None => lockstep::config::Config::default(),
         };
-        let set = |slot: &mut Option<PathBuf>, v: &Option<PathBuf>| {
-            if v.is_some() {
-                *slot = v.clone();
-            }
-        };
-        if self.repo.is_some() {
-            c.source.repo = self.repo.clone();
-            c.source.url = None;
-        }
-        if self.url.is_some() {
-            c.source.url = self.url.clone();
-            c.source.repo = None;
-        }
-        if let Some(b) = &self.branch {
-            c.source.branch = b.clone();
-        }
-        if !self.paths.is_empty() {
-            c.source.paths = self.paths.clone();
-        }
-        set(&mut c.source.cache_dir, &self.cache_dir);
-        set(&mut c.source.token_file, &self.git_token_file);
-        set(&mut c.source.ssh_key_file, &self.ssh_key_file);
-        set(&mut c.source.known_hosts_file, &self.known_hosts_file);
-        if let Some(p) = &self.poll {
-            c.source.poll_interval = p.clone();
-        }
-        if self.since.is_some() {
-            c.source.since = self.since.clone();
-        }
-        if let Some(m) = self.cluster_mode {
-            c.cluster.mode = m;
-        }
-        if !self.faults.is_empty() {
-            c.cluster.faults = self.faults.clone();
-        }
-        set(&mut c.cluster.kubeconfig, &self.kubeconfig);
-        if let Some(n) = &self.cluster_name {
-            c.cluster.name = n.clone();
-        }
-        if let Some(r) = self.report {
-            c.report.kind = r;
-        }
-        if self.forge_url.is_some() {
-            c.report.url = self.forge_url.clone();
-        }
-        if self.forge_repo.is_some() {
-            c.report.repo = self.forge_repo.clone();
-        }
-        set(&mut c.report.token_file, &self.token_file);
-        if self.token_env.is_some() {
-            c.report.token_env = self.token_env.clone();
-        }
-        if self.target_url.is_some() {
-            c.report.target_url = self.target_url.clone();
-        }
-        if self.push_notes.is_some() {
-            c.report.push_notes = self.push_notes.clone();
-        }
-        if self.listen.is_some() {
-            c.webhook.listen = self.listen.clone();
-        }
-        if self.metrics_listen.is_some() {
-            c.server.listen = self.metrics_listen.clone();
-        }
-        set(
-            &mut c.webhook.github_secret_file,
-            &self.github_webhook_secret_file,
-        );
-        set(
-            &mut c.webhook.gitlab_secret_file,
-            &self.gitlab_webhook_secret_file,
-        );
-        set(
-            &mut c.webhook.gitea_secret_file,
-            &self.gitea_webhook_secret_file,
-        );
-        if self.leader_election {
-            c.leader_election.enabled = true;
-        }
-        if let Some(f) = &self.log_format {
-            c.log.format = *f;
-        }
-        if let Some(l) = &self.log_level {
-            c.log.level = l.clone();
-        }
-        set(&mut c.trust.allowed_signers_file, &self.allowed_signers);
-        set(&mut c.trust.trusted_keys_dir, &self.trusted_keys);
-        Ok(c)
+        Ok(file.with_overrides(&self.overrides))
     }
 }
 
-fn init_logging(log: &lockstep::config::LogConfig) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_new(&log.level).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match log.format {
-        lockstep::config::LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .try_init(),
-        // Text logs escape every field: a ref or summary from Git stays on its line.
-        lockstep::config::LogFormat::Text => builder
-            .fmt_fields(lockstep::escape::LogFields)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init(),
-    };
-}
-
-fn run_daemon(args: &RunArgs) -> anyhow::Result<ExitCode> {
+fn run_daemon(args: &RunArgs, rt: &Runtime) -> anyhow::Result<ExitCode> {
     let mut config = args.config()?;
-    init_logging(&config.log);
+    lockstep::service::init_logging(&config.log);
     // No source: the embedded example fleet's scripted history, in sim mode
     // only (kube mode without a source stops here, before any cluster call).
     let example = config.source_choice()? == lockstep::config::SourceChoice::Example;
@@ -498,18 +204,7 @@ fn run_daemon(args: &RunArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let _example = if example {
-        let (dir, tmp) = match &args.keep {
-            Some(d) => {
-                if d.exists() && d.read_dir()?.next().is_some() {
-                    anyhow::bail!("--keep {}: directory is not empty", d.display());
-                }
-                (d.clone(), None)
-            }
-            None => {
-                let t = tempfile::tempdir().context("creating a temporary directory")?;
-                (t.path().to_owned(), Some(t))
-            }
-        };
+        let (dir, tmp) = demo::workdir(args.keep.as_deref())?;
         demo::build_repository(&dir)?;
         eprintln!(
             "lockstep: no source given: running on the example fleet at {}{}",
@@ -526,14 +221,15 @@ fn run_daemon(args: &RunArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let summary = rt.block_on(lockstep::service::run(config.clone(), args.until_idle))?;
+    let summary = rt
+        .get()?
+        .block_on(lockstep::service::run(config.clone(), args.until_idle))?;
     if args.until_idle {
         let repo = config.source.repo.clone().unwrap_or_default();
-        print_notes(&repo, &config.source.branch);
+        print!(
+            "{}",
+            lockstep::forge::notes::history_text(&repo, &config.source.branch)
+        );
         if summary.undelivered > 0 {
             eprintln!(
                 "lockstep: {} statuses could not be delivered",
@@ -554,34 +250,6 @@ fn run_daemon(args: &RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// After a bounded run on a local repository: the statuses per commit, as
-/// `git log --notes=lockstep` would show them.
-fn print_notes(repo: &std::path::Path, branch: &str) {
-    let Ok(r) = git2::Repository::open(repo) else {
-        return;
-    };
-    let Ok(head) = r.revparse_single(&format!("refs/heads/{branch}")) else {
-        return;
-    };
-    let Ok(mut walk) = r.revwalk() else { return };
-    let _ = walk.push(head.id());
-    let _ = walk.simplify_first_parent();
-    let _ = walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE);
-    for id in walk.flatten() {
-        let Ok(c) = r.find_commit(id) else { continue };
-        println!(
-            "{} {}",
-            &id.to_string()[..10],
-            Escaped(c.summary().ok().flatten().unwrap_or(""))
-        );
-        if let Ok(n) = r.find_note(Some("refs/notes/lockstep"), id) {
-            for line in n.message().unwrap_or("").lines() {
-                println!("    {}", Escaped(line));
-            }
-        }
-    }
-}
-
 #[derive(Subcommand)]
 enum PlanCommand {
     /// Show the plans of REV's tree.
@@ -598,7 +266,8 @@ enum PlanCommand {
 /// Where verdicts go as commit statuses.
 #[derive(clap::Args)]
 struct ReportArgs {
-    /// Post each judged commit's verdict as a commit status.
+    /// Post each judged commit's verdict as a commit status: notes, github,
+    /// gitlab, gitea (or forgejo).
     #[arg(long, value_enum, value_name = "HOST")]
     report: Option<lockstep::config::ReportKind>,
     /// This cluster's name: statuses go under lockstep/<cluster>, so clusters never overwrite each other.
@@ -680,7 +349,8 @@ fn main() -> ExitCode {
         // SAFETY: no other thread exists yet, and libgit2 is untouched.
         unsafe { lockstep::git::init_without_certificates() };
     }
-    match run(cli) {
+    let rt = Runtime::default();
+    match run(cli, &rt) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("lockstep: error: {}", Escaped(format_args!("{e:#}")));
@@ -689,7 +359,25 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+/// The one async runtime, built on first use: `check` without `--report`,
+/// the schemas, `plan status` and `demo` never start one (nor its threads).
+#[derive(Default)]
+struct Runtime(std::cell::OnceCell<tokio::runtime::Runtime>);
+
+impl Runtime {
+    fn get(&self) -> anyhow::Result<&tokio::runtime::Runtime> {
+        if let Some(rt) = self.0.get() {
+            return Ok(rt);
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        Ok(self.0.get_or_init(|| rt))
+    }
+}
+
+fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check {
             repo,
@@ -728,7 +416,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             print(&report, output);
             if let Some(spec) = spec {
-                post_statuses(&spec, &report_args, &report)?;
+                post_statuses(&spec, &report_args, &report, rt)?;
             }
             Ok(if report.verdict == Verdict::Refused {
                 ExitCode::from(1)
@@ -757,15 +445,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     })?,
                     None => jiff::Timestamp::now(),
                 };
-                let rt = tokio::runtime::Builder::new_multi_thread()
-                    .enable_all()
-                    .build()
-                    .context("starting the async runtime")?;
-                let s = rt
-                    .block_on(lockstep::plan::rehearse::rehearse(
-                        &repo, &branch, faults, start,
-                    ))
-                    .map_err(|e| anyhow::anyhow!(e))?;
+                let s = rt.get()?.block_on(lockstep::plan::rehearse::rehearse(
+                    &repo, &branch, faults, start,
+                ))?;
                 print!("{}", lockstep::plan::rehearse::text(&s, start));
                 return Ok(if s.failed {
                     ExitCode::from(1)
@@ -773,11 +455,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     ExitCode::SUCCESS
                 });
             }
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
-            let r = rt.block_on(rehearse::rehearse(&rehearse::Range {
+            let r = rt.get()?.block_on(rehearse::rehearse(&rehearse::Range {
                 repo,
                 base,
                 head,
@@ -800,10 +478,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Retry { object, kubeconfig } => {
             let key = parse_object(&object)?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let outcome = runtime.block_on(async {
+            let outcome = rt.get()?.block_on(async {
                 let cluster = match &kubeconfig {
                     Some(k) => KubeCluster::from_kubeconfig(k).await?,
                     None => KubeCluster::infer().await?,
@@ -821,7 +496,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Run(args) => run_daemon(&args),
+        Command::Run(args) => run_daemon(&args, rt),
         Command::ConfigSchema => {
             print!("{}", lockstep::config::schema_json());
             Ok(ExitCode::SUCCESS)
@@ -829,8 +504,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan {
             command: PlanCommand::Status { repo, rev, paths },
         } => {
-            let text = lockstep::plan::status::render(&repo, &rev, &paths)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", repo.display()))?;
+            // Its errors name the repository.
+            let text = lockstep::plan::status::render(&repo, &rev, &paths)?;
             print!("{text}");
             Ok(ExitCode::SUCCESS)
         }
@@ -839,26 +514,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { keep, output } => {
-            let keep_given = keep.is_some();
-            let tmp;
-            let dir = match keep {
-                Some(d) => {
-                    if d.exists() && d.read_dir()?.next().is_some() {
-                        anyhow::bail!("--keep {}: directory is not empty", d.display());
-                    }
-                    std::fs::create_dir_all(&d)?;
-                    d
-                }
-                None => {
-                    tmp = tempfile::tempdir()?;
-                    tmp.path().to_owned()
-                }
-            };
+            let (dir, tmp) = demo::workdir(keep.as_deref())?;
             if matches!(output, Output::Text) {
                 println!(
                     "lockstep demo: a fleet repository with a scripted history, built in {}{}\n",
                     dir.display(),
-                    if !keep_given {
+                    if tmp.is_some() {
                         " (temporary: removed at exit; --keep DIR keeps it)"
                     } else {
                         ""
@@ -883,12 +544,10 @@ fn post_statuses(
     spec: &ForgeSpec,
     args: &ReportArgs,
     report: &lockstep::history::CheckReport,
+    rt: &Runtime,
 ) -> anyhow::Result<()> {
     let forge = AnyForge::build(spec)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let posted = runtime.block_on(forge::publish(
+    let posted = rt.get()?.block_on(forge::publish(
         &forge,
         &RetryPolicy::default(),
         &args.cluster,

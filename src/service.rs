@@ -558,3 +558,25 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
         tracing::info!("shutdown signal received");
     }
 }
+
+/// Logs to stderr as the configuration says; text logs escape every
+/// field ([`crate::escape::LogFields`]). A second call does nothing.
+pub fn init_logging(log: &crate::config::LogConfig) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_new(&log.level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match log.format {
+        crate::config::LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init(),
+        // Text logs escape every field: a ref or summary from Git stays on its line.
+        crate::config::LogFormat::Text => builder
+            .fmt_fields(crate::escape::LogFields)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+    };
+}

@@ -1221,6 +1221,36 @@ fn modes_are_closed_lists_shared_by_check_and_run() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("Gitea/Forgejo needs --forge-url"), "{err}");
+    let out = lockstep(&[
+        "run",
+        "--repo",
+        &path,
+        "--report",
+        "forgejo",
+        "--until-idle",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        !err.contains("invalid value"),
+        "run takes forgejo too: {err}"
+    );
+    assert!(
+        err.contains("Gitea/Forgejo needs the server's URL"),
+        "{err}"
+    );
+    // And both document the same list.
+    let help = |cmd: &str| {
+        let out = lockstep(&[cmd, "-h"]);
+        // As one line: help wraps at the terminal's width.
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    for cmd in ["check", "run"] {
+        let h = help(cmd);
+        assert!(h.contains("notes, github, gitlab, gitea]"), "{cmd} -h: {h}");
+        assert!(h.contains("gitea (or forgejo)"), "{cmd} -h: {h}");
+    }
     for (flag, bad, listed) in [
         ("--report", "bitbucket", "notes, github, gitlab, gitea"),
         ("--cluster-mode", "k8s", "sim, kube"),

@@ -589,7 +589,7 @@ proptest! {
                 match history::check(&shallow, &o) {
                     Err(GitError::Shallow { .. }) => {}
                     // The base itself lies below the cut.
-                    Err(GitError::UnknownRevision { message, .. }) if message.contains("shallow clone") => {}
+                    Err(GitError::UnknownRevision { why, .. }) if why.contains("shallow clone") => {}
                     Ok(r) => prop_assert_eq!(
                         serde_json::to_value(&r).expect("json"),
                         serde_json::to_value(&full).expect("json"),

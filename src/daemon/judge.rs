@@ -16,11 +16,11 @@ use std::time::Instant;
 
 use git2::Oid;
 
-use super::{Daemon, PassOutcome, Repo};
+use super::{Daemon, PassError, PassOutcome, Repo};
 use crate::cluster::Cluster;
 use crate::forge::describe;
 use crate::gate::Verdict;
-use crate::git::GitRepo;
+use crate::git::{GitRepo, Store};
 use crate::history::{self, CheckOptions, CheckReport, EMPTY_TREE};
 use crate::kind::{Key, Kind};
 use crate::live::Live;
@@ -73,7 +73,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 Err((e, prev)) => {
                     tracing::error!(error = %e, head = %head, "judging failed");
                     self.judged = prev;
-                    out.source_error = Some(e);
+                    out.source_error = Some(e.to_string());
                 }
             }
         }
@@ -134,7 +134,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         path: &Path,
         head: Oid,
         prev: Option<Judged>,
-    ) -> Result<(Judged, usize), (String, Option<Judged>)> {
+    ) -> Result<(Judged, usize), (PassError, Option<Judged>)> {
         let mut record = match self.load_record().await {
             Ok(r) => r,
             Err(e) => return Err((e, prev)),
@@ -170,7 +170,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             {
                 // Judged again next pass, from where the record stands.
                 return Err((
-                    format!("cannot record live verdicts in the cluster: {e}"),
+                    PassError::Cluster {
+                        what: "lockstep's record of live verdicts (writing it)".into(),
+                        source: Box::new(e),
+                    },
                     None,
                 ));
             }
@@ -181,15 +184,18 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// The record, read from the cluster on every new head: another
     /// replica may have led (and recorded) since this one last did, and a
     /// stale copy saved back would lose its entries.
-    async fn load_record(&mut self) -> Result<super::record::Record, String> {
+    async fn load_record(&mut self) -> Result<super::record::Record, PassError> {
         let text = self
             .cluster
             .load_record(&super::record::name(&self.opts.cluster_name))
             .await
-            .map_err(|e| format!("cannot read lockstep's record of live verdicts: {e}"))?;
+            .map_err(|e| PassError::Cluster {
+                what: "lockstep's record of live verdicts".into(),
+                source: Box::new(e),
+            })?;
         match text {
             None => Ok(super::record::Record::new()),
-            Some(t) => super::record::Record::parse(&t).map_err(|e| e.to_string()),
+            Some(t) => Ok(super::record::Record::parse(&t)?),
         }
     }
 
@@ -203,7 +209,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         prev: Option<Judged>,
         opts: &CheckOptions,
         record: &mut super::record::Record,
-    ) -> Result<(Judged, usize, Decided), (String, Option<Judged>)> {
+    ) -> Result<(Judged, usize, Decided), (PassError, Option<Judged>)> {
         let repo_path = path.to_owned();
         let descends = |from: Oid| {
             let p = repo_path.clone();
@@ -221,9 +227,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // Where the judgment starts from: the last judgment when the branch
         // moved forward; else (a first pass, or history rewritten) Git and
         // the record up to the watermark, when the head descends from it.
-        let forward_from = match prev {
+        let prev = match prev {
             Some(p) if p.head == head => return Ok((p, 0, Vec::new())),
-            Some(p) if descends(p.head).await => Some(p),
+            Some(p) if descends(p.head).await => p,
             other => {
                 let watermark = record
                     .watermark
@@ -243,17 +249,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     judge_blocking(&p, upto, other, &opts_upto, None)
                 })
                 .await
-                .map_err(|e| (e.to_string(), None))
+                .map_err(|e| (PassError::from(e), None))
                 .and_then(|r| r)
                 .map(|(j, n, _)| (j, n))?;
                 if upto == head {
                     return Ok((j, n, Vec::new()));
                 }
-                Some(j)
+                j
             }
-        };
-        let Some(prev) = forward_from else {
-            return Err(("nothing to judge from".into(), None));
         };
         // The new commits, from Git alone first: which objects they hold,
         // so that exactly those are read from the cluster.
@@ -261,11 +264,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let o = opts.clone();
         let prev_head = prev.head;
         let prev_report = prev.report.clone();
-        let keys = tokio::task::spawn_blocking(move || -> Result<Vec<Key>, String> {
-            let repo = GitRepo::open(&p).map_err(|e| e.to_string())?;
+        let keys = tokio::task::spawn_blocking(move || -> Result<Vec<Key>, PassError> {
+            let repo = GitRepo::open(&p)?;
             let baseline = forward_baseline(&repo, &prev_report)?;
-            let more = history::check_after(&repo, &o, prev_head, baseline, &prev_report.memory)
-                .map_err(|e| e.to_string())?;
+            let more = history::check_after(&repo, &o, prev_head, baseline, &prev_report.memory)?;
             let mut keys: Vec<Key> = more
                 .commits
                 .iter()
@@ -276,35 +278,27 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             Ok(keys)
         })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(PassError::from)
         .and_then(|r| r);
         let keys = match keys {
             Ok(k) => k,
             Err(e) => return Err((e, Some(prev))),
         };
         let live = match self.live_of(&keys).await {
-            Ok(l) => l,
+            Ok(l) => Arc::new(l),
             Err(e) => return Err((e, Some(prev))),
         };
         let p = repo_path.clone();
         let o = opts.clone();
-        let r = tokio::task::spawn_blocking(move || {
-            judge_blocking(&p, head, Some(prev), &o, Some(&live)).map(|(j, n, entries)| {
-                let lives: Vec<(String, Vec<Key>, Live)> = entries
-                    .into_iter()
-                    .map(|(sha, keys)| (sha, keys, live.clone()))
-                    .collect();
-                (j, n, lives)
-            })
+        let shared = live.clone();
+        let (j, n, entries) = tokio::task::spawn_blocking(move || {
+            judge_blocking(&p, head, Some(prev), &o, Some(&shared))
         })
         .await
-        .map_err(|e| (e.to_string(), None))
+        .map_err(|e| (PassError::from(e), None))
         .and_then(|r| r)?;
-        let (j, n, lives) = r;
-        let mut entries = Vec::new();
-        for (sha, keys, live) in lives {
-            record.add(&sha, &live, &keys);
-            entries.push((sha, keys));
+        for (sha, keys) in &entries {
+            record.add(sha, &live, keys);
         }
         Ok((j, n, entries))
     }
@@ -312,7 +306,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// The cluster's status of `keys`, as the gate reads it. An object the
     /// cluster does not have is absent; a failed read fails the judgment
     /// (judged again next pass), never a judgment without the live state.
-    async fn live_of(&self, keys: &[Key]) -> Result<Live, String> {
+    async fn live_of(&self, keys: &[Key]) -> Result<Live, PassError> {
         let mut live = Live::default();
         for k in keys {
             match self.cluster.get(k).await {
@@ -320,7 +314,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     live.objects.insert(k.clone(), o.status);
                 }
                 Ok(None) => {}
-                Err(e) => return Err(format!("cannot read {k} to judge against it: {e}")),
+                Err(e) => {
+                    return Err(PassError::Cluster {
+                        what: format!("the live status of {k}"),
+                        source: Box::new(e),
+                    });
+                }
             }
         }
         Ok(live)
@@ -384,15 +383,15 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         &self,
         path: &Path,
         opts: CheckOptions,
-    ) -> Result<history::CheckReport, String> {
+    ) -> Result<history::CheckReport, PassError> {
         let p = path.to_owned();
         let o = opts.clone();
         let git = tokio::task::spawn_blocking(move || {
-            let repo = GitRepo::open(&p).map_err(|e| e.to_string())?;
-            history::check(&repo, &o).map_err(|e| e.to_string())
+            let repo = GitRepo::open(&p)?;
+            Ok::<_, PassError>(history::check(&repo, &o)?)
         })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(PassError::from)
         .and_then(|r| r)?;
         let mut keys: Vec<Key> = git
             .commits
@@ -407,18 +406,17 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         }
         let p = path.to_owned();
         tokio::task::spawn_blocking(move || {
-            let repo = GitRepo::open(&p).map_err(|e| e.to_string())?;
-            history::check(
+            let repo = GitRepo::open(&p)?;
+            Ok::<_, PassError>(history::check(
                 &repo,
                 &CheckOptions {
                     live: Some(live),
                     ..opts
                 },
-            )
-            .map_err(|e| e.to_string())
+            )?)
         })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(PassError::from)
         .and_then(|r| r)
     }
 }
@@ -431,17 +429,15 @@ fn judge_blocking(
     prev: Option<Judged>,
     opts: &CheckOptions,
     live: Option<&Live>,
-) -> Result<(Judged, usize, Decided), (String, Option<Judged>)> {
+) -> Result<(Judged, usize, Decided), (PassError, Option<Judged>)> {
     let repo = match GitRepo::open(path) {
         Ok(r) => r,
-        Err(e) => return Err((e.to_string(), prev)),
+        Err(e) => return Err((e.into(), prev)),
     };
     let documents = Documents::new(&repo);
-    let forward = prev.as_ref().is_some_and(|p| {
-        repo.raw()
-            .graph_descendant_of(head, p.head)
-            .unwrap_or(false)
-    });
+    let forward = prev
+        .as_ref()
+        .is_some_and(|p| repo.descends_from(head, p.head));
     match prev {
         // The branch moved forward: judge only the new commits, from the
         // last accepted tree, and extend the chains they touch.
@@ -451,7 +447,7 @@ fn judge_blocking(
             });
             let (more, entries) = match more {
                 Ok(m) => m,
-                Err(e) => return Err((e, Some(prev))),
+                Err(e) => return Err((e.into(), Some(prev))),
             };
             let Judged {
                 report,
@@ -502,7 +498,7 @@ fn judge_blocking(
         prev => {
             let report = match history::check(&repo, opts) {
                 Ok(r) => r,
-                Err(e) => return Err((e.to_string(), prev)),
+                Err(e) => return Err((e.into(), prev)),
             };
             let mut chains = BTreeMap::new();
             rollout::extend_chains(
@@ -541,7 +537,10 @@ fn judge_blocking(
 
 /// The tree the commits after `report` are judged from: its last
 /// accepted (or held) commit's, or the range's base.
-fn forward_baseline(repo: &GitRepo, report: &CheckReport) -> Result<Option<Oid>, String> {
+fn forward_baseline(
+    repo: &GitRepo,
+    report: &CheckReport,
+) -> Result<Option<Oid>, crate::git::Error> {
     match report
         .commits
         .iter()
@@ -549,10 +548,11 @@ fn forward_baseline(repo: &GitRepo, report: &CheckReport) -> Result<Option<Oid>,
         .find(|c| matches!(c.verdict, Verdict::Accepted | Verdict::Held))
     {
         Some(c) => {
-            let oid = Oid::from_str(&c.sha).map_err(|e| e.to_string())?;
-            Ok(Some(repo.commit(oid).map_err(|e| e.to_string())?.tree))
+            let oid = Oid::from_str(&c.sha)
+                .map_err(|_| crate::git::Error::InvalidId { id: c.sha.clone() })?;
+            Ok(Some(repo.commit(oid)?.tree))
         }
-        None => history::base_tree(repo, report).map_err(|e| e.to_string()),
+        None => history::base_tree(repo, report),
     }
 }
 
@@ -569,16 +569,14 @@ fn judge_forward(
     baseline: Option<Oid>,
     memory: &Arc<history::Memory>,
     live: Option<&Live>,
-) -> Result<(CheckReport, Decided), String> {
+) -> Result<(CheckReport, Decided), crate::git::Error> {
     let Some(live) = live else {
-        return history::check_after(repo, opts, after, baseline, memory)
-            .map(|r| (r, Vec::new()))
-            .map_err(|e| e.to_string());
+        return history::check_after(repo, opts, after, baseline, memory).map(|r| (r, Vec::new()));
     };
-    let head = Oid::from_str(&opts.head).map_err(|e| e.to_string())?;
-    let commits = repo
-        .first_parent_range(Some(after), head)
-        .map_err(|e| e.to_string())?;
+    let head = Oid::from_str(&opts.head).map_err(|_| crate::git::Error::InvalidId {
+        id: opts.head.clone(),
+    })?;
+    let commits = repo.first_parent_range(Some(after), head)?;
     let mut memory = memory.clone();
     let mut baseline = baseline;
     let mut prev = after;
@@ -590,16 +588,15 @@ fn judge_forward(
             live: None,
             ..opts.clone()
         };
-        let git =
-            history::check_after(repo, &one, prev, baseline, &memory).map_err(|e| e.to_string())?;
+        let git = history::check_after(repo, &one, prev, baseline, &memory)?;
         let with = CheckOptions {
             live: Some(live.clone()),
             ..one
         };
-        let judged = history::check_after(repo, &with, prev, baseline, &memory)
-            .map_err(|e| e.to_string())?;
+        let judged = history::check_after(repo, &with, prev, baseline, &memory)?;
         let (Some(g), Some(l)) = (git.commits.first(), judged.commits.first()) else {
-            return Err(format!("commit {} was not judged", c.id));
+            // check_after of a one-commit range judges that commit.
+            unreachable!("commit {} was not judged", c.id);
         };
         if super::record::differs(g, l) {
             let mut keys: Vec<Key> = l.objects.iter().filter_map(|o| o.key()).collect();
@@ -690,16 +687,14 @@ fn plane_key(repo: &GitRepo, sha: &str, file: &str, name: &str) -> Option<Key> {
     })
 }
 
-fn blob_at(repo: &GitRepo, sha: &str, file: &str) -> Option<Oid> {
+fn blob_at(repo: &impl Store, sha: &str, file: &str) -> Option<Oid> {
     let oid = Oid::from_str(sha).ok()?;
-    let tree = repo.raw().find_commit(oid).ok()?.tree().ok()?;
-    let entry = tree.get_path(Path::new(file)).ok()?;
-    Some(entry.id())
+    repo.entry_at(oid, file).ok().map(|e| e.oid)
 }
 
-fn parse_blob(repo: &GitRepo, blob: Oid) -> Option<Vec<serde_json::Value>> {
-    let blob = repo.raw().find_blob(blob).ok()?;
-    let text = std::str::from_utf8(blob.content()).ok()?;
+fn parse_blob(repo: &impl Store, blob: Oid) -> Option<Vec<serde_json::Value>> {
+    let bytes = repo.read_blob(blob).ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
     // The gate read this file within its byte limit: the same budget here,
     // or a file of thousands of documents would pass the gate and then not
     // be found to apply.

@@ -135,17 +135,15 @@ impl Default for Options {
 /// Where the repository is read from, as the loop sees it: a refresh that
 /// says whether anything moved, the branch head and the pull-request heads.
 pub trait Repo: Send {
-    fn refresh(&mut self) -> Result<bool, String>;
+    fn refresh(&mut self) -> Result<bool, crate::source::SourceError>;
     fn path(&self) -> PathBuf;
     fn head(&self) -> Option<Oid>;
     fn pulls(&self) -> Vec<(u64, Oid)>;
 }
 
 impl Repo for crate::source::Source {
-    fn refresh(&mut self) -> Result<bool, String> {
-        crate::source::Source::refresh(self)
-            .map(|r| r == crate::source::Refresh::Changed)
-            .map_err(|e| e.to_string())
+    fn refresh(&mut self) -> Result<bool, crate::source::SourceError> {
+        crate::source::Source::refresh(self).map(|r| r == crate::source::Refresh::Changed)
     }
     fn path(&self) -> PathBuf {
         crate::source::Source::path(self).to_owned()
@@ -158,6 +156,46 @@ impl Repo for crate::source::Source {
     }
 }
 
+/// Why a step of a pass could not read what it needed. Typed up to the
+/// pass, which keeps the last good state and reports it
+/// ([`PassOutcome::source_error`]).
+/// (Boxed: it travels beside the last judgment, and stays small.)
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error(transparent)]
+    Source(Box<crate::source::SourceError>),
+    #[error(transparent)]
+    Git(Box<crate::git::Error>),
+    /// A refresh panicked while holding the source.
+    #[error("the source is unusable after a failed refresh; restart lockstep")]
+    Poisoned,
+    /// The blocking task running Git stopped (a panic, or shutdown).
+    #[error("a Git task stopped before it finished: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// What judging against the live state needs from the cluster (an
+    /// object's status, lockstep's record) could not be read or written:
+    /// nothing is judged without it.
+    #[error("cannot judge without {what}: {source}")]
+    Cluster {
+        what: String,
+        source: Box<crate::cluster::ClusterError>,
+    },
+    #[error(transparent)]
+    Record(#[from] record::RecordError),
+}
+
+impl From<crate::source::SourceError> for PassError {
+    fn from(e: crate::source::SourceError) -> Self {
+        PassError::Source(Box::new(e))
+    }
+}
+
+impl From<crate::git::Error> for PassError {
+    fn from(e: crate::git::Error) -> Self {
+        PassError::Git(Box::new(e))
+    }
+}
+
 /// What one pass found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct PassOutcome {
@@ -166,7 +204,8 @@ pub struct PassOutcome {
     pub applied: usize,
     pub repaired: usize,
     pub blocked: usize,
-    /// The source could not be refreshed (the last good state was used).
+    /// The source could not be refreshed or judged (the last good state
+    /// was used): a [`PassError`], displayed for reporting.
     pub source_error: Option<String>,
 }
 

@@ -93,7 +93,7 @@ pub struct FixedHead {
 }
 
 impl Repo for FixedHead {
-    fn refresh(&mut self) -> Result<bool, String> {
+    fn refresh(&mut self) -> Result<bool, crate::source::SourceError> {
         Ok(false)
     }
     fn path(&self) -> PathBuf {

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use git2::Oid;
 
-use super::{Daemon, PassOutcome, Repo};
+use super::{Daemon, PassError, PassOutcome, Repo};
 use crate::cluster::Cluster;
 use crate::metrics::Metrics;
 
@@ -26,14 +26,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let t = Instant::now();
         let repo = self.repo.clone();
         let refreshed = tokio::task::spawn_blocking(move || {
-            let mut r = repo
-                .lock()
-                .map_err(|_| "source lock poisoned".to_string())?;
+            let mut r = repo.lock().map_err(|_| PassError::Poisoned)?;
             r.refresh()?;
-            Ok::<_, String>((r.path(), r.head(), r.pulls()))
+            Ok::<_, PassError>((r.path(), r.head(), r.pulls()))
         })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(PassError::from)
         .and_then(|r| r);
         Metrics::observe(
             &self.metrics.git_seconds,
@@ -45,7 +43,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "source refresh failed; keeping the last good state");
-                out.source_error = Some(e);
+                out.source_error = Some(e.to_string());
                 match self.repo.lock() {
                     Ok(r) => (r.path(), r.head(), r.pulls()),
                     Err(_) => (PathBuf::new(), None, Vec::new()),

@@ -260,6 +260,42 @@ fn merge_theirs(repo: &Repository, remote: &NotesRemote) -> Result<(), ForgeErro
     Ok(())
 }
 
+/// The statuses per commit of `branch`'s first parents, oldest first, as
+/// `git log --notes=lockstep` would show them (what a bounded `run` prints
+/// at the end); every line escaped. Empty when the repository or branch
+/// cannot be read.
+pub fn history_text(repo: &Path, branch: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let Ok(r) = Repository::open(repo) else {
+        return out;
+    };
+    let Ok(head) = r.revparse_single(&format!("refs/heads/{branch}")) else {
+        return out;
+    };
+    let Ok(mut walk) = r.revwalk() else {
+        return out;
+    };
+    let _ = walk.push(head.id());
+    let _ = walk.simplify_first_parent();
+    let _ = walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE);
+    for id in walk.flatten() {
+        let Ok(c) = r.find_commit(id) else { continue };
+        let _ = writeln!(
+            out,
+            "{} {}",
+            &id.to_string()[..10],
+            escape(c.summary().ok().flatten().unwrap_or(""))
+        );
+        if let Ok(n) = r.find_note(Some(NOTES_REF), id) {
+            for line in n.message().unwrap_or("").lines() {
+                let _ = writeln!(out, "    {}", escape(line));
+            }
+        }
+    }
+    out
+}
+
 impl Notes {
     /// Pushes the notes to a named remote; see [`Notes::push_to`].
     pub fn push(&self, remote: &str) -> Result<(), ForgeError> {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use git2::Oid;
 use jiff::Timestamp;
 
-use crate::git::{EntryKind, GitRepo};
+use crate::git::{EntryKind, GitRepo, Store as _};
 use crate::kind::Key;
 use crate::manifest;
 
@@ -39,15 +39,13 @@ pub fn read(
     head: Oid,
     prefixes: &[String],
     max: usize,
-) -> Result<TreePlans, String> {
-    let tree = repo.commit(head).map_err(|e| e.to_string())?.tree;
-    let files = repo
-        .files(tree, prefixes, manifest::is_manifest_path)
-        .map_err(|e| e.to_string())?;
+) -> Result<TreePlans, crate::git::Error> {
+    let tree = repo.commit(head)?.tree;
+    let files = repo.files(tree, prefixes, manifest::is_manifest_path)?;
     let mut plans = Vec::new();
     let mut texts: Vec<(String, Oid)> = Vec::new();
     for (path, e) in files.iter().filter(|(_, e)| e.kind == EntryKind::File) {
-        let blob = repo.blob(e.oid).map_err(|e| e.to_string())?;
+        let blob = repo.blob(e.oid)?;
         if memchr::memmem::find(blob.content(), KIND.as_bytes()).is_some() {
             let (found, _) = super::parse_plans(path, &String::from_utf8_lossy(blob.content()));
             plans.extend(found);
@@ -59,7 +57,7 @@ pub fn read(
     }
     let mut docs = Vec::new();
     for (path, oid) in &texts {
-        let blob = repo.blob(*oid).map_err(|e| e.to_string())?;
+        let blob = repo.blob(*oid)?;
         docs.extend(manifest::parse_file(path, blob.content(), max).documents);
     }
     let units = validate::units(&docs);
@@ -280,17 +278,9 @@ pub fn run(
                     Ok(oid) => {
                         tracing::info!(plan = %name, wave = %wave_name, commit = %oid, objects = keys.len(), "plan: wrote the wave's hop commit");
                         if let Some(target) = &writer.push {
-                            let errs = std::cell::RefCell::new(None);
-                            if let Err(e) = writeback::push_branch(
-                                &writer.repo,
-                                target.url(),
-                                &writer.branch,
-                                target.callbacks(&errs),
-                            ) {
-                                // What a callback refused says more.
-                                let e = errs
-                                    .into_inner()
-                                    .map_or_else(|| e.to_string(), |f| f.to_string());
+                            let pushed = GitRepo::open(&writer.repo)
+                                .and_then(|r| r.push(target, &writer.branch, false));
+                            if let Err(e) = pushed {
                                 tracing::warn!(plan = %name, error = %e, "plan: pushing the hop commit failed; next pass");
                             }
                         }

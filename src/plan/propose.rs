@@ -28,17 +28,17 @@
 //! not proposed at all (the scheduler counts them as started), so a merged
 //! request is never proposed twice.
 
-use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use git2::{Oid, Repository};
+use git2::Oid;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::escape::escape;
 use crate::forge::propose::{NewProposal, Proposal, ProposalState, Propose, open_one};
 use crate::forge::{Forge, State};
+use crate::git::{Error as GitError, GitRepo, Store as _};
 use crate::kind::Key;
 use crate::source::{PushTarget, SourceError};
 
@@ -211,8 +211,8 @@ pub enum ProposeError {
     Write(#[from] WritebackError),
     #[error(transparent)]
     Remote(#[from] SourceError),
-    #[error("{0}")]
-    Other(String),
+    #[error(transparent)]
+    Git(#[from] crate::git::Error),
 }
 
 /// The commit on the remote's proposal branch after [`prepare`].
@@ -246,20 +246,16 @@ pub fn prepare(
         }
         .into());
     }
-    let repo = Repository::open(repo_path).map_err(|e| {
-        ProposeError::Other(format!(
-            "opening the repository {}: {}",
-            repo_path.display(),
-            e.message()
-        ))
-    })?;
-    let parent = repo.find_commit(req.head).map_err(|e| {
-        ProposeError::Other(format!("reading commit {}: {}", req.head, e.message()))
-    })?;
-    let tree = writeback::wave_tree(&repo, &parent, &req.bumps())?;
-    if let Some(tip) = target.branch_tip(&repo, &req.branch)? {
+    let git = GitRepo::open(repo_path)?;
+    let repo = git.raw();
+    let fail = |what: String| move |e: git2::Error| GitError::classify(&e, what, repo_path);
+    let parent = repo
+        .find_commit(req.head)
+        .map_err(fail(format!("commit {}", req.head)))?;
+    let tree = writeback::wave_tree(repo, &parent, &req.bumps())?;
+    if let Some(tip) = target.branch_tip(repo, &req.branch)? {
         if repo.find_commit(tip).is_err() {
-            target.fetch_branch(&repo, &req.branch)?;
+            target.fetch_branch(repo, &req.branch)?;
         }
         let reusable = repo.find_commit(tip).is_ok_and(|c| {
             c.parent_count() == 1 && c.parent_id(0).ok() == Some(req.head) && c.tree_id() == tree
@@ -271,30 +267,23 @@ pub fn prepare(
                 true,
                 "lockstep: the proposal branch as pushed",
             )
-            .map_err(|e| ProposeError::Other(format!("moving {refname}: {}", e.message())))?;
+            .map_err(fail(format!("moving {refname}")))?;
             return Ok(Prepared {
                 commit: tip,
                 wrote: false,
             });
         }
     }
-    let commit = writeback::write_commit(&repo, &parent, tree, &req.message, author, signing_key)?;
+    let commit = writeback::write_commit(repo, &parent, tree, &req.message, author, signing_key)?;
     let log = format!("lockstep: {}", req.title());
     repo.reference(&refname, commit, true, &log)
-        .map_err(|e| ProposeError::Other(format!("moving {refname}: {}", e.message())))?;
-    let errs = RefCell::new(None);
-    let pushed = writeback::force_push_branch(
-        repo_path,
-        target.url(),
-        &req.branch,
-        target.callbacks(&errs),
-    );
-    if let Err(e) = pushed {
-        // What a callback refused (a token, a host key) says more.
-        return Err(match errs.into_inner() {
-            Some(found) => found.into(),
-            None => e.into(),
-        });
+        .map_err(fail(format!("moving {refname}")))?;
+    // Forced: the branch is lockstep's own while no open request uses it.
+    match git.push(target, &req.branch, true) {
+        Ok(()) => {}
+        // What a callback refused (a token, a host key), in the source's words.
+        Err(GitError::Remote(found)) => return Err(ProposeError::Remote(*found)),
+        Err(e) => return Err(e.into()),
     }
     Ok(Prepared {
         commit,

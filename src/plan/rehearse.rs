@@ -37,6 +37,19 @@ fn clock(d: Duration) -> String {
     format!("+{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
 }
 
+/// Why a plan rehearsal could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RehearseError {
+    #[error("creating a temporary directory for the clone: {0}")]
+    Temp(#[source] std::io::Error),
+    #[error(transparent)]
+    Git(#[from] crate::git::Error),
+    #[error(transparent)]
+    Source(#[from] crate::source::SourceError),
+    #[error(transparent)]
+    Seed(#[from] daemon::SeedError),
+}
+
 /// Rehearses the plans of `branch` in `repo` (which is not touched: the run
 /// happens on a clone).
 pub async fn rehearse(
@@ -44,22 +57,27 @@ pub async fn rehearse(
     branch: &str,
     faults: Vec<Fault>,
     start: Timestamp,
-) -> Result<Schedule, String> {
-    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+) -> Result<Schedule, RehearseError> {
+    let tmp = tempfile::tempdir().map_err(RehearseError::Temp)?;
     let clone = tmp.path().join("fleet");
     {
         let src = repo.to_string_lossy().into_owned();
         let mut b = git2::build::RepoBuilder::new();
         b.branch(branch);
-        b.clone(&src, &clone)
-            .map_err(|e| format!("cloning {}: {}", repo.display(), e.message()))?;
+        b.clone(&src, &clone).map_err(|e| {
+            crate::git::Error::classify(
+                &e,
+                format!("cloning branch {branch:?} of {}", repo.display()),
+                repo,
+            )
+        })?;
     }
     // Without a plan the engine still rehearses the branch's own commits,
     // as the daemon would apply them; the output says so first, so it is not
     // read as a plan's timeline.
     let has_plans = {
-        let git = crate::git::GitRepo::open(&clone).map_err(|e| e.to_string())?;
-        match git.resolve("HEAD").map_err(|e| e.to_string())? {
+        let git = crate::git::GitRepo::open(&clone)?;
+        match git.resolve("HEAD")? {
             crate::git::Resolved::Commit(head) => {
                 !super::exec::read(&git, head, &[], crate::manifest::DEFAULT_MAX_FILE_BYTES)?
                     .plans
@@ -71,7 +89,7 @@ pub async fn rehearse(
     let mut world = World::new(Params::default());
     world.faults = faults;
     let world = MemoryCluster::new(world);
-    let source = Source::open(Origin::Local(clone.clone()), branch).map_err(|e| e.to_string())?;
+    let source = Source::open(Origin::Local(clone.clone()), branch)?;
     let opts = Options {
         cluster_name: "rehearsal".into(),
         branch: branch.to_owned(),
@@ -80,10 +98,11 @@ pub async fn rehearse(
         ..Options::default()
     };
     if let Some(head) = daemon::Repo::head(&source) {
-        daemon::seed_simulation(&world, &clone, head, &opts).map_err(|e| e.to_string())?;
+        daemon::seed_simulation(&world, &clone, head, &opts)?;
     }
     let sim = daemon::simulate(source, world, opts, start).await;
-    let git = git2::Repository::open(&clone).map_err(|e| e.message().to_owned())?;
+    let git = crate::git::GitRepo::open(&clone)?;
+    let git = git.raw();
     let mut out = Schedule::default();
     if !has_plans {
         out.lines.push(format!(

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::escape::Escaped;
-use crate::git::{GitRepo, Resolved};
+use crate::git::{Error, GitRepo, Resolved};
 
 use super::exec;
 use super::validate;
@@ -16,11 +16,17 @@ use super::validate;
 /// Renders the plans of `rev`'s tree for people. Plan, wave, file and
 /// branch names and the notes' lines come from Git: every line is escaped
 /// as a whole ([`crate::escape`]), so none of them can add or hide a line.
-pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String, String> {
-    let repo = GitRepo::open(repo_path).map_err(|e| e.to_string())?;
-    let head = match repo.resolve(rev).map_err(|e| e.to_string())? {
+pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String, Error> {
+    let repo = GitRepo::open(repo_path)?;
+    let head = match repo.resolve(rev)? {
         Resolved::Commit(c) => c,
-        Resolved::Tree(_) => return Err(format!("{rev} names a tree, not a commit")),
+        Resolved::Tree(_) => {
+            return Err(Error::UnknownRevision {
+                rev: rev.to_owned(),
+                path: repo_path.to_owned(),
+                why: "names a tree, not a commit; plans are read at a commit".into(),
+            });
+        }
     };
     let tp = exec::read(
         &repo,

@@ -15,14 +15,11 @@
 //! read again and checked to mean what was intended; anything else is an
 //! error, not a commit.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::rc::Rc;
 
-use git2::{ErrorCode, FileMode, Oid, PushOptions, RemoteCallbacks, Repository, Signature};
+use git2::{ErrorCode, FileMode, Oid, RemoteCallbacks, Repository};
 use serde_saphyr::Spanned;
 use thiserror::Error;
 
@@ -42,13 +39,8 @@ pub struct Bump {
     pub to: String,
 }
 
-/// Who writes the plan commits: author and committer alike (the daemon is
-/// both; the plan's owner is named in the message).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Author {
-    pub name: String,
-    pub email: String,
-}
+/// Who writes the plan commits: author and committer alike.
+pub use crate::git::Author;
 
 /// Where a refused field is written: `file:line: Kind ns/name field`.
 /// (Boxed in [`WritebackError`]: errors stay small on the happy path.)
@@ -157,6 +149,8 @@ pub enum WritebackError {
     },
     #[error("Git error while {context}: {message}")]
     Git { context: String, message: String },
+    #[error(transparent)]
+    Store(#[from] crate::git::Error),
 }
 
 fn git(context: impl Into<String>) -> impl FnOnce(git2::Error) -> WritebackError {
@@ -726,7 +720,7 @@ pub fn wave_tree(
 
 /// Writes (but does not point any ref at) the commit of `tree` on
 /// `parent`, authored and committed by `author`, signed with
-/// `signing_key` when given.
+/// `signing_key` when given ([`crate::git::write_commit`]).
 pub fn write_commit(
     repo: &Repository,
     parent: &git2::Commit<'_>,
@@ -735,29 +729,12 @@ pub fn write_commit(
     author: &Author,
     signing_key: Option<&Path>,
 ) -> Result<Oid, WritebackError> {
-    let tree = repo
-        .find_tree(tree_id)
-        .map_err(git("reading the new tree"))?;
-    let sig =
-        Signature::now(&author.name, &author.email).map_err(git("making the author signature"))?;
-    let buffer = repo
-        .commit_create_buffer(&sig, &sig, message, &tree, &[parent])
-        .map_err(git("formatting the commit"))?;
-    let content = buffer
-        .as_str()
-        .map_err(git("formatting the commit (author or message not UTF-8)"))?;
-    let commit = match signing_key {
-        Some(key) => {
-            let signature = ssh_sign(content, key)?;
-            repo.commit_signed(content, &signature, Some("gpgsig"))
-                .map_err(git("writing the signed commit"))?
+    crate::git::write_commit(repo, parent, tree_id, message, author, signing_key).map_err(|e| {
+        match e {
+            crate::git::Error::Sign { key, why } => WritebackError::Sign { key, message: why },
+            e => e.into(),
         }
-        None => repo
-            .odb()
-            .and_then(|odb| odb.write(git2::ObjectType::Commit, content.as_bytes()))
-            .map_err(git("writing the commit"))?,
-    };
-    Ok(commit)
+    })
 }
 
 fn branch_tip(repo: &Repository, refname: &str) -> Result<Option<Oid>, WritebackError> {
@@ -766,44 +743,6 @@ fn branch_tip(repo: &Repository, refname: &str) -> Result<Option<Oid>, Writeback
         Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
         Err(e) => Err(git(format!("reading {refname}"))(e)),
     }
-}
-
-/// Signs `content` the way `git commit -S` with `gpg.format=ssh` does: the
-/// payload in a file, `ssh-keygen -Y sign -n git -f KEY FILE`, the armored
-/// signature from `FILE.sig`. No prompt can appear (no terminal input, no
-/// askpass): a daemon cannot answer one, so a passphrase-protected key
-/// fails here instead of hanging.
-fn ssh_sign(content: &str, key: &Path) -> Result<String, WritebackError> {
-    let fail = |message: String| WritebackError::Sign {
-        key: key.to_owned(),
-        message,
-    };
-    let dir =
-        tempfile::tempdir().map_err(|e| fail(format!("creating a temporary directory: {e}")))?;
-    let payload = dir.path().join("commit");
-    std::fs::write(&payload, content).map_err(|e| fail(format!("writing the payload: {e}")))?;
-    let out = Command::new("ssh-keygen")
-        .args(["-Y", "sign", "-n", "git", "-f"])
-        .arg(key)
-        .arg(&payload)
-        .stdin(Stdio::null())
-        .env("SSH_ASKPASS_REQUIRE", "never")
-        .output()
-        .map_err(|e| fail(format!("running ssh-keygen: {e}")))?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(fail(format!(
-            "ssh-keygen -Y sign failed ({}): {}",
-            out.status,
-            stderr.trim()
-        )));
-    }
-    let signature = std::fs::read_to_string(dir.path().join("commit.sig"))
-        .map_err(|e| fail(format!("reading the signature: {e}")))?;
-    if !signature.starts_with("-----BEGIN SSH SIGNATURE-----") {
-        return Err(fail("ssh-keygen wrote no SSH signature".into()));
-    }
-    Ok(signature)
 }
 
 /// Pushes `refs/heads/<branch>` to `remote` (a configured remote's name, or
@@ -843,84 +782,31 @@ fn push(
     remote: &str,
     branch: &str,
     force: bool,
-    mut callbacks: RemoteCallbacks<'_>,
+    callbacks: RemoteCallbacks<'_>,
 ) -> Result<(), WritebackError> {
-    let refname = format!("refs/heads/{branch}");
-    if !git2::Reference::is_valid_name(&refname) {
+    if !git2::Reference::is_valid_name(&format!("refs/heads/{branch}")) {
         return Err(WritebackError::InvalidBranch {
             branch: branch.to_owned(),
         });
     }
-    let shown = redact(remote);
     let repo = Repository::open(repo_path).map_err(git(format!(
         "opening the repository {}",
         repo_path.display()
     )))?;
-    let mut handle = match repo.find_remote(remote) {
-        Ok(r) => r,
-        Err(_) => repo
-            .remote_anonymous(remote)
-            .map_err(git(format!("opening remote {shown}")))?,
-    };
-    let refused: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
-    let slot = Rc::clone(&refused);
-    callbacks.push_update_reference(move |_name, status| {
-        if let Some(s) = status {
-            *slot.borrow_mut() = Some(s.to_owned());
-        }
-        Ok(())
-    });
-    let mut opts = PushOptions::new();
-    opts.remote_callbacks(callbacks);
-    let spec = format!("{}{refname}:{refname}", if force { "+" } else { "" });
-    let rejected = |message: String| WritebackError::PushRejected {
-        remote: shown.clone(),
-        branch: branch.to_owned(),
-        message,
-    };
-    match handle.push(&[spec.as_str()], Some(&mut opts)) {
-        Err(e) if e.code() == ErrorCode::NotFastForward => {
-            return Err(rejected(redact(e.message())));
-        }
-        Err(e) => {
-            return Err(WritebackError::Git {
-                context: format!("pushing {refname} to {shown}"),
-                message: redact(e.message()),
-            });
-        }
-        Ok(()) => {}
-    }
-    if let Some(status) = refused.borrow_mut().take() {
-        return Err(rejected(status));
-    }
-    Ok(())
-}
-
-/// Drops `user:password@` from anything URL-like, so errors can be logged.
-fn redact(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(i) = rest.find("://") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        let end = tail
-            .find(|c: char| c == '/' || c.is_whitespace())
-            .unwrap_or(tail.len());
-        match tail[..end].rfind('@') {
-            Some(at) => {
-                out.push_str("<redacted>@");
-                rest = &tail[at + 1..];
-            }
-            None => rest = tail,
-        }
-    }
-    out.push_str(rest);
-    out
+    crate::git::push(&repo, remote, branch, force, callbacks).map_err(|e| match e {
+        crate::git::Error::Refused { why, .. } => WritebackError::PushRejected {
+            remote: crate::git::redact(remote),
+            branch: branch.to_owned(),
+            message: why,
+        },
+        e => e.into(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::git::redact;
 
     const NOVA: &str = "apiVersion: nova.openstack.c5c3.io/v1alpha1
 kind: Nova
