@@ -534,15 +534,18 @@ impl Walker<'_> {
                 reason: Some(gate::Reason::PolicyInvalid),
                 message,
             };
+        // A policy that cannot be read might block anything: every commit
+        // whose tree holds one is refused until it is fixed (fail closed).
         for e in &after.errors {
-            if changes.iter().any(|c| *c.path == *e.file) {
-                out.push(refused(
-                    e.file.clone(),
-                    e.line,
-                    e.name.clone(),
-                    e.message.clone(),
-                ));
-            }
+            let message = if changes.iter().any(|c| *c.path == *e.file) {
+                e.message.clone()
+            } else {
+                format!(
+                    "{} (this commit does not touch it, but nothing is judged against policies lockstep cannot read: fix it first)",
+                    e.message
+                )
+            };
+            out.push(refused(e.file.clone(), e.line, e.name.clone(), message));
         }
         for ch in changes {
             let Some(new) = ch.new.as_ref().filter(|e| e.kind == EntryKind::File) else {

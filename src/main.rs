@@ -133,6 +133,8 @@ enum Command {
     ConfigSchema,
     /// Print the JSON Schema of UpgradePlan documents.
     PlanSchema,
+    /// Print the JSON Schema of UpgradePolicy documents.
+    PolicySchema,
     /// Where each UpgradePlan of a revision stands: its waves, which
     /// objects' hop commits exist, the `mode: propose` branches the
     /// repository knows, and the plan statuses in git notes.
@@ -511,6 +513,10 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
         }
         Command::PlanSchema => {
             print!("{}", lockstep::plan::schema_json());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::PolicySchema => {
+            print!("{}", lockstep::policy::schema_json());
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { keep, output } => {

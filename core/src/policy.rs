@@ -16,6 +16,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::kind::Kind;
@@ -138,23 +139,28 @@ pub struct PolicyError {
     pub message: String,
 }
 
-#[derive(Deserialize)]
+/// An UpgradePolicy document: the fleet's own rules on top of the
+/// operators' (docs/policy.md).
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "UpgradePolicy (lockstep.c5c3.io/v1alpha1)")]
 struct Doc {
     #[serde(rename = "apiVersion")]
+    #[schemars(extend("const" = "lockstep.c5c3.io/v1alpha1"))]
     _api_version: String,
     #[serde(rename = "kind")]
+    #[schemars(extend("const" = "UpgradePolicy"))]
     _kind: String,
     metadata: Metadata,
     spec: Spec,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct Metadata {
     name: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Spec {
     #[serde(default)]
@@ -165,7 +171,7 @@ struct Spec {
     given: Vec<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct EdgeDoc {
     #[serde(default)]
@@ -177,7 +183,7 @@ struct EdgeDoc {
     url: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct BlockedDoc {
     #[serde(flatten)]
@@ -186,7 +192,7 @@ struct BlockedDoc {
     when: Option<WhenDoc>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct WhenDoc {
     condition: String,
@@ -198,7 +204,7 @@ fn true_text() -> String {
     "True".into()
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AckDoc {
     id: String,
@@ -244,6 +250,14 @@ fn is_ack_id(id: &str) -> bool {
         && id
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// The JSON Schema of UpgradePolicy documents, as committed under `plans/`.
+pub fn schema_json() -> String {
+    let schema = schemars::schema_for!(Doc);
+    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    s.push('\n');
+    s
 }
 
 /// The policies of one file (documents of other kinds are skipped).

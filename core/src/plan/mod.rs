@@ -95,6 +95,24 @@ pub struct Wave {
     #[serde(default = "zero")]
     #[schemars(schema_with = "crate::duration::schema_or_zero")]
     pub soak: String,
+    /// Kinds in the order they move within the wave (`[placement, nova]`:
+    /// every Placement of the wave completes before the first Nova starts,
+    /// as the operators' runbook asks). Kinds not listed come after the
+    /// listed ones. A ControlPlane is one unit (its operator orders its
+    /// children).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub order: Vec<String>,
+}
+
+impl Wave {
+    /// Where a unit of `kind` stands in the wave's `order` (unlisted kinds
+    /// last).
+    pub fn rank(&self, kind: Kind) -> usize {
+        self.order
+            .iter()
+            .position(|o| o.eq_ignore_ascii_case(kind.as_str()) || o == kind.service())
+            .unwrap_or(self.order.len())
+    }
 }
 
 /// Selects units: `kind`/`namespace`/`name` narrow by identity (each

@@ -166,12 +166,24 @@ pub fn decide(i: &Input<'_>) -> Decision {
         .iter()
         .filter(|k| i.objects.get(*k).is_some_and(|v| v.started && !v.complete))
         .count();
+    // Within the wave, kinds move in the wave's `order`: only the first
+    // rank with work left may start.
+    let spec = i.plan.spec.waves.get(wave);
+    let rank = |k: &Key| spec.map_or(0, |w| w.rank(k.kind));
+    let first = keys
+        .iter()
+        .filter(|k| !done(i.objects.get(*k)))
+        .map(rank)
+        .min()
+        .unwrap_or(0);
     let pending: Vec<Key> = keys
         .iter()
         .filter(|k| i.objects.get(*k).is_none_or(|v| !v.started))
+        .filter(|k| rank(k) == first)
         .cloned()
         .collect();
     if pending.is_empty() {
+        // Everything of this rank started: later kinds wait for it.
         return Decision::Running { wave, running };
     }
     if i.plan.spec.paused {
@@ -234,6 +246,7 @@ mod tests {
                         select: vec![Selector::default()],
                         max_parallel: *p,
                         soak: (*s).into(),
+                        order: Vec::new(),
                     })
                     .collect(),
                 windows: Vec::new(),
@@ -308,6 +321,45 @@ mod tests {
         fn set(&mut self, k: &Key, started: bool, complete: bool) {
             self.objects.insert(k.clone(), view(started, complete));
         }
+    }
+
+    #[test]
+    fn kinds_move_in_the_waves_order() {
+        let mut w = World::new(plan(&[("all", 4, "0s")]), &[0]);
+        w.plan.spec.waves[0].order = vec!["placement".into(), "Nova".into()];
+        let key = |k: Kind, n: &str| Key::new(k, "openstack", n);
+        let (p1, p2) = (key(Kind::Placement, "p1"), key(Kind::Placement, "p2"));
+        let (n1, n2) = (key(Kind::Nova, "n1"), key(Kind::Nova, "n2"));
+        let g = key(Kind::Glance, "g");
+        let mut keys = vec![n1.clone(), g.clone(), p1.clone(), n2.clone(), p2.clone()];
+        keys.sort();
+        w.waves = vec![keys.clone()];
+        for k in &keys {
+            w.set(k, false, false);
+        }
+        let now = "2026-12-01T10:00:00Z";
+        let started = |d: Decision| match d {
+            Decision::Start { keys, .. } => keys,
+            other => panic!("{other:?}"),
+        };
+        // Placement first, whatever maxParallel would allow.
+        let mut first = started(w.decide(now));
+        first.sort();
+        assert_eq!(first, vec![p1.clone(), p2.clone()]);
+        w.set(&p1, true, false);
+        w.set(&p2, true, true);
+        assert!(matches!(
+            w.decide(now),
+            Decision::Running { running: 1, .. }
+        ));
+        w.set(&p1, true, true);
+        let mut novas = started(w.decide(now));
+        novas.sort();
+        assert_eq!(novas, vec![n1.clone(), n2.clone()]);
+        w.set(&n1, true, true);
+        w.set(&n2, true, true);
+        // Kinds the order does not name come last.
+        assert_eq!(started(w.decide(now)), vec![g]);
     }
 
     #[test]

@@ -157,6 +157,26 @@ pub fn validate(plan: &Located, units: &[Unit], others: &[Located]) -> Vec<Refus
                 format!("wave {} has no selector", w.name),
             ));
         }
+        let mut ordered = BTreeSet::new();
+        for o in &w.order {
+            let kind = Kind::ALL
+                .iter()
+                .find(|x| x.as_str().eq_ignore_ascii_case(o) || x.service() == o.as_str());
+            match kind {
+                None => out.push(refuse(
+                    Reason::PlanInvalid,
+                    format!(
+                        "wave {}: order names {o:?}, which is not a C5C3 kind",
+                        w.name
+                    ),
+                )),
+                Some(k) if !ordered.insert(*k) => out.push(refuse(
+                    Reason::PlanInvalid,
+                    format!("wave {}: order names {k} twice", w.name),
+                )),
+                Some(_) => {}
+            }
+        }
         for s in &w.select {
             if let Some(k) = &s.kind
                 && !Kind::ALL.iter().any(|x| x.as_str().eq_ignore_ascii_case(k))

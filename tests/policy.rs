@@ -1,0 +1,304 @@
+//! UpgradePolicy through `lockstep check` on real repositories: a blocked
+//! edge refuses the hop with the policy's reason and URL (a plane's child
+//! included), a commit can neither lift a block and cross it nor add one
+//! and slip past it, an acknowledgement comes from the commit's trailer or
+//! the policy, and a policy that cannot be used (malformed, or outside
+//! `.lockstep/policies/`) is refused with its file and line. The promise
+//! over random histories is in `gate_property.rs`.
+
+mod common;
+
+use common::{FleetRepo, check_json, find, last_objects};
+
+const DIR: &str = ".lockstep/policies";
+
+fn blocked(kinds: &str, from: &str, to: &str) -> String {
+    format!(
+        "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePolicy
+metadata:
+  name: cells
+spec:
+  blocked:
+    - kinds: [{kinds}]
+      from: \"{from}\"
+      to: \"{to}\"
+      reason: \"{to} breaks our cells layout\"
+      url: https://tracker.example/CELLS-12
+"
+    )
+}
+
+const ACK: &str = "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePolicy
+metadata:
+  name: api-removal
+spec:
+  acknowledgements:
+    - id: nova-os-hosts
+      kinds: [Nova]
+      from: \"*\"
+      to: \"2027.1\"
+      reason: 2027.1 removes the os-hosts API
+      url: https://docs.example/os-hosts
+";
+
+fn nova_at<'a>(repo: &'a FleetRepo, release: &str) -> &'a FleetRepo {
+    repo.write(
+        "standalone/compute/nova.yaml",
+        common::nova("nova", release, release),
+    )
+}
+
+fn verdict(json: &serde_json::Value) -> (String, String, String) {
+    let objects = last_objects(json);
+    let o = objects
+        .iter()
+        .find(|o| o["verdict"] == "refused")
+        .or_else(|| objects.first())
+        .cloned()
+        .unwrap_or_default();
+    (
+        o["verdict"].as_str().unwrap_or_default().to_owned(),
+        o["reason"].as_str().unwrap_or_default().to_owned(),
+        o["message"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[test]
+fn a_blocked_edge_refuses_the_hop_with_its_reason_and_url() {
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.1").write(
+        &format!("{DIR}/cells.yaml"),
+        blocked("Nova", "2026.1", "2026.2"),
+    );
+    repo.commit("Nova at 2026.1, and the cells policy");
+    nova_at(&repo, "2026.2");
+    repo.commit("Nova to 2026.2");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1, "{json:#}");
+    let (v, reason, message) = verdict(&json);
+    assert_eq!((v.as_str(), reason.as_str()), ("refused", "UpgradeBlocked"));
+    assert!(
+        message.contains("2026.2 breaks our cells layout (https://tracker.example/CELLS-12)"),
+        "{message}"
+    );
+    assert!(
+        message.contains(".lockstep/policies/cells.yaml:1"),
+        "{message}"
+    );
+    let objects = last_objects(&json);
+    let o = find(&objects, "Nova", "nova");
+    assert_eq!(o["line"], 7, "the release line: {o:#}");
+}
+
+#[test]
+fn a_planes_child_is_blocked_too() {
+    let repo = FleetRepo::new();
+    repo.write(
+        "clusters/prod/controlplane.yaml",
+        common::prod("2026.1", "2026.1"),
+    )
+    .write(
+        &format!("{DIR}/cells.yaml"),
+        blocked("Nova", "2026.1", "2026.2"),
+    );
+    repo.commit("prod at 2026.1");
+    repo.write(
+        "clusters/prod/controlplane.yaml",
+        common::prod("2026.2", "2026.2"),
+    );
+    repo.commit("prod to 2026.2");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1, "{json:#}");
+    let child = find(&last_objects(&json), "Nova", "prod-nova").clone();
+    assert_eq!(child["reason"], "UpgradeBlocked", "{child:#}");
+    // The same policy for Glance leaves prod's hop alone... except Glance.
+    let repo = FleetRepo::new();
+    repo.write(
+        "clusters/prod/controlplane.yaml",
+        common::prod("2026.1", "2026.1"),
+    )
+    .write(
+        &format!("{DIR}/cells.yaml"),
+        blocked("Barbican", "2026.*", "*"),
+    );
+    repo.commit("prod at 2026.1");
+    repo.write(
+        "clusters/prod/controlplane.yaml",
+        common::prod("2026.2", "2026.2"),
+    );
+    repo.commit("prod to 2026.2");
+    let (_, json) = check_json(&repo, &[]);
+    let objects = last_objects(&json);
+    let refused: Vec<&str> = objects
+        .iter()
+        .filter(|o| o["verdict"] == "refused")
+        .filter_map(|o| o["name"].as_str())
+        .collect();
+    assert_eq!(refused, vec!["prod-barbican"], "{objects:#?}");
+}
+
+#[test]
+fn a_block_cannot_be_lifted_and_crossed_in_one_commit_nor_added_and_crossed() {
+    // Lifted and crossed at once: the baseline's policy still holds.
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.1").write(
+        &format!("{DIR}/cells.yaml"),
+        blocked("Nova", "2026.1", "2026.2"),
+    );
+    repo.commit("policy");
+    nova_at(&repo, "2026.2").remove(&format!("{DIR}/cells.yaml"));
+    repo.commit("lift the block and hop");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(verdict(&json).1, "UpgradeBlocked");
+    // Lifted first, then crossed: accepted.
+    repo.git(&["reset", "-q", "--hard", "HEAD~1"]);
+    repo.remove(&format!("{DIR}/cells.yaml"));
+    repo.commit("lift the block: CELLS-12 fixed");
+    nova_at(&repo, "2026.2");
+    repo.commit("hop");
+    let (code, json) = check_json(&repo, &["--base", "HEAD~2"]);
+    assert_eq!(code, 0, "{json:#}");
+    // Added and crossed at once: the commit's own policy holds too.
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.1");
+    repo.commit("Nova");
+    nova_at(&repo, "2026.2").write(
+        &format!("{DIR}/cells.yaml"),
+        blocked("Nova", "2026.1", "2026.2"),
+    );
+    repo.commit("block and hop");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(verdict(&json).1, "UpgradeBlocked");
+}
+
+#[test]
+fn an_acknowledgement_comes_from_a_trailer_or_the_policy() {
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.2").write(&format!("{DIR}/acks.yaml"), ACK);
+    repo.commit("Nova at 2026.2");
+    nova_at(&repo, "2027.1");
+    repo.commit("Nova to 2027.1");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1);
+    let (_, reason, message) = verdict(&json);
+    assert_eq!(reason, "AckRequired");
+    assert!(message.contains("Lockstep-Ack: nova-os-hosts"), "{message}");
+    assert!(
+        message.contains("https://docs.example/os-hosts"),
+        "{message}"
+    );
+    // With the trailer.
+    repo.git(&[
+        "commit",
+        "-q",
+        "--amend",
+        "-m",
+        "Nova to 2027.1\n\nWe moved off os-hosts.\n\nLockstep-Ack: nova-os-hosts",
+    ]);
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 0, "{json:#}");
+    // Given in the policy (an earlier commit).
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.2").write(
+        &format!("{DIR}/acks.yaml"),
+        format!("{ACK}  given: [nova-os-hosts]\n"),
+    );
+    repo.commit("Nova at 2026.2, acknowledged");
+    nova_at(&repo, "2027.1");
+    repo.commit("Nova to 2027.1");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 0, "{json:#}");
+}
+
+#[test]
+fn an_unreadable_policy_refuses_every_commit_until_it_is_fixed() {
+    // A policy lockstep cannot read might block anything: fail closed.
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.1").write(
+        &format!("{DIR}/cells.yaml"),
+        "apiVersion: lockstep.c5c3.io/v1alpha1\nkind: UpgradePolicy\nspec: [\n",
+    );
+    repo.commit("a broken policy");
+    nova_at(&repo, "2026.2");
+    repo.commit("an unrelated hop");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1, "{json:#}");
+    let (_, reason, message) = verdict(&json);
+    assert_eq!(reason, "PolicyInvalid");
+    assert!(message.contains("fix it first"), "{message}");
+    repo.write(
+        &format!("{DIR}/cells.yaml"),
+        blocked("Glance", "2026.1", "2026.2"),
+    );
+    repo.commit("the policy fixed");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 0, "{json:#}");
+}
+
+#[test]
+fn an_unusable_policy_is_refused_with_file_and_line() {
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.1");
+    repo.commit("Nova");
+    repo.write(
+        &format!("{DIR}/bad.yaml"),
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n---\n".to_owned()
+            + &blocked("Nova", "2026.3", "2027.1"),
+    );
+    repo.commit("a bad policy");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1);
+    let (_, reason, message) = verdict(&json);
+    assert_eq!(reason, "PolicyInvalid");
+    assert!(message.contains("spec.blocked[0].from"), "{message}");
+    let o = &last_objects(&json)[0];
+    assert_eq!(
+        (o["file"].as_str(), o["line"].as_u64()),
+        (Some(".lockstep/policies/bad.yaml"), Some(6))
+    );
+
+    // Outside the policy directory it would be read nowhere: refused.
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.1");
+    repo.commit("Nova");
+    repo.write("clusters/policy.yaml", blocked("Nova", "2026.1", "2026.2"));
+    repo.commit("a policy in the wrong place");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1);
+    let (_, reason, message) = verdict(&json);
+    assert_eq!(reason, "PolicyInvalid");
+    assert!(
+        message.contains("read only from .lockstep/policies/"),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_committed_schema_is_the_generated_one_and_takes_the_sample() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let committed = std::fs::read_to_string(root.join("plans/upgradepolicy.schema.json"))
+        .expect("plans/upgradepolicy.schema.json exists");
+    assert_eq!(
+        committed,
+        lockstep::policy::schema_json(),
+        "plans/upgradepolicy.schema.json is stale: run `cargo run -- policy-schema > plans/upgradepolicy.schema.json`"
+    );
+    let sample = std::fs::read_to_string(root.join("plans/upgradepolicy.sample.yaml")).unwrap();
+    let (policies, errors) = lockstep::policy::parse(".lockstep/policies/fleet.yaml", &sample);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(policies.len(), 1);
+    let schema: serde_json::Value = serde_json::from_str(&committed).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let doc: serde_json::Value = serde_saphyr::from_str(&sample).unwrap();
+    assert!(validator.is_valid(&doc), "the schema refuses the sample");
+    let mut bad = doc.clone();
+    bad["spec"]["blocked"][0]["colour"] = "red".into();
+    assert!(
+        !validator.is_valid(&bad),
+        "the schema takes an unknown field"
+    );
+}
