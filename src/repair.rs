@@ -6,6 +6,18 @@
 //! plane after an out-of-band edit parked a child (§6.3). A release is never
 //! lowered. Standalone services are reported; `lockstep retry` does the
 //! same repair by hand.
+//!
+//! The re-runs already made count against a budget per hop. They are
+//! recorded on the object itself, in lockstep's annotation
+//! [`RECORD_ANNOTATION`] (a [`RepairRecord`]: target release, attempts
+//! towards it, when the last was made), written by its own field manager
+//! [`RECORD_MANAGER`] with a patch of that one annotation: lockstep's
+//! server-side apply of the Git document (manager `lockstep`) never sends
+//! it, so never removes it, and the operator's fields are not touched. A
+//! restart reads the budget back from the object; a record that cannot be
+//! read spends the budget (fail closed), it never refills it. Every repair
+//! is also a Kubernetes Event (`RepairJobDeleted`) for people to read;
+//! nothing parses Events.
 
 use std::time::Duration;
 
@@ -36,6 +48,90 @@ impl Default for RepairPolicy {
 pub struct RepairHistory {
     pub retries: u32,
     pub last: Option<Duration>,
+    /// The object's repair record could not be read: the budget counts as
+    /// spent, and this says why (fail closed, never a refilled budget).
+    pub unreadable: Option<String>,
+}
+
+impl RepairHistory {
+    /// What the object's record (the raw annotation, if any) says was done
+    /// towards `target`; an unreadable record spends `budget`. `now` stands
+    /// for when the last re-run was made (the backoff starts again: a
+    /// restart never shortens it).
+    pub fn from_record(record: Option<&str>, target: &str, budget: u32, now: Duration) -> Self {
+        match past_attempts(record, target) {
+            Ok(retries) => Self {
+                retries,
+                last: (retries > 0).then_some(now),
+                unreadable: None,
+            },
+            Err(why) => Self {
+                retries: budget,
+                last: Some(now),
+                unreadable: Some(why),
+            },
+        }
+    }
+}
+
+/// The annotation holding lockstep's [`RepairRecord`] on an object.
+pub const RECORD_ANNOTATION: &str = "lockstep.c5c3.io/repair";
+
+/// The field manager that writes [`RECORD_ANNOTATION`]: not `lockstep`,
+/// whose server-side apply of the Git document would otherwise own the
+/// annotation and drop it on the next apply.
+pub const RECORD_MANAGER: &str = "lockstep-repair";
+
+/// lockstep's record of the forward repairs made on one object, for one
+/// target release: `{"target":"2026.2","attempts":2,"last":"2026-12-01T10:00:00Z"}`.
+/// A new target starts again at zero attempts.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RepairRecord {
+    /// The release (or tag) the hop repaired was heading to
+    /// (`rollout::Target::follow_to`).
+    pub target: String,
+    pub attempts: u32,
+    /// When the last re-run was made (RFC 3339, UTC).
+    pub last: String,
+}
+
+impl RepairRecord {
+    /// Reads an annotation's value; anything but a whole record is an error.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let r: Self = serde_json::from_str(text)
+            .map_err(|e| format!("{RECORD_ANNOTATION} is not a repair record: {e}"))?;
+        r.last.parse::<jiff::Timestamp>().map_err(|e| {
+            format!(
+                "{RECORD_ANNOTATION}: last is not a time: {}: {e}",
+                crate::escape::escape(&r.last)
+            )
+        })?;
+        Ok(r)
+    }
+
+    /// The annotation's value.
+    pub fn to_json(&self) -> String {
+        // `Value`'s Display is JSON, strings quoted and escaped.
+        format!(
+            r#"{{"target":{},"attempts":{},"last":{}}}"#,
+            serde_json::Value::from(self.target.as_str()),
+            self.attempts,
+            serde_json::Value::from(self.last.as_str())
+        )
+    }
+}
+
+/// The re-runs already made towards `target`, from an object's record
+/// (`None`: no annotation, nothing made). A record for another target is
+/// an older hop's: zero. An unreadable record is an error, never zero.
+pub fn past_attempts(record: Option<&str>, target: &str) -> Result<u32, String> {
+    match record {
+        None => Ok(0),
+        Some(text) => {
+            let r = RepairRecord::parse(text)?;
+            Ok(if r.target == target { r.attempts } else { 0 })
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,6 +192,11 @@ pub fn plan(
                 key.name
             ));
         }
+        if let Some(why) = &history.unreadable {
+            return Action::Report(format!(
+                "{key}: {reason}: lockstep's repair record cannot be read ({why}), so the retry budget counts as spent and {job} is not re-run; fix or remove the annotation {RECORD_ANNOTATION} once the cause is fixed: {message}"
+            ));
+        }
         if history.retries >= policy.budget {
             return Action::Report(format!(
                 "{key}: {reason} again after {} re-runs of {job}; the retry budget is spent: {message}",
@@ -126,14 +227,17 @@ pub fn plan(
 }
 
 /// Carries out a planned repair on a cluster: every repair is a log line
-/// and a Kubernetes Event on the object, so an audit reads the same in both.
-/// Returns whether something was changed.
+/// and a Kubernetes Event on the object, so an audit reads the same in both;
+/// a re-run is first counted in the object's [`RepairRecord`] (towards
+/// `target`, at `wall`). Returns whether something was changed.
 pub async fn execute<C: crate::cluster::Cluster>(
     cluster: &C,
     key: &Key,
     action: &Action,
     history: &mut RepairHistory,
     now: Duration,
+    target: &str,
+    wall: jiff::Timestamp,
 ) -> Result<bool, crate::cluster::ClusterError> {
     match action {
         Action::DeleteJob {
@@ -141,6 +245,18 @@ pub async fn execute<C: crate::cluster::Cluster>(
             name,
             attempt,
         } => {
+            // Counted before the Job is deleted: a crash between the two
+            // leaves the budget one re-run shorter, never longer.
+            let record = RepairRecord {
+                target: target.to_owned(),
+                attempts: *attempt,
+                last: jiff::Timestamp::from_second(wall.as_second())
+                    .unwrap_or(wall)
+                    .to_string(),
+            };
+            cluster.set_repair_record(key, &record.to_json()).await?;
+            history.retries = *attempt;
+            history.last = Some(now);
             let deleted = cluster.delete_job(namespace, name).await?;
             let message = format!(
                 "deleted failed Job {name} (attempt {attempt}) so the operator runs it again"
@@ -149,8 +265,6 @@ pub async fn execute<C: crate::cluster::Cluster>(
             cluster
                 .record_event(key, "RepairJobDeleted", &message, false)
                 .await?;
-            history.retries = *attempt;
-            history.last = Some(now);
             Ok(deleted)
         }
         Action::Report(m) => {
@@ -268,6 +382,78 @@ mod tests {
             plan(&key, Some("prod"), &failed("ContractFailed"), &h, now * 10, &p),
             Action::Report(m) if m.contains("budget")
         ));
+    }
+
+    /// The record round-trips, counts only towards its own target, and
+    /// anything unreadable is an error that spends the budget.
+    #[test]
+    fn repair_records_read_back_and_fail_closed() {
+        let r = RepairRecord {
+            target: "2026.2".into(),
+            attempts: 2,
+            last: "2026-12-01T10:00:00Z".into(),
+        };
+        let text = r.to_json();
+        assert_eq!(
+            text,
+            r#"{"target":"2026.2","attempts":2,"last":"2026-12-01T10:00:00Z"}"#
+        );
+        assert_eq!(RepairRecord::parse(&text), Ok(r));
+        assert_eq!(
+            RepairRecord::parse(
+                r#"{"target":"2026.2","attempts":2,"last":"2026-12-01T10:00:00Z"}"#
+            )
+            .map(|r| r.attempts),
+            Ok(2)
+        );
+        assert_eq!(past_attempts(None, "2026.2"), Ok(0));
+        assert_eq!(past_attempts(Some(&text), "2026.2"), Ok(2));
+        assert_eq!(past_attempts(Some(&text), "2026.3"), Ok(0), "a new target");
+        for bad in [
+            "",
+            "attempt 2",
+            "{}",
+            r#"{"target":"2026.2","attempts":-1,"last":"2026-12-01T10:00:00Z"}"#,
+            r#"{"target":"2026.2","attempts":"2","last":"2026-12-01T10:00:00Z"}"#,
+            r#"{"target":"2026.2","attempts":2,"last":"yesterday"}"#,
+            r#"{"target":"2026.2","attempts":2}"#,
+        ] {
+            assert!(past_attempts(Some(bad), "2026.2").is_err(), "{bad:?}");
+        }
+        let now = Duration::from_secs(500);
+        let h = RepairHistory::from_record(Some(&text), "2026.2", 3, now);
+        assert_eq!((h.retries, h.last, h.unreadable), (2, Some(now), None));
+        let h = RepairHistory::from_record(None, "2026.2", 3, now);
+        assert_eq!((h.retries, h.last), (0, None));
+        // Unreadable: spent, and the report says why.
+        let h = RepairHistory::from_record(Some("{"), "2026.2", 3, now);
+        assert_eq!(h.retries, 3);
+        let key = Key::new(Kind::Nova, "openstack", "prod-nova");
+        let a = plan(
+            &key,
+            Some("prod"),
+            &failed("ExpandFailed"),
+            &h,
+            now * 100,
+            &RepairPolicy::default(),
+        );
+        assert!(
+            matches!(&a, Action::Report(m) if m.contains("repair record cannot be read") && m.contains(RECORD_ANNOTATION)),
+            "{a:?}"
+        );
+        // Even with a larger budget, nothing is re-run.
+        let a = plan(
+            &key,
+            Some("prod"),
+            &failed("ExpandFailed"),
+            &h,
+            now * 100,
+            &RepairPolicy {
+                budget: 10,
+                ..RepairPolicy::default()
+            },
+        );
+        assert!(matches!(a, Action::Report(_)), "{a:?}");
     }
 
     #[test]

@@ -156,6 +156,9 @@ pub struct World {
     pub planes: BTreeMap<Key, Plane>,
     pub jobs: BTreeMap<(String, String), Job>,
     pub events: Vec<Event>,
+    /// Objects' annotations that are not the operator's (lockstep's repair
+    /// record); the operator never touches them.
+    pub annotations: BTreeMap<Key, BTreeMap<String, String>>,
     /// Reconcile passes run, for the benchmark.
     pub passes: u64,
     /// Objects a reconcile changed since whoever watches last took them:
@@ -225,6 +228,11 @@ impl World {
             params,
             ..Self::default()
         }
+    }
+
+    /// An object's annotation, if it has it.
+    pub fn annotation(&self, key: &Key, name: &str) -> Option<String> {
+        self.annotations.get(key)?.get(name).cloned()
     }
 
     fn event(&mut self, key: &Key, warning: bool, reason: &str, message: String) {

@@ -113,6 +113,47 @@ async fn kube_cluster_against_a_real_api_server() {
     // The same hop again writes nothing (no new generation).
     assert_eq!(c.apply(&hop).await.unwrap().generation, 2);
 
+    // lockstep's repair record: one annotation under its own manager. It
+    // moves no generation, and lockstep's applies of the whole document
+    // (manager `lockstep`, which never sends it) leave it in place, whether
+    // the document brings annotations of its own or stops bringing them.
+    let record = r#"{"target":"2026.2","attempts":1,"last":"2026-12-01T10:00:00Z"}"#;
+    c.set_repair_record(&nova, record).await.unwrap();
+    let read = c.get(&nova).await.unwrap().unwrap();
+    assert_eq!(read.status.repair_record.as_deref(), Some(record));
+    assert_eq!(read.generation, 2, "metadata only");
+    let mut annotated = doc.clone();
+    annotated["metadata"]["annotations"] = serde_json::json!({"team": "compute"});
+    c.apply(&ApplyRequest {
+        document: Some(annotated),
+        ..hop.clone()
+    })
+    .await
+    .unwrap();
+    let read = c.get(&nova).await.unwrap().unwrap();
+    assert_eq!(read.status.repair_record.as_deref(), Some(record));
+    assert_eq!(c.apply(&hop).await.unwrap().generation, 2);
+    let raw = dynamic(&client, &nova).get("nova").await.unwrap();
+    let annotations = raw.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get(lockstep::repair::RECORD_ANNOTATION)
+            .map(String::as_str),
+        Some(record)
+    );
+    assert!(
+        !annotations.contains_key("team"),
+        "lockstep's own annotation went with the document"
+    );
+    let managers: Vec<String> = raw
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert_eq!(managers, ["lockstep", lockstep::repair::RECORD_MANAGER]);
+
     // Moving to a digest: the tag is omitted, never blanked, and CEL's
     // exactly-one rule accepts it.
     let digest = ImageRef::new(

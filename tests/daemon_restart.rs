@@ -28,6 +28,7 @@ use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
 use lockstep::forge::notes::Notes;
 use lockstep::kind::Key;
 use lockstep::metrics::Metrics;
+use lockstep::repair::{RECORD_ANNOTATION, RepairPolicy, RepairRecord};
 use lockstep::sim::{Fault, JobKind, Params, World};
 use lockstep::source::{Origin, Source};
 use tokio::sync::Notify;
@@ -119,6 +120,9 @@ impl Cluster for Chaos {
             self.inner.delete_job(namespace, name).await
         })
     }
+    async fn set_repair_record(&self, key: &Key, record: &str) -> Result<(), ClusterError> {
+        call!(self, self.inner.set_repair_record(key, record).await)
+    }
     async fn record_event(
         &self,
         key: &Key,
@@ -144,7 +148,7 @@ fn world() -> World {
 }
 
 fn daemon(repo: &Path, chaos: &Chaos, queue: &StatusQueue) -> Daemon<Chaos, Source> {
-    daemon_named(repo, chaos, queue, "test")
+    daemon_with(repo, chaos, queue, "test", RepairPolicy::default())
 }
 
 fn daemon_named(
@@ -153,10 +157,21 @@ fn daemon_named(
     queue: &StatusQueue,
     cluster: &str,
 ) -> Daemon<Chaos, Source> {
+    daemon_with(repo, chaos, queue, cluster, RepairPolicy::default())
+}
+
+fn daemon_with(
+    repo: &Path,
+    chaos: &Chaos,
+    queue: &StatusQueue,
+    cluster: &str,
+    repair: RepairPolicy,
+) -> Daemon<Chaos, Source> {
     let source = Source::open(Origin::Local(repo.to_owned()), "main").unwrap();
     let opts = Options {
         cluster_name: cluster.into(),
         poll: Duration::from_millis(10),
+        repair,
         ..Options::default()
     };
     let clock = lockstep::daemon::virtual_start(&chaos.inner, &source, &opts).unwrap();
@@ -559,4 +574,118 @@ async fn two_clusters_judge_one_commit_each_against_its_own_state() {
     assert!(e.objects["Glance image/glance"].contains("installed=Some(\"2026.1\") phase=None"));
     let w = end(repo.path(), &done.inner);
     assert!(w.objects["Glance image/glance"].contains("installed=Some(\"2026.2\") phase=None"));
+}
+
+/// A world where prod-nova's expand Job fails every time it runs.
+fn failing_forever() -> World {
+    let mut w = World::new(Params::default());
+    w.faults.push(Fault::JobFails {
+        object: "prod-nova".into(),
+        job: JobKind::Expand,
+        tries: u32::MAX,
+    });
+    w
+}
+
+fn prod_nova(mem: &MemoryCluster) -> Key {
+    let w = mem.world().unwrap();
+    w.objects
+        .keys()
+        .find(|k| k.name == "prod-nova")
+        .cloned()
+        .expect("prod-nova is in the world")
+}
+
+/// The repair budget lives on the object, in lockstep's repair record: a
+/// daemon started after the budget was spent, with every Event gone (the
+/// API server expires them, `--event-ttl`), re-runs nothing and reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_repair_budget_survives_a_restart_and_expired_events() {
+    let dir = tempfile::tempdir().unwrap();
+    lockstep::demo::build_repository(dir.path()).unwrap();
+    let mem = MemoryCluster::new(failing_forever());
+    let chaos = Chaos::new(mem.clone());
+    let forge = AnyForge::Notes(Notes::open(dir.path()).unwrap());
+    let queue = StatusQueue::new(10_000);
+    let policy = RepairPolicy {
+        budget: 2,
+        ..RepairPolicy::default()
+    };
+    let mut d = daemon_with(dir.path(), &chaos, &queue, "test", policy.clone());
+    assert!(drive(&mut d, &chaos, &forge, &queue).await);
+    assert_eq!(chaos.deletes.load(Ordering::SeqCst), 2, "the budget, spent");
+    assert!(
+        d.needs_person()
+            .iter()
+            .any(|n| n.reason.contains("budget is spent")),
+        "{:?}",
+        d.needs_person()
+    );
+    drop(d);
+    let key = prod_nova(&mem);
+    let record = mem
+        .world()
+        .unwrap()
+        .annotation(&key, RECORD_ANNOTATION)
+        .expect("the repair record");
+    let r = RepairRecord::parse(&record).unwrap();
+    assert_eq!((r.target.as_str(), r.attempts), ("2026.2", 2), "{record}");
+
+    // Restarted with no Event left: the budget stays spent.
+    mem.world().unwrap().events.clear();
+    let mut d = daemon_with(dir.path(), &chaos, &queue, "test", policy);
+    assert!(drive(&mut d, &chaos, &forge, &queue).await);
+    assert_eq!(
+        chaos.deletes.load(Ordering::SeqCst),
+        2,
+        "a restart refilled the budget"
+    );
+    assert!(
+        d.needs_person()
+            .iter()
+            .any(|n| n.subject.contains("prod") && n.reason.contains("budget is spent")),
+        "{:?}",
+        d.needs_person()
+    );
+    assert_eq!(
+        mem.world().unwrap().annotation(&key, RECORD_ANNOTATION),
+        Some(record),
+        "nothing more counted"
+    );
+}
+
+/// A repair record that cannot be read spends the budget (fail closed):
+/// nothing is re-run, and what a person reads says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_repair_record_spends_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    lockstep::demo::build_repository(dir.path()).unwrap();
+    let mem = MemoryCluster::new(failing_forever());
+    let chaos = Chaos::new(mem.clone());
+    let forge = AnyForge::Notes(Notes::open(dir.path()).unwrap());
+    let queue = StatusQueue::new(10_000);
+    let mut d = daemon(dir.path(), &chaos, &queue);
+    let key = prod_nova(&mem);
+    mem.world()
+        .unwrap()
+        .annotations
+        .entry(key.clone())
+        .or_default()
+        .insert(RECORD_ANNOTATION.into(), "deleted (attempt 1)".into());
+    assert!(drive(&mut d, &chaos, &forge, &queue).await);
+    assert_eq!(chaos.deletes.load(Ordering::SeqCst), 0, "nothing re-run");
+    assert!(
+        d.needs_person()
+            .iter()
+            .any(|n| n.reason.contains("repair record cannot be read")),
+        "{:?}",
+        d.needs_person()
+    );
+    let w = mem.world().unwrap();
+    assert!(
+        w.events.iter().any(|e| e.key == key
+            && e.reason == "RepairNeeded"
+            && e.message.contains(RECORD_ANNOTATION)),
+        "the report is an Event too"
+    );
 }

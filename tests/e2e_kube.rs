@@ -87,12 +87,12 @@ async fn follow(
         let busy = op.step(Duration::from_secs(60)).await.unwrap();
         let now = op.world.now;
         let mut last = BTreeMap::new();
-        for (key, _, plane) in objects {
+        for (key, to, plane) in objects {
             let obs = observe(c, key).await.unwrap().expect("object exists");
             let (tracker, history) = trackers.get_mut(key).unwrap();
             let p = tracker.observe(&obs, now);
             let action = repair::plan(key, *plane, &p, history, now, &policy);
-            if repair::execute(c, key, &action, history, now)
+            if repair::execute(c, key, &action, history, now, to, jiff::Timestamp::now())
                 .await
                 .unwrap()
                 && let Action::DeleteJob { name, attempt, .. } = &action
@@ -257,6 +257,14 @@ async fn a_control_plane_hop_with_a_repair_and_a_standalone_abort() {
         );
     }
     let nova_key = Key::new(Kind::Nova, "openstack", "prod-nova");
+    // The re-run is counted on the object, in lockstep's own annotation,
+    // and survived the operator's applies of the child since.
+    let nova = c.get(&nova_key).await.unwrap().unwrap();
+    let record = lockstep::repair::RepairRecord::parse(
+        nova.status.repair_record.as_deref().expect("repair record"),
+    )
+    .unwrap();
+    assert_eq!((record.target.as_str(), record.attempts), ("2026.2", 1));
     let ev = c.events(&nova_key).await.unwrap();
     assert!(
         ev.iter()

@@ -657,6 +657,9 @@ impl Cluster for Recorder {
     async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
         self.inner.delete_job(namespace, name).await
     }
+    async fn set_repair_record(&self, key: &Key, record: &str) -> Result<(), ClusterError> {
+        self.inner.set_repair_record(key, record).await
+    }
     async fn record_event(
         &self,
         key: &Key,

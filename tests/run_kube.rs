@@ -514,6 +514,39 @@ async fn the_demo_story_end_to_end() {
         events.last().map(|e| e.reason.as_str()),
         Some("UpgradeComplete")
     );
+    // The re-run is counted on the object (what a restart reads back), by
+    // lockstep's repair manager alone: no apply of a document owns it.
+    let nova = fleet
+        .cluster
+        .get(&prod_nova)
+        .await
+        .unwrap()
+        .expect("prod-nova");
+    let record = lockstep::repair::RepairRecord::parse(
+        nova.status
+            .repair_record
+            .as_deref()
+            .expect("the repair record"),
+    )
+    .unwrap();
+    assert_eq!((record.target.as_str(), record.attempts), ("2026.2", 1));
+    let raw = lockstep::cluster::kube::dynamic_api(fleet.cluster.client(), &prod_nova)
+        .get("prod-nova")
+        .await
+        .unwrap();
+    let owners: Vec<&str> = raw
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.to_string().contains("f:lockstep.c5c3.io/repair"))
+        })
+        .filter_map(|m| m.manager.as_deref())
+        .collect();
+    assert_eq!(owners, [lockstep::repair::RECORD_MANAGER], "{owners:?}");
     let logged = daemon
         .records()
         .into_iter()

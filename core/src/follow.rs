@@ -250,6 +250,7 @@ mod tests {
                     observed_generation: Some(3),
                 }],
                 projected_by: None,
+                repair_record: None,
             },
             second_roll_done: true,
             image_reference: "ghcr.io/c5c3/glance:2026.2".into(),

@@ -53,6 +53,11 @@ pub struct LiveStatus {
     /// `docs/operators.md` §4). The plane re-asserts such an object on every
     /// pass, whatever Git says about the object itself.
     pub projected_by: Option<Key>,
+    /// lockstep's own record of the forward repairs it made on this object
+    /// (the `lockstep.c5c3.io/repair` annotation, raw: the shell's
+    /// `repair::RepairRecord` reads it). Only the API server and the
+    /// simulated cluster fill it; a snapshot file never does.
+    pub repair_record: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -771,6 +776,7 @@ impl Reader<'_> {
             generation: None,
             conditions,
             projected_by: None,
+            repair_record: None,
         })
     }
 }

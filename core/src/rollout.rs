@@ -58,7 +58,55 @@ pub struct Step {
 }
 
 /// A step's document, or why it could not be read from its commit.
-pub type StepDocument = Result<Arc<serde_json::Value>, String>;
+pub type StepDocument = Result<Document, String>;
+
+/// A unit's whole document as compact JSON text, shared.
+///
+/// Every step of every chain keeps its document for as long as the daemon
+/// runs (an apply never reads Git again), so the form kept matters: a
+/// parsed `serde_json::Value` tree costs several times its text in small
+/// allocations, which for a fleet of thousands of units was most of the
+/// daemon's memory (README, "Limits"). The text is parsed when the step is
+/// applied; a text that does not parse is an error naming the step, and
+/// nothing of it is applied. Clones share one allocation: the shell hands
+/// out one `Document` per distinct text, so steps that carry the same
+/// document (a blob read at several commits) hold it once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Document(Arc<str>);
+
+impl Document {
+    /// The document as JSON text (one line, no insignificant space).
+    pub fn from_value(value: &serde_json::Value) -> Result<Self, String> {
+        serde_json::to_string(value)
+            .map(|t| Self(Arc::from(t)))
+            .map_err(|e| format!("cannot keep the document: {e}"))
+    }
+
+    /// Text already produced by [`Document::from_value`] (or an interned
+    /// copy of one).
+    pub fn from_text(text: Arc<str>) -> Self {
+        Self(text)
+    }
+
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+
+    /// The shared text, for interning.
+    pub fn shared(&self) -> &Arc<str> {
+        &self.0
+    }
+
+    /// The document again as a value, for an apply.
+    pub fn parse(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::from_str(&self.0)
+    }
+
+    /// Whether two documents are one allocation (not only equal text).
+    pub fn same(a: &Self, b: &Self) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+}
 
 /// Where one followed object must end up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -963,21 +1011,46 @@ mod tests {
                 }
                 match sha {
                     "d" => Err(format!("{file} at d holds no {key}")),
-                    _ => Ok(Arc::new(serde_json::json!({ "at": sha }))),
+                    _ => Document::from_value(&serde_json::json!({ "at": sha })),
                 }
             },
         );
         let c = &chains[&nova()];
         assert_eq!(*reads.borrow(), vec!["b", "d"], "one read per step");
         assert_eq!(
-            c.steps[0].document.as_deref(),
-            Ok(&serde_json::json!({ "at": "b" }))
+            c.steps[0].document.as_ref().map(|d| d.parse().unwrap()),
+            Ok(serde_json::json!({ "at": "b" }))
         );
         assert!(
             c.steps[1]
                 .document
                 .as_ref()
                 .is_err_and(|e| e.contains("holds no"))
+        );
+    }
+
+    /// A document is kept as its JSON text and read back whole; a clone is
+    /// the same allocation, and text that is not JSON is an error at apply,
+    /// never a smaller document.
+    #[test]
+    fn documents_are_kept_as_shared_text_and_read_back_whole() {
+        let v = serde_json::json!({
+            "kind": "Nova",
+            "metadata": {"name": "nova", "namespace": "compute", "labels": {"a": "b"}},
+            "spec": {"openStackRelease": "2026.2", "replicas": 3, "debug": false, "x": null}
+        });
+        let d = Document::from_value(&v).unwrap();
+        assert_eq!(d.parse().unwrap(), v);
+        assert!(!d.text().contains(' '), "compact: {}", d.text());
+        let c = d.clone();
+        assert!(Document::same(&d, &c));
+        let e = Document::from_value(&v).unwrap();
+        assert_eq!(d, e, "equal text");
+        assert!(!Document::same(&d, &e), "but two allocations");
+        assert!(
+            Document::from_text(Arc::from("{\"kind\":"))
+                .parse()
+                .is_err()
         );
     }
 

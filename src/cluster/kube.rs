@@ -142,6 +142,12 @@ fn to_object(key: &Key, obj: &DynamicObject) -> ClusterObject {
         release: text(spec, "openStackRelease"),
         image,
         status: LiveStatus {
+            repair_record: obj
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::repair::RECORD_ANNOTATION))
+                .cloned(),
             installed_release: text(status, "installedRelease"),
             target_release: text(status, "targetRelease"),
             upgrade_phase: text(status, "upgradePhase"),
@@ -373,6 +379,24 @@ impl Cluster for KubeCluster {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
             Err(e) => Err(classify(&Key::new(Kind::ControlPlane, namespace, name), e)),
         }
+    }
+
+    async fn set_repair_record(&self, key: &Key, record: &str) -> Result<(), ClusterError> {
+        // A JSON merge patch of the one annotation, as its own manager: it
+        // sends nothing else, so it changes nothing else, and the manager
+        // `lockstep` (the document's server-side apply) never owns it.
+        let body = serde_json::json!({
+            "metadata": { "annotations": { crate::repair::RECORD_ANNOTATION: record } }
+        });
+        let params = PatchParams {
+            field_manager: Some(crate::repair::RECORD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        self.api(key)
+            .patch(&key.name, &params, &Patch::Merge(&body))
+            .await
+            .map_err(|e| classify(key, e))?;
+        Ok(())
     }
 
     async fn record_event(

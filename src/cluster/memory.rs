@@ -123,13 +123,17 @@ impl Cluster for MemoryCluster {
                 resource_version: p.generation.to_string(),
                 release: Some(p.release.clone()),
                 image: None,
-                status: Default::default(),
+                status: crate::live::LiveStatus {
+                    repair_record: w.annotation(key, crate::repair::RECORD_ANNOTATION),
+                    ..Default::default()
+                },
             }));
         }
         Ok(w.objects.get(key).map(|o| {
             let mut status = o.status.clone();
             status.generation = Some(o.generation);
             status.projected_by = o.projected_by.clone();
+            status.repair_record = w.annotation(key, crate::repair::RECORD_ANNOTATION);
             ClusterObject {
                 key: key.clone(),
                 generation: o.generation,
@@ -267,6 +271,18 @@ impl Cluster for MemoryCluster {
 
     async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
         Ok(self.world()?.delete_job(namespace, name))
+    }
+
+    async fn set_repair_record(&self, key: &Key, record: &str) -> Result<(), ClusterError> {
+        let mut w = self.world()?;
+        if !w.objects.contains_key(key) && !w.planes.contains_key(key) {
+            return Err(ClusterError::NotFound(key.clone()));
+        }
+        w.annotations
+            .entry(key.clone())
+            .or_default()
+            .insert(crate::repair::RECORD_ANNOTATION.into(), record.to_owned());
+        Ok(())
     }
 
     async fn record_event(

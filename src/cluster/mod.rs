@@ -205,6 +205,18 @@ pub trait Cluster: Send + Sync {
         text: &str,
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
 
+    /// Writes lockstep's repair record on the object: the one annotation
+    /// `repair::RECORD_ANNOTATION` set to `record`, by the field manager
+    /// `repair::RECORD_MANAGER`, with a patch that sends nothing else (the
+    /// operator's fields and lockstep's applied spec are untouched; the
+    /// apply of the Git document never sends the annotation, so never
+    /// removes it).
+    fn set_repair_record(
+        &self,
+        key: &Key,
+        record: &str,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
+
     /// Records a Kubernetes Event on the object (every repair is one).
     fn record_event(
         &self,
@@ -286,6 +298,14 @@ pub fn apply_body(req: &ApplyRequest) -> serde_json::Value {
                 metadata[k] = v.clone();
             }
         }
+    }
+    // The repair record is another manager's (`Cluster::set_repair_record`):
+    // a copy in Git would make this apply own it, and conflict with it.
+    if let Some(a) = metadata
+        .get_mut("annotations")
+        .and_then(|a| a.as_object_mut())
+    {
+        a.remove(crate::repair::RECORD_ANNOTATION);
     }
     serde_json::json!({
         "apiVersion": kind.api_version(),
@@ -382,5 +402,29 @@ mod tests {
             "the old tag is gone, not blanked"
         );
         assert_eq!(b["metadata"]["labels"]["team"], "images");
+    }
+
+    /// lockstep's repair record is never sent by the apply, even when Git
+    /// carries a copy: another manager owns it.
+    #[test]
+    fn the_repair_record_is_never_applied_from_git() {
+        let doc = serde_json::json!({
+            "metadata": {"name": "nova", "namespace": "compute", "annotations": {
+                "team": "compute",
+                crate::repair::RECORD_ANNOTATION: "{\"target\":\"2026.2\",\"attempts\":0,\"last\":\"2026-01-01T00:00:00Z\"}"
+            }},
+            "spec": {}
+        });
+        let b = apply_body(&ApplyRequest {
+            key: Key::new(Kind::Nova, "compute", "nova"),
+            release: Some("2026.2".into()),
+            image: Some(ImageRef::default_for("nova", "2026.2")),
+            overrides: vec![],
+            document: Some(doc),
+        });
+        assert_eq!(
+            b["metadata"]["annotations"],
+            serde_json::json!({"team": "compute"})
+        );
     }
 }

@@ -46,6 +46,15 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             .document
             .as_ref()
             .map_err(|e| ApplyError::Document(e.clone()))?;
+        // Kept as text since judgment (`rollout::Document`); text that does
+        // not read back is this step's error, never a smaller apply.
+        let document = document.parse().map_err(|e| {
+            ApplyError::Document(format!(
+                "the document of {} at {} does not read back: {e}",
+                chain.unit,
+                step.sha.get(..10).unwrap_or(&step.sha)
+            ))
+        })?;
         let image = step
             .image
             .as_deref()
@@ -54,8 +63,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             key: chain.unit.clone(),
             release: step.release.clone(),
             image,
-            overrides: plane_overrides(document),
-            document: Some(serde_json::Value::clone(document)),
+            overrides: plane_overrides(&document),
+            document: Some(document),
         };
         let t = Instant::now();
         let r = self.cluster.apply(&req).await;

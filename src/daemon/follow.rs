@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::{Daemon, Did, PassOutcome, Repo};
 use crate::cluster::{Cluster, observe};
 use crate::follow::{Progress, Tracker};
-use crate::kind::{Key, Kind};
+use crate::kind::Kind;
 use crate::metrics::{KindLabels, Metrics, PhaseLabels, RepairLabels};
 use crate::repair::{self, Action, RepairHistory};
 use crate::rollout::{Chain, UnitReport, UnitState};
@@ -56,17 +56,23 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 continue;
             };
             if !self.following.contains_key(&id) {
-                // Repairs already made for this hop are in the cluster's
-                // Events: a restart does not refill the budget.
-                let retries = self.past_repairs(&key).await;
+                // Repairs already made for this hop are in the object's
+                // repair record: a restart does not refill the budget, and a
+                // record that cannot be read spends it.
+                let history = RepairHistory::from_record(
+                    obs.status.repair_record.as_deref(),
+                    &to,
+                    self.opts.repair.budget,
+                    now,
+                );
+                if let Some(why) = &history.unreadable {
+                    tracing::warn!(object = %key, error = %why, "the repair record cannot be read: the retry budget counts as spent");
+                }
                 self.following.insert(
                     id.clone(),
                     Following {
                         tracker: Tracker::new(to.clone(), self.opts.deadlines.clone()),
-                        history: RepairHistory {
-                            retries,
-                            last: (retries > 0).then_some(now),
-                        },
+                        history,
                         phase: None,
                         reported: false,
                         completed: false,
@@ -109,8 +115,16 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 Action::DeleteJob { .. } | Action::Report(_) => {
                     let first_report = matches!(action, Action::Report(_)) && !f.reported;
                     if matches!(action, Action::DeleteJob { .. }) || first_report {
-                        let r = repair::execute(&self.cluster, &key, &action, &mut f.history, now)
-                            .await;
+                        let r = repair::execute(
+                            &self.cluster,
+                            &key,
+                            &action,
+                            &mut f.history,
+                            now,
+                            &to,
+                            self.clock.wall(),
+                        )
+                        .await;
                         if let Err(e) = r {
                             tracing::warn!(error = %e, object = %key, "repair failed; next pass");
                         }
@@ -202,26 +216,6 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // the pass has nothing more to do for it.
         if report.needs_person.is_none() {
             out.busy = true;
-        }
-    }
-
-    /// Re-runs lockstep already made for an object (its `RepairJobDeleted`
-    /// Events): conservative when an older hop left some behind.
-    async fn past_repairs(&self, key: &Key) -> u32 {
-        match self.cluster.events(key).await {
-            Ok(events) => events
-                .iter()
-                .filter(|e| e.reason == "RepairJobDeleted")
-                .filter_map(|e| {
-                    e.message
-                        .split("(attempt ")
-                        .nth(1)
-                        .and_then(|r| r.split(')').next())
-                        .and_then(|n| n.parse::<u32>().ok())
-                })
-                .max()
-                .unwrap_or(0),
-            Err(_) => 0,
         }
     }
 }

@@ -13,8 +13,8 @@
 //!
 //! Nothing here survives a restart and nothing needs to: Git (the accepted
 //! chain, the notes) and the cluster (specs lockstep applied, the operators'
-//! status, the Events of its repairs, lockstep's record of live verdicts)
-//! hold the whole story, so a new process
+//! status, the repair records on the objects, lockstep's record of live
+//! verdicts) hold the whole story, so a new process
 //! picks up where a killed one stopped. Time comes from a [`Clock`]: the
 //! system's for a real cluster, the simulator's for `run` in sim mode and
 //! the rehearsals ([`simulate`]), which run this same engine.
