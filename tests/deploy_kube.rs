@@ -112,7 +112,7 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
         "kubectl apply -k deploy/ warned:\n{stderr}"
     );
     let expected = manifest_objects();
-    assert_eq!(expected.len(), 13, "{expected:#?}");
+    assert_eq!(expected.len(), 15, "{expected:#?}");
     assert_eq!(
         stdout.lines().filter(|l| l.ends_with(" created")).count(),
         expected.len(),
