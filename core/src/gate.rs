@@ -780,12 +780,12 @@ fn judge_object_inner(
             Reason::UpgradePathInvalid,
             if from.is_slurp() && rel == from.next().next() {
                 format!(
-                    "{from} → {rel} skips {mid}; upstream OpenStack supports this SLURP upgrade directly, but the C5C3 operators accept one release at a time: take it as two hops, {from} → {mid} first, then {rel} in a later commit (an UpgradePlan writes both commits: plans/README.md)",
+                    "{from} → {rel} skips {mid}; upstream OpenStack supports this SLURP upgrade directly, but the C5C3 operators accept one release at a time: take it as two hops, {from} → {mid} first, then {rel} in a later commit, or let an UpgradePlan with to: \"{rel}\" walk it one hop at a time (plans/README.md)",
                     mid = from.next()
                 )
             } else {
                 format!(
-                    "{from} → {rel} skips {}; move one release at a time: {from} → {} first, then {rel} in a later commit",
+                    "{from} → {rel} skips {}; move one release at a time: {from} → {} first, then {rel} in a later commit, or let an UpgradePlan with to: \"{rel}\" walk it one hop at a time (plans/README.md)",
                     skipped(from, rel),
                     from.next()
                 )
