@@ -660,6 +660,78 @@ fn rehearse_plan_predicts_the_schedule_with_and_without_faults() {
     assert!(!text.contains("wave eu (2/3) to 2026.2"), "{text}");
 }
 
+/// `rehearse --plan` shows a fast-forward's whole chain: every hop's waves
+/// in order, the soak between hops, every hop commit inside the window.
+#[test]
+fn rehearse_plan_shows_every_hop_of_a_fast_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    fleet_at(
+        dir.path(),
+        &fast_forward_plan().replacen(
+            "  waves:",
+            "  windows:\n    - {start: \"0 20 * * *\", duration: 8h, timeZone: UTC}\n  waves:",
+            1,
+        ),
+        "2025.2",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args([
+            "rehearse",
+            "--plan",
+            "--start",
+            "2026-12-01T12:00:00Z",
+            "--repo",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in\n{text}"))
+    };
+    // Every hop, every wave, in order.
+    let mut last = 0;
+    for to in ["2026.1", "2026.2", "2027.1"] {
+        for wave in ["canary (1/3)", "eu (2/3)", "rest (3/3)"] {
+            let i = at(&format!("lockstep plan rings: wave {wave} to {to}: "));
+            assert!(i > last, "{wave} to {to} out of order:\n{text}");
+            last = i;
+        }
+    }
+    assert!(
+        text.contains("plan rings: hop 1/3 (2025.2 → 2026.1), wave 1/3 (canary) waits for the maintenance window"),
+        "{text}"
+    );
+    assert!(
+        at("hop 2/3 (2026.1 → 2026.2), wave 1/3 (canary) waits: previous hop soaking")
+            < at("wave canary (1/3) to 2026.2")
+    );
+    assert!(
+        at("hop 3/3 (2026.2 → 2027.1), wave 2/3 (eu) waits: previous wave soaking")
+            < at("wave eu (2/3) to 2027.1")
+    );
+    assert!(
+        text.contains("ControlPlane cloud-19/c19 2026.2 → 2027.1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("plan rings: complete: every wave at 2027.1"),
+        "{text}"
+    );
+    // Every hop commit inside the window (20:00-04:00 UTC; +8h is 20:00).
+    for l in text
+        .lines()
+        .filter(|l| l.contains("lockstep plan rings: wave"))
+    {
+        let clock = l.trim().split(' ').next().unwrap().trim_start_matches('+');
+        let hours: u64 = clock.split(':').next().unwrap().parse().unwrap();
+        let of_day = (12 + hours) % 24;
+        assert!(!(4..20).contains(&of_day), "outside the window: {l}");
+    }
+}
+
 /// `lockstep plan status`, the command: each wave's progress at a revision,
 /// and the `mode: propose` branches the repository knows. The proposal
 /// branch here is made by hand (the shape `mode: propose` pushes, tested
