@@ -33,7 +33,8 @@ pub enum Reason {
     ProjectedChildEdited,
     /// An UpgradePlan that does not parse or breaks the plan schema.
     PlanInvalid,
-    /// A plan's target is not one hop from a selected object's release.
+    /// A plan's target does not parse or is behind a selected object's
+    /// release (several releases ahead is a fast-forward, accepted).
     PlanTargetInvalid,
     /// A plan (or one of its waves) selects nothing.
     PlanSelectsNothing,
