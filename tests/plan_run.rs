@@ -318,7 +318,8 @@ fn fast_forward_plan() -> String {
 /// takes every hop in order, one release per commit, never two at once (no
 /// child is ever more than one release below its plane's target), the
 /// whole wave sequence once per hop, and the soaks (between waves and
-/// between hops) honoured in virtual time.
+/// between hops) honoured in virtual time; the daemon is restarted in the
+/// middle of the second hop (no hop written twice or skipped).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fast_forward_over_twenty_planes_takes_every_hop_in_order() {
     let rig = Rig::at(&fast_forward_plan(), Vec::new(), "2025.2");
@@ -340,67 +341,75 @@ async fn a_fast_forward_over_twenty_planes_takes_every_hop_in_order() {
     let mut violations = Vec::new();
     let mem = rig.mem.clone();
     let mut seen_commits = 0;
-    let finished = rig
-        .drive(
-            &mut d,
-            |w| {
-                for p in w.planes.values() {
-                    let t = taken.entry(p.key.name.clone()).or_default();
-                    if t.last() != Some(&p.release) {
-                        t.push(p.release.clone());
-                    }
-                    // Never two hops at once: every child installed at the
-                    // plane's release or the one before it.
-                    for o in w
-                        .objects
+    let mut restarted = false;
+    let mut watch = |w: &World| {
+        for p in w.planes.values() {
+            let t = taken.entry(p.key.name.clone()).or_default();
+            if t.last() != Some(&p.release) {
+                t.push(p.release.clone());
+            }
+            // Never two hops at once: every child installed at the
+            // plane's release or the one before it.
+            for o in w
+                .objects
+                .values()
+                .filter(|o| o.key.namespace == p.key.namespace)
+            {
+                if let Some(r) = o.status.installed_release.as_deref()
+                    && r != p.release
+                    && r != prev(&p.release)
+                {
+                    violations.push(format!("{} at {r} under plane {}", o.key, p.release));
+                }
+            }
+        }
+        for release in ["2026.1", "2026.2", "2027.1"] {
+            for ring_name in ["canary", "eu", "general"] {
+                let done = (0..20).filter(|i| ring(*i) == ring_name).all(|i| {
+                    w.objects
                         .values()
-                        .filter(|o| o.key.namespace == p.key.namespace)
-                    {
-                        if let Some(r) = o.status.installed_release.as_deref()
-                            && r != p.release
-                            && r != prev(&p.release)
-                        {
-                            violations.push(format!("{} at {r} under plane {}", o.key, p.release));
-                        }
-                    }
+                        .filter(|o| {
+                            o.key.namespace == format!("cloud-{i:02}")
+                                && o.key.kind != lockstep::kind::Kind::Horizon
+                        })
+                        .all(|o| {
+                            o.status.installed_release.as_deref() == Some(release)
+                                && o.status.upgrade_phase.is_none()
+                        })
+                });
+                if done {
+                    ring_done
+                        .entry((ring_name, release.to_owned()))
+                        .or_insert(w.now);
                 }
-                for release in ["2026.1", "2026.2", "2027.1"] {
-                    for ring_name in ["canary", "eu", "general"] {
-                        let done = (0..20).filter(|i| ring(*i) == ring_name).all(|i| {
-                            w.objects
-                                .values()
-                                .filter(|o| {
-                                    o.key.namespace == format!("cloud-{i:02}")
-                                        && o.key.kind != lockstep::kind::Kind::Horizon
-                                })
-                                .all(|o| {
-                                    o.status.installed_release.as_deref() == Some(release)
-                                        && o.status.upgrade_phase.is_none()
-                                })
-                        });
-                        if done {
-                            ring_done
-                                .entry((ring_name, release.to_owned()))
-                                .or_insert(w.now);
-                        }
-                    }
-                }
-            },
-            |r| {
-                let commits = r.hop_commits();
-                for (to, wave, _) in &commits[seen_commits..] {
-                    let now = mem.now();
-                    let e = seen_at
-                        .entry((to.clone(), wave.clone()))
-                        .or_insert((now, now));
-                    e.1 = now;
-                }
-                seen_commits = commits.len();
-                false
-            },
-        )
-        .await;
-    assert!(finished);
+            }
+        }
+    };
+    let mut stop = |r: &Rig| {
+        let commits = r.hop_commits();
+        for (to, wave, _) in &commits[seen_commits..] {
+            let now = mem.now();
+            let e = seen_at
+                .entry((to.clone(), wave.clone()))
+                .or_insert((now, now));
+            e.1 = now;
+        }
+        seen_commits = commits.len();
+        // Killed once the second hop's eu wave has started.
+        if !restarted && commits.iter().any(|(to, w, _)| to == "2026.2" && w == "eu") {
+            restarted = true;
+            return true;
+        }
+        false
+    };
+    assert!(
+        !rig.drive(&mut d, &mut watch, &mut stop).await,
+        "still running"
+    );
+    drop(d);
+    // A fresh daemon: nothing carried over but Git and the cluster.
+    let mut d = rig.daemon();
+    assert!(rig.drive(&mut d, &mut watch, &mut stop).await);
     assert!(
         violations.is_empty(),
         "{:?}",
