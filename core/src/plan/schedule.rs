@@ -804,4 +804,156 @@ mod tests {
         assert!(last_of("2026.1") < first_of("2026.2"));
         assert!(last_of("2026.2") < first_of("2027.1"));
     }
+    /// Drives `decide` and `current_hop` like the daemon does, each hop of
+    /// object `n` taking `minutes[n % len]` minutes; checks at every start
+    /// that the object's previous hop completed, that no object is left
+    /// more than one release behind the hop, the wave's parallelism, the
+    /// window and the soaks. Returns each object's hops in order.
+    fn run_plan(
+        p: &UpgradePlan,
+        waves: &[Vec<Key>],
+        starts: &BTreeMap<Key, Release>,
+        minutes: &[i64],
+    ) -> BTreeMap<Key, Vec<Release>> {
+        let windows = window::parse_all(&p.spec.windows).unwrap();
+        let to = rel(&p.spec.to);
+        let origin = starts.values().min().copied();
+        let mut pos: BTreeMap<Key, Position> = starts
+            .iter()
+            .map(|(k, r)| {
+                (
+                    k.clone(),
+                    Position {
+                        release: *r,
+                        complete: true,
+                        failed: None,
+                    },
+                )
+            })
+            .collect();
+        let index: BTreeMap<&Key, usize> = starts.keys().enumerate().map(|(i, k)| (k, i)).collect();
+        let mut running: BTreeMap<Key, Timestamp> = BTreeMap::new();
+        let mut taken: BTreeMap<Key, Vec<Release>> = BTreeMap::new();
+        let mut completed: BTreeMap<(Release, usize), Timestamp> = BTreeMap::new();
+        let mut hop_done: BTreeMap<Release, Timestamp> = BTreeMap::new();
+        let soak = |w: usize| {
+            jiff::SignedDuration::try_from(
+                crate::duration::positive(&p.spec.waves[w].soak).unwrap_or_default(),
+            )
+            .unwrap()
+        };
+        let mut now = ts("2026-12-01T08:00:00Z");
+        for _ in 0..200_000 {
+            for (k, until) in running.clone() {
+                if now >= until {
+                    pos.get_mut(&k).unwrap().complete = true;
+                    running.remove(&k);
+                }
+            }
+            let Some((hop, objects)) = current_hop(to, origin, &pos) else {
+                return taken;
+            };
+            let previous_hop = (hop.index > 0).then(|| *hop_done.entry(hop.from).or_insert(now));
+            let mut seen = BTreeMap::new();
+            for (i, keys) in waves.iter().enumerate() {
+                if keys
+                    .iter()
+                    .all(|k| objects[k].started && objects[k].complete)
+                {
+                    seen.insert(i, *completed.entry((hop.to, i)).or_insert(now));
+                }
+            }
+            let d = decide(&Input {
+                plan: p,
+                waves,
+                objects: &objects,
+                windows: &windows,
+                completed_at: &seen,
+                gates: Ok(()),
+                now,
+                previous_hop,
+            });
+            if let Decision::Start { wave, keys } = d {
+                assert!(window::is_open(&windows, now), "started outside the window");
+                if wave > 0 {
+                    assert!(now >= seen[&(wave - 1)] + soak(wave - 1), "wave soak");
+                } else if let Some(t) = previous_hop {
+                    assert!(now >= t + soak(waves.len() - 1), "hop soak");
+                }
+                let running_here = waves[wave]
+                    .iter()
+                    .filter(|k| running.contains_key(*k))
+                    .count();
+                assert!(running_here + keys.len() <= p.spec.waves[wave].max_parallel as usize);
+                // Nobody is left behind the hop.
+                assert!(pos.values().all(|q| q.release >= hop.from));
+                for k in keys {
+                    assert!(waves[wave].contains(&k));
+                    let q = pos.get_mut(&k).unwrap();
+                    assert!(q.complete, "{k}: a hop started while the previous one runs");
+                    assert_eq!(q.release.next(), hop.to);
+                    q.release = hop.to;
+                    q.complete = false;
+                    let m = minutes[index[&k] % minutes.len()];
+                    running.insert(k.clone(), now + jiff::SignedDuration::from_mins(m));
+                    taken.entry(k).or_default().push(hop.to);
+                }
+                continue;
+            }
+            now += jiff::SignedDuration::from_mins(1);
+        }
+        panic!("the plan did not finish");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// Any waves, parallelism, soaks, windows, starting releases and
+        /// hop durations: every object takes each hop from where it
+        /// started to the target, in order, one at a time.
+        #[test]
+        fn every_object_walks_from_its_start_to_the_target(
+            sizes in proptest::collection::vec(1usize..5, 1..4),
+            parallel in proptest::collection::vec(1u32..4, 3),
+            soaks in proptest::collection::vec(0u32..3, 3),
+            starts in proptest::collection::vec(0usize..3, 16),
+            hops in 1usize..4,
+            minutes in proptest::collection::vec(1i64..120, 1..6),
+            windowed in proptest::bool::ANY,
+        ) {
+            let base = rel("2025.1");
+            let releases: Vec<Release> = std::iter::successors(Some(base), |r| Some(r.next())).take(8).collect();
+            let to = releases[2 + hops];
+            let spec: Vec<(String, u32, String)> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, _)| (format!("w{i}"), parallel[i], format!("{}h", soaks[i]).replace("0h", "0s")))
+                .collect();
+            let refs: Vec<(&str, u32, &str)> = spec.iter().map(|(n, p, s)| (n.as_str(), *p, s.as_str())).collect();
+            let mut p = plan(&refs);
+            p.spec.to = to.to_string();
+            if windowed {
+                p.spec.windows = vec![Window {
+                    start: "0 20 * * *".into(),
+                    duration: "5h".into(),
+                    time_zone: "Europe/Berlin".into(),
+                }];
+            }
+            let w = World::new(p.clone(), &sizes);
+            let start: BTreeMap<Key, Release> = w
+                .waves
+                .iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, k)| (k.clone(), releases[starts[i % starts.len()]]))
+                .collect();
+            let taken = run_plan(&p, &w.waves, &start, &minutes);
+            for (k, from) in &start {
+                let want: Vec<Release> = std::iter::successors(Some(from.next()), |r| Some(r.next()))
+                    .take_while(|r| *r <= to)
+                    .collect();
+                let got = taken.get(k).cloned().unwrap_or_default();
+                proptest::prop_assert_eq!(got, want, "{}", k);
+            }
+        }
+    }
 }
