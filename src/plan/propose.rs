@@ -469,6 +469,15 @@ mod tests {
         }
         assert_ne!(branch("a b", 0), branch("a/b", 0));
         assert_ne!(branch("a b", 0), branch("a-b", 0));
+        // A fast-forward: the last hop keeps the plain name, earlier hops
+        // name their release.
+        assert_eq!(
+            hop_branch("rings", 0, "2027.1", "2027.1"),
+            "lockstep/plan/rings/wave-1"
+        );
+        let b = hop_branch("rings", 1, "2026.1", "2027.1");
+        assert_eq!(b, "lockstep/plan/rings/wave-2-to-2026.1");
+        assert!(git2::Reference::is_valid_name(&format!("refs/heads/{b}")));
     }
 
     #[test]

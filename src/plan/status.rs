@@ -148,7 +148,9 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
                     target_text
                 ))
             );
-            for line in proposals(&repo, head, &p.plan.metadata.name, i, rev) {
+            let branch =
+                super::propose::hop_branch(&p.plan.metadata.name, i, &target_text, &spec.to);
+            for line in proposals(&repo, head, &branch, rev) {
                 let _ = writeln!(out, "    {}", Escaped(line));
             }
             for k in keys {
@@ -170,19 +172,13 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
     Ok(out)
 }
 
-/// The proposal branches of a wave that this repository knows: local
+/// The proposal branches of a wave (of the hop Git is on) that this
+/// repository knows, by the branch's name: local
 /// branches (a daemon's cache fetches them so) and remote-tracking ones (a
 /// user's `git fetch` brings them), each with its tip and whether `head`
 /// already contains it. A squash merge shows as not merged; the wave's
 /// "committed" count still tells.
-fn proposals(
-    repo: &GitRepo,
-    head: git2::Oid,
-    plan: &str,
-    wave_index: usize,
-    rev: &str,
-) -> Vec<String> {
-    let branch = super::propose::branch(plan, wave_index);
+fn proposals(repo: &GitRepo, head: git2::Oid, branch: &str, rev: &str) -> Vec<String> {
     let raw = repo.raw();
     let mut out = Vec::new();
     for glob in [
