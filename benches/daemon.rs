@@ -12,38 +12,21 @@
 //! Run: `cargo bench --bench daemon` (`-- --quick`: a 10x smaller fleet and
 //! fewer pushes). It asserts nothing about the figures.
 
-use std::io::{BufRead, BufReader, Read, Write};
+#[path = "support/fleet.rs"]
+mod fleet;
+#[path = "support/hook.rs"]
+mod hook;
+#[path = "support/measure.rs"]
+mod measure;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hmac::{KeyInit, Mac};
-
-const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/fleet");
-
-fn example(rel: &str) -> String {
-    std::fs::read_to_string(Path::new(EXAMPLES).join(rel)).expect("example")
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "gc.auto=0"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
+use fleet::git;
+use hook::{get, has_note, metric, post_push};
+use measure::percentile;
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -56,46 +39,7 @@ fn free_port() -> u16 {
 /// The fleet as one commit in a work tree.
 fn generate(work: &Path, planes: usize, standalone: usize) {
     git(work, &["init", "-q", "-b", "main"]);
-    let plane = example("clusters/prod/controlplane.yaml");
-    let nova = example("standalone/compute/nova.yaml");
-    let glance = example("standalone/image/glance.yaml");
-    let write = |rel: String, text: String| {
-        let p = work.join(rel);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(p, text).expect("write");
-    };
-    for i in 0..planes {
-        let ns = format!("cloud-{i:05}");
-        write(
-            format!("regions/r{:02}/{ns}/controlplane.yaml", i % 40),
-            plane
-                .replacen("name: prod ", &format!("name: p{i:05} "), 1)
-                .replacen("namespace: openstack ", &format!("namespace: {ns} "), 1),
-        );
-    }
-    for i in 0..standalone {
-        if i % 2 == 0 {
-            write(
-                format!("standalone/compute/c{:03}/nova-{i:05}.yaml", i % 300),
-                nova.replacen("name: nova\n", &format!("name: nova-{i:05}\n"), 1)
-                    .replacen(
-                        "namespace: compute",
-                        &format!("namespace: compute-{:03}", i % 300),
-                        1,
-                    ),
-            );
-        } else {
-            write(
-                format!("standalone/image/i{:03}/glance-{i:05}.yaml", i % 300),
-                glance
-                    .replacen("name: glance ", &format!("name: glance-{i:05} "), 1)
-                    .replace(
-                        "namespace: image",
-                        &format!("namespace: image-{:03}", i % 300),
-                    ),
-            );
-        }
-    }
+    fleet::write(work, planes, standalone);
     git(work, &["add", "-A"]);
     git(work, &["commit", "-q", "-m", "fleet"]);
 }
@@ -109,89 +53,8 @@ impl Drop for Proc {
     }
 }
 
-fn get(port: u16, path: &str) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.starts_with("HTTP/1.1 200").then_some(out)
-}
-
-fn post_push(port: u16, secret: &str, sha: &str, n: usize) -> bool {
-    let body = format!(
-        r#"{{"ref":"refs/heads/main","before":"0000000000000000000000000000000000000000","after":"{sha}","repository":{{"full_name":"bench/fleet"}}}}"#
-    );
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("key");
-    mac.update(body.as_bytes());
-    let sig = hex::encode(mac.finalize().into_bytes());
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let req = format!(
-        "POST /hooks/github HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-GitHub-Event: push\r\nX-GitHub-Delivery: bench-{n}\r\nX-Hub-Signature-256: sha256={sig}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    if s.write_all(req.as_bytes()).is_err() {
-        return false;
-    }
-    let mut line = String::new();
-    let _ = BufReader::new(s).read_line(&mut line);
-    line.contains(" 202") || line.contains(" 200")
-}
-
-/// A counter or histogram sum from the Prometheus text.
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 (1-based), i.e. 11 and 12 after ')'.
-    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-}
-
-fn rss_peak_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0
-}
-
-fn has_note(cache: &Path, sha: &str) -> bool {
-    let Ok(r) = git2::Repository::open(cache) else {
-        return false;
-    };
-    let Ok(oid) = git2::Oid::from_str(sha) else {
-        return false;
-    };
-    r.find_note(Some("refs/notes/lockstep"), oid).is_ok()
-}
-
-fn cache_repo(cache: &Path) -> Option<PathBuf> {
-    std::fs::read_dir(cache)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.is_dir())
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+    (measure::cpu_seconds(pid) * 100.0).round() as u64
 }
 
 fn main() {
@@ -321,7 +184,7 @@ fn main() {
     let root = git(&work, &["rev-parse", "HEAD"]);
     let deadline = Instant::now() + Duration::from_secs(600);
     let repo = loop {
-        if let Some(r) = cache_repo(&cache)
+        if let Some(r) = hook::mirror(&cache)
             && has_note(&r, &root)
         {
             break r;
@@ -364,25 +227,14 @@ fn main() {
         } else {
             0.0
         },
-        rss_peak_mib(pid)
+        measure::peak_rss_mib(pid)
     );
 
     // Push-to-first-status through the webhook.
     let mut lat = Vec::new();
     for n in 0..pushes {
         let i = (n * 2) % standalone;
-        let rel = format!("standalone/compute/c{:03}/nova-{i:05}.yaml", i % 300);
-        let text = std::fs::read_to_string(work.join(&rel)).expect("read");
-        std::fs::write(
-            work.join(&rel),
-            text.replacen(
-                "openStackRelease: \"2026.1\"",
-                "openStackRelease: \"2026.2\"",
-                1,
-            )
-            .replacen("tag: \"2026.1\"", "tag: \"2026.2\"", 1),
-        )
-        .expect("write");
+        fleet::hop_nova(&work, i);
         git(
             &work,
             &["commit", "-q", "-am", &format!("nova-{i:05} to 2026.2")],
@@ -408,5 +260,8 @@ fn main() {
         percentile(&lat, 0.99).as_secs_f64() * 1000.0,
         lat.last().copied().unwrap_or_default().as_secs_f64() * 1000.0,
     );
-    println!("peak RSS after the pushes: {:.0} MiB", rss_peak_mib(pid));
+    println!(
+        "peak RSS after the pushes: {:.0} MiB",
+        measure::peak_rss_mib(pid)
+    );
 }

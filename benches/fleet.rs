@@ -19,11 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/fleet");
+#[path = "support/fleet.rs"]
+mod fleet;
 
-fn example(rel: &str) -> String {
-    std::fs::read_to_string(Path::new(EXAMPLES).join(rel)).expect("example")
-}
+use fleet::example;
 
 fn git(dir: &Path, args: &[&str]) {
     let st = Command::new("git")
@@ -62,52 +61,8 @@ fn generate(planes: usize, standalone: usize) -> Fleet {
         None => dir.path().to_owned(),
     };
     git(&path, &["init", "-q", "-b", "main"]);
-    let plane = example("clusters/prod/controlplane.yaml");
     let nova = example("standalone/compute/nova.yaml");
-    let glance = example("standalone/image/glance.yaml");
-    let mut bytes = 0u64;
-    let mut files = 0;
-    let mut write = |rel: String, text: String| {
-        let p = path.join(rel);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        bytes += text.len() as u64;
-        files += 1;
-        std::fs::write(p, text).expect("write");
-    };
-    for i in 0..planes {
-        let ns = format!("cloud-{i:05}");
-        let text = plane
-            .replacen("name: prod ", &format!("name: p{i:05} "), 1)
-            .replacen("namespace: openstack ", &format!("namespace: {ns} "), 1);
-        write(
-            format!("regions/r{:02}/{ns}/controlplane.yaml", i % 40),
-            text,
-        );
-    }
-    for i in 0..standalone {
-        let (text, rel) = if i % 2 == 0 {
-            (
-                nova.replacen("name: nova\n", &format!("name: nova-{i:05}\n"), 1)
-                    .replacen(
-                        "namespace: compute",
-                        &format!("namespace: compute-{:03}", i % 300),
-                        1,
-                    ),
-                format!("standalone/compute/c{:03}/nova-{i:05}.yaml", i % 300),
-            )
-        } else {
-            (
-                glance
-                    .replacen("name: glance ", &format!("name: glance-{i:05} "), 1)
-                    .replace(
-                        "namespace: image",
-                        &format!("namespace: image-{:03}", i % 300),
-                    ),
-                format!("standalone/image/i{:03}/glance-{i:05}.yaml", i % 300),
-            )
-        };
-        write(rel, text);
-    }
+    let fleet::Written { files, bytes } = fleet::write(&path, planes, standalone);
     git(&path, &["add", "-A"]);
     git(&path, &["commit", "-q", "-m", "fleet"]);
     let pr = "standalone/compute/c000/nova-00000.yaml";
