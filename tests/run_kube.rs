@@ -1092,9 +1092,12 @@ async fn a_wedged_glance_is_aborted_through_git_and_a_contract_is_not() {
         .await;
     let daemon = Daemon::start("lockstep-2", &server, repo, logs.path(), &[], &[]);
     fleet
+        // Each status is its own note write: wait for all three.
         .drive("the abort's verdict", Duration::from_secs(30), async |_| {
             note(repo, &abort, &commit_ctx)
                 .is_some_and(|(s, d)| s == "success" && d == "aborted: glance 2026.2→2026.1")
+                && note(repo, &abort, &object_ctx).is_some_and(|(s, _)| s == "success")
+                && note(repo, &hop, &commit_ctx).is_some_and(|(_, d)| d.contains("aborted by"))
         })
         .await;
     let short = &abort[..10];

@@ -1527,13 +1527,29 @@ fn a_wedged_glance_is_aborted_by_a_commit_and_hops_again_later() {
     // upgrade flow prescribes.
     repo.write(glance, common::glance_digest("2026.1", 'a'));
     let abort = repo.commit("Abort Glance 2026.2");
-    let n = wait_notes(&mut ls, repo.path(), &abort, "the abort applied", |n| {
+    // Each status is its own note write: wait for every one of them (the
+    // commit's and the object's, on the abort and on the hop it ended),
+    // then check what they say.
+    let short = abort[..10].to_owned();
+    let a = wait_notes(&mut ls, repo.path(), &abort, "the abort applied", |n| {
         n.get(&ctx).is_some_and(|(s, _)| s == "success")
+            && n.get(&obj).is_some_and(|(s, _)| s == "success")
     });
-    let (_, d) = &n[&ctx];
+    let (_, d) = &a[&ctx];
     assert!(d.starts_with("aborted: glance 2026.2→2026.1"), "{d}");
-    let short = &abort[..10];
-    let h = notes(repo.path(), &hop);
+    assert!(a[&obj].1.ends_with(": aborted"), "{a:?}");
+    let h = wait_notes(
+        &mut ls,
+        repo.path(),
+        &hop,
+        "the hop ended by the abort",
+        |n| {
+            [&ctx, &obj].iter().all(|c| {
+                n.get(*c)
+                    .is_some_and(|(_, d)| d.ends_with(&format!("aborted by {short}")))
+            })
+        },
+    );
     assert_eq!(
         h.get(&ctx),
         Some(&(
@@ -1542,17 +1558,7 @@ fn a_wedged_glance_is_aborted_by_a_commit_and_hops_again_later() {
         )),
         "{h:?}"
     );
-    assert!(
-        h.get(&obj)
-            .is_some_and(|(s, d)| s == "failure" && d.ends_with(&format!("aborted by {short}"))),
-        "{h:?}"
-    );
-    let a = notes(repo.path(), &abort);
-    assert!(
-        a.get(&obj)
-            .is_some_and(|(s, d)| s == "success" && d.ends_with(": aborted")),
-        "{a:?}"
-    );
+    assert_eq!(h[&obj].0, "failure", "{h:?}");
 
     // The next hop of the same service goes through (the fault is spent).
     repo.write(glance, common::glance_digest("2026.2", 'b'));
