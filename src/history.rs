@@ -517,23 +517,9 @@ impl Walker<'_> {
         after: &TreePolicies,
     ) -> Result<Vec<ObjectVerdict>, GitError> {
         let mut out = Vec::new();
-        let refused =
-            |file: Arc<str>, line: u32, name: Option<String>, message: String| ObjectVerdict {
-                kind: None,
-                namespace: None,
-                name,
-                file,
-                line,
-                projected_by: None,
-                from: None,
-                to: None,
-                from_image: None,
-                to_image: None,
-                transition: gate::Transition::Invalid,
-                verdict: Verdict::Refused,
-                reason: Some(gate::Reason::PolicyInvalid),
-                message,
-            };
+        let refused = |file: Arc<str>, line: u32, name: Option<String>, message: String| {
+            document_refusal(file, line, None, name, gate::Reason::PolicyInvalid, message)
+        };
         // A policy that cannot be read might block anything: every commit
         // whose tree holds one is refused until it is fixed (fail closed).
         for e in &after.errors {
@@ -603,27 +589,7 @@ impl Walker<'_> {
         if changed_plans.is_empty() && errors.is_empty() {
             return Ok(Vec::new());
         }
-        let refused = |file: Arc<str>,
-                       line: u32,
-                       namespace: Option<String>,
-                       name: Option<String>,
-                       reason: gate::Reason,
-                       message: String| ObjectVerdict {
-            kind: None,
-            namespace,
-            name,
-            file,
-            line,
-            projected_by: None,
-            from: None,
-            to: None,
-            from_image: None,
-            to_image: None,
-            transition: gate::Transition::Invalid,
-            verdict: Verdict::Refused,
-            reason: Some(reason),
-            message,
-        };
+        let refused = document_refusal;
         let mut out: Vec<ObjectVerdict> = errors
             .into_iter()
             .map(|e| {
@@ -1091,5 +1057,33 @@ impl Walker<'_> {
             );
         }
         Ok(out)
+    }
+}
+
+/// A refusal of a lockstep document (a plan or a policy) rather than of a
+/// C5C3 object: no kind, no releases, the file and line to fix.
+fn document_refusal(
+    file: Arc<str>,
+    line: u32,
+    namespace: Option<String>,
+    name: Option<String>,
+    reason: gate::Reason,
+    message: String,
+) -> ObjectVerdict {
+    ObjectVerdict {
+        kind: None,
+        namespace,
+        name,
+        file,
+        line,
+        projected_by: None,
+        from: None,
+        to: None,
+        from_image: None,
+        to_image: None,
+        transition: gate::Transition::Invalid,
+        verdict: Verdict::Refused,
+        reason: Some(reason),
+        message,
     }
 }
