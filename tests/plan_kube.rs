@@ -35,6 +35,11 @@
 //! - at the end every plane is at 2026.2 with `metadata.generation` 2 (one
 //!   apply of the hop) and every child settled at 2026.2, projected once more
 //!   (generation 2).
+//!
+//! A second test runs a fast-forward over the same fleet from 2025.2 to
+//! 2027.1 (three hops, the whole wave sequence per hop): every plane walks
+//! every release one apply at a time, never two hops at once, no plane moves
+//! on before every plane completed the release before.
 
 mod common;
 
@@ -326,6 +331,8 @@ struct WaveCommit {
     author: String,
     plan: String,
     wave: String,
+    /// The release it moves its planes to (its subject's `to X`).
+    to: String,
     /// The planes its message lists.
     listed: Vec<usize>,
     /// The files it changes.
@@ -342,12 +349,20 @@ struct Fleet {
 
 impl Fleet {
     fn new() -> Self {
+        Self::with(FROM, &rings_plan("3s", "2s"))
+    }
+
+    /// 20 clouds at `release`, then `plan`.
+    fn with(release: &str, plan: &str) -> Self {
         let repo = FleetRepo::new();
         for i in 0..N {
-            repo.write(&format!("clouds/c{i:02}.yaml"), ringed_plane(i));
+            repo.write(
+                &format!("clouds/c{i:02}.yaml"),
+                ringed_plane(i).replace("\"2026.1\"", &format!("\"{release}\"")),
+            );
         }
-        let fleet = repo.commit("20 clouds at 2026.1");
-        repo.write("plans/rings.yaml", rings_plan("3s", "2s"));
+        let fleet = repo.commit(&format!("20 clouds at {release}"));
+        repo.write("plans/rings.yaml", plan);
         let plan = repo.commit("plan: rings to 2026.2");
         repo.git(&["update-ref", "refs/heads/main", &fleet, &plan]);
         Self { repo, fleet, plan }
@@ -418,6 +433,7 @@ impl Fleet {
                     author: field("%an <%ae>"),
                     plan: field("%(trailers:key=Lockstep-Plan,valueonly,separator=%x2C)"),
                     wave: field("%(trailers:key=Lockstep-Wave,valueonly,separator=%x2C)"),
+                    to: field("%s").rsplit(" to ").next().unwrap_or("").to_owned(),
                     listed,
                     files,
                 }
@@ -747,6 +763,199 @@ async fn a_three_wave_plan_over_twenty_planes_against_the_api_server() {
     assert_eq!(daemon.applied_sorted(), expected);
     eprintln!(
         "{} hop commits; rollout {:.1}s; total {:.1}s",
+        commits.len(),
+        rollout.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// The release before `r` in the fast-forward below.
+fn before(r: &str) -> &str {
+    match r {
+        "2026.1" => "2025.2",
+        "2026.2" => "2026.1",
+        "2027.1" => "2026.2",
+        other => other,
+    }
+}
+
+/// A fast-forward against the API server: the same 20 planes at 2025.2,
+/// the rings plan to 2027.1 (three hops, a soak after the last wave too).
+/// Checked from the API server: every plane's spec walks 2025.2 → 2026.1 →
+/// 2026.2 → 2027.1, one apply per hop; no child ever settled more than one
+/// release below its plane's spec (never two hops at once); no plane moves
+/// to a release while another plane is not complete at the one before it
+/// (the whole wave sequence per hop). From Git: each plane bumped in exactly
+/// three commits, in release order, the waves in order within each hop;
+/// every commit accepted; the plan complete at 2027.1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_forward_over_twenty_planes_against_the_api_server() {
+    const START: &str = "2025.2";
+    const HOPS: [&str; 3] = ["2026.1", "2026.2", "2027.1"];
+    const END: &str = "2027.1";
+    let t0 = Instant::now();
+    let server = ApiServer::start();
+    let plan = rings_plan("3s", "2s")
+        .replacen("to: \"2026.2\"", "to: \"2027.1\"", 1)
+        .replacen("maxParallel: 5\n", "maxParallel: 5\n      soak: 2s\n", 1);
+    let fleet = Fleet::with(START, &plan);
+    let logs = tempfile::tempdir().unwrap();
+    let client = KubeCluster::from_kubeconfig(&server.kubeconfig())
+        .await
+        .unwrap()
+        .client()
+        .clone();
+    let ns: Api<Namespace> = Api::all(client.clone());
+    for i in 0..N {
+        ns.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": format!("cloud-{i:02}")}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let sampler = Sampler::start(client.clone());
+    let mut op = Operator {
+        client: client.clone(),
+        op: KubeOperator::new(client.clone(), world()),
+        adopted: vec![false; N],
+        rounds: Rounds::default(),
+    };
+    let mut daemon = Daemon::start("lockstep", &server, fleet.path(), logs.path(), &[], &[]);
+    op.drive(
+        "20 planes installed at 2025.2",
+        Duration::from_secs(60),
+        async || {
+            fleet
+                .verdict(&fleet.fleet)
+                .is_some_and(|(s, _)| s == "success")
+                && snapshot(&client)
+                    .await
+                    .is_ok_and(|s| s.planes.iter().all(|p| p.complete_at(START)))
+        },
+    )
+    .await;
+    let t_plan = Instant::now();
+    fleet.add_plan();
+    op.drive(
+        "the fast-forward rolled out and reported",
+        Duration::from_secs(480),
+        async || {
+            snapshot(&client)
+                .await
+                .is_ok_and(|s| s.planes.iter().all(|p| p.complete_at(END)))
+                && fleet.plan_status().is_some_and(|(s, _)| s == "success")
+                && fleet
+                    .all_commits()
+                    .iter()
+                    .all(|c| fleet.verdict(c).is_some_and(|(s, _)| s == "success"))
+        },
+    )
+    .await;
+    let rollout = t_plan.elapsed();
+    let (samples, errors) = sampler.finish().await;
+    assert!(daemon.alive(), "the daemon keeps running");
+    assert_eq!(errors, 0, "every sample of the API server succeeded");
+
+    // ---- From the API server.
+    for i in 0..N {
+        let mut seen: Vec<Option<&str>> = Vec::new();
+        for s in &samples {
+            let p = &s.planes[i];
+            if seen.last() != Some(&p.spec.as_deref()) {
+                seen.push(p.spec.as_deref());
+            }
+        }
+        let walk = [
+            None,
+            Some(START),
+            Some(HOPS[0]),
+            Some(HOPS[1]),
+            Some(HOPS[2]),
+        ];
+        assert!(
+            seen.as_slice() == walk || seen.as_slice() == &walk[1..],
+            "c{i:02}: {seen:?}"
+        );
+    }
+    for s in &samples {
+        let t = (s.at - t0).as_secs_f64();
+        for (i, p) in s.planes.iter().enumerate() {
+            let Some(spec) = p.spec.as_deref() else {
+                continue;
+            };
+            // Never two hops at once. (Children are read after the planes,
+            // so one may already be ahead of the spec read; never behind.)
+            for (k, (_, r)) in &p.children {
+                if let Some(r) = r.as_deref() {
+                    assert!(
+                        r >= before(spec),
+                        "+{t:.1}s: c{i:02} at {spec} while its {k:?} is settled at {r}"
+                    );
+                }
+            }
+            // The whole wave sequence per hop: nobody moves to a release
+            // before every plane completed the one before it.
+            if spec != START {
+                for (j, q) in s.planes.iter().enumerate() {
+                    assert!(
+                        q.spec.as_deref() != Some(before(spec)) || q.complete_at(before(spec)),
+                        "+{t:.1}s: c{i:02} at {spec} while c{j:02} is not complete at {}: {q:?}",
+                        before(spec)
+                    );
+                }
+            }
+        }
+    }
+    let end = snapshot(&client).await.unwrap();
+    for (i, p) in end.planes.iter().enumerate() {
+        assert!(p.complete_at(END), "c{i:02}: {p:?}");
+        assert_eq!(p.generation, 4, "c{i:02}: one apply per hop");
+    }
+
+    // ---- From Git.
+    let commits = fleet.wave_commits();
+    let mut per_plane: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+    let mut last = (0, 0);
+    for c in &commits {
+        assert_eq!(c.plan, "rings", "{c:?}");
+        let hop = HOPS
+            .iter()
+            .position(|h| *h == c.to)
+            .unwrap_or_else(|| panic!("{c:?}"));
+        let w = WAVES.iter().position(|w| w.name == c.wave).unwrap();
+        assert!(
+            (hop, w) >= last,
+            "hops, and waves within a hop, in order: {commits:#?}"
+        );
+        last = (hop, w);
+        assert!(
+            !c.listed.is_empty() && c.listed.len() <= WAVES[w].max_parallel,
+            "{c:?}"
+        );
+        for i in &c.listed {
+            assert_eq!(wave_of(*i), w, "{c:?}");
+            per_plane.entry(*i).or_default().push(&c.to);
+        }
+    }
+    assert_eq!(per_plane.len(), N);
+    for (i, hops) in &per_plane {
+        assert_eq!(hops, &HOPS, "c{i:02}");
+    }
+    for sha in fleet.all_commits() {
+        let (state, desc) = fleet.verdict(&sha).unwrap();
+        assert_eq!(state, "success", "{sha}: {desc}");
+    }
+    assert_eq!(
+        fleet.plan_status(),
+        Some((
+            "success".to_owned(),
+            format!("complete: every wave at {END}")
+        ))
+    );
+    eprintln!(
+        "{} hop commits; fast-forward {:.1}s; total {:.1}s",
         commits.len(),
         rollout.as_secs_f64(),
         t0.elapsed().as_secs_f64()

@@ -77,7 +77,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let units = &self.units;
         let view = |k: &Key, u: &crate::plan::validate::Unit| {
             let r = units.get(k);
-            let complete = r.is_some_and(|r| match r.next {
+            // No report: no accepted commit changed the object since the
+            // daemon's start, so the cluster has what Git says (the release a
+            // fast-forward starts its first hop from).
+            let complete = r.is_none_or(|r| match r.next {
                 Next::Done(i) => r.chain.steps.get(i).is_some_and(|s| s.release == u.release),
                 _ => false,
             });

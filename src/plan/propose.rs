@@ -79,6 +79,23 @@ pub fn branch(plan: &str, wave: usize) -> String {
     format!("lockstep/plan/{name}/wave-{}", wave.saturating_add(1))
 }
 
+/// The proposal branch of a wave in one hop of a fast-forward plan: the
+/// plan's last hop (every hop of a one-hop plan) is [`branch`]; an earlier
+/// hop's branch names its target, `lockstep/plan/<plan>/wave-<n>-to-<release>`,
+/// so a hop never reuses the branch (or a declined request) of another.
+pub fn hop_branch(plan: &str, wave: usize, hop_to: &str, plan_to: &str) -> String {
+    let b = branch(plan, wave);
+    if hop_to == plan_to {
+        b
+    } else {
+        let release: String = hop_to
+            .chars()
+            .filter(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        format!("{b}-to-{release}")
+    }
+}
+
 /// One object a wave moves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Object {
@@ -452,6 +469,15 @@ mod tests {
         }
         assert_ne!(branch("a b", 0), branch("a/b", 0));
         assert_ne!(branch("a b", 0), branch("a-b", 0));
+        // A fast-forward: the last hop keeps the plain name, earlier hops
+        // name their release.
+        assert_eq!(
+            hop_branch("rings", 0, "2027.1", "2027.1"),
+            "lockstep/plan/rings/wave-1"
+        );
+        let b = hop_branch("rings", 1, "2026.1", "2027.1");
+        assert_eq!(b, "lockstep/plan/rings/wave-2-to-2026.1");
+        assert!(git2::Reference::is_valid_name(&format!("refs/heads/{b}")));
     }
 
     #[test]
