@@ -104,8 +104,15 @@ impl Rig {
     }
 
     fn daemon(&self) -> Daemon<MemoryCluster, Source> {
+        self.daemon_since(None)
+    }
+
+    /// A daemon judging only the commits after `since` (`--since`): the
+    /// tree there is taken as given.
+    fn daemon_since(&self, since: Option<String>) -> Daemon<MemoryCluster, Source> {
         let opts = Options {
             cluster_name: "sim".into(),
+            since,
             ..Options::default()
         };
         let source = Source::open(Origin::Local(self.dir.path().to_owned()), "main").unwrap();
@@ -509,6 +516,35 @@ async fn a_fast_forward_over_twenty_planes_takes_every_hop_in_order() {
     assert!(
         text.contains("wave 3/3 rest (maxParallel 5, soak 2h): 10/10 committed at 2027.1"),
         "{text}"
+    );
+}
+
+/// With `--since` at the fleet's commit, no accepted commit of the judged
+/// history touched the 20 planes (no unit report for any): their releases
+/// in that tree are taken as given (complete at 2025.2), so the
+/// fast-forward starts and walks every plane to 2027.1. (Without a report,
+/// only that release counts: `plan::schedule::complete_at`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_forward_starts_from_the_tree_since_takes_as_given() {
+    let rig = Rig::at(&fast_forward_plan(), Vec::new(), "2025.2");
+    let since = git(rig.dir.path(), &["rev-parse", "HEAD~1"]);
+    let plan_commit = git(rig.dir.path(), &["rev-parse", "HEAD"]);
+    let mut d = rig.daemon_since(Some(since));
+    assert!(rig.drive(&mut d, |_| {}, |_| false).await);
+    let mut per_plane: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (to, _, objs) in rig.hop_commits() {
+        for o in objs {
+            per_plane.entry(o).or_default().push(to.clone());
+        }
+    }
+    assert_eq!(per_plane.len(), 20);
+    for (plane, hops) in &per_plane {
+        assert_eq!(hops, &["2026.1", "2026.2", "2027.1"], "{plane}");
+    }
+    let note = rig.note(&plan_commit);
+    assert!(
+        note.contains("lockstep/sim/plan/rings: success — complete: every wave at 2027.1"),
+        "{note}"
     );
 }
 

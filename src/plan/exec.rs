@@ -35,6 +35,9 @@ pub struct TreePlans {
     /// selected objects in the commit that last changed the plan. A
     /// fast-forward counts its hops from there ("hop 2/3").
     pub origins: BTreeMap<(String, String), Release>,
+    /// The releases of the judged range's base tree ([`given`]), filled in
+    /// by the daemon, which knows the range.
+    pub given: BTreeMap<Key, String>,
 }
 
 impl TreePlans {
@@ -46,19 +49,19 @@ impl TreePlans {
     }
 }
 
-/// The lowest release of the units `plan` selects, as the tree of commit
-/// `at` has them (only the files that hold them now are read).
-fn origin(
+/// The releases of the units `plans` select, as `tree` has them (only the
+/// files that hold them at the head are read; a unit moved or missing there
+/// is left out).
+fn releases_in(
     repo: &GitRepo,
-    at: &str,
-    plan: &super::UpgradePlan,
+    tree: Oid,
+    plans: &[&super::UpgradePlan],
     units: &[Unit],
     max: usize,
-) -> Option<Release> {
-    let tree = repo.commit(Oid::from_str(at).ok()?).ok()?.tree;
-    let keys: std::collections::BTreeSet<Key> = validate::resolve(plan, units)
-        .into_iter()
-        .flatten()
+) -> BTreeMap<Key, String> {
+    let keys: std::collections::BTreeSet<Key> = plans
+        .iter()
+        .flat_map(|p| validate::resolve(p, units).into_iter().flatten())
         .collect();
     let files: std::collections::BTreeSet<String> = units
         .iter()
@@ -66,7 +69,9 @@ fn origin(
         .map(|u| u.file.to_string())
         .collect();
     let raw = repo.raw();
-    let tree = raw.find_tree(tree).ok()?;
+    let Ok(tree) = raw.find_tree(tree) else {
+        return BTreeMap::new();
+    };
     let mut docs = Vec::new();
     for f in &files {
         let Ok(entry) = tree.get_path(Path::new(f)) else {
@@ -78,10 +83,48 @@ fn origin(
         docs.extend(manifest::parse_file(f, blob.content(), max).documents);
     }
     validate::units(&docs)
-        .iter()
+        .into_iter()
         .filter(|u| keys.contains(&u.key))
-        .filter_map(|u| Release::parse_strict(u.release.as_deref()?).ok())
+        .filter_map(|u| Some((u.key, u.release?)))
+        .collect()
+}
+
+/// The lowest release of the units `plan` selects, as the tree of commit
+/// `at` has them.
+fn origin(
+    repo: &GitRepo,
+    at: &str,
+    plan: &super::UpgradePlan,
+    units: &[Unit],
+    max: usize,
+) -> Option<Release> {
+    let tree = repo.commit(Oid::from_str(at).ok()?).ok()?.tree;
+    releases_in(repo, tree, &[plan], units, max)
+        .values()
+        .filter_map(|r| Release::parse_strict(r).ok())
         .min()
+}
+
+/// The releases the daemon takes as given for the units `tp`'s plans
+/// select: theirs in `base`, the tree its judged range starts from (the
+/// empty tree, so none, unless it runs with `--since`). A selected unit
+/// with no unit report (no accepted commit of the range touched it) counts
+/// complete only at its release here: one that Git has elsewhere got there
+/// by a commit lockstep did not accept, which it never applied.
+pub fn given(
+    repo: &GitRepo,
+    base: Option<Oid>,
+    tp: &TreePlans,
+    max: usize,
+) -> BTreeMap<Key, String> {
+    let Some(base) = base else {
+        return BTreeMap::new();
+    };
+    let plans: Vec<&super::UpgradePlan> = tp.plans.iter().map(|(p, _)| &p.plan).collect();
+    if plans.is_empty() {
+        return BTreeMap::new();
+    }
+    releases_in(repo, base, &plans, &tp.units, max)
 }
 
 /// Reads the plans of `head`'s tree (files mentioning the kind), and, when
@@ -131,6 +174,7 @@ pub fn read(
         plans,
         units,
         origins,
+        given: BTreeMap::new(),
     })
 }
 

@@ -47,6 +47,34 @@ pub struct Position {
     pub failed: Option<String>,
 }
 
+/// Whether the cluster completed `release`, Git's release for a selected
+/// unit, as lockstep saw it: its unit report says the last step is done and
+/// took the unit there (for a plane, every child followed to the end). No
+/// report means no accepted commit of the judged history touched the unit:
+/// it is complete only at `given`, its release in the tree that history
+/// starts from (`--since`), which the daemon takes as given like the rest
+/// of that tree. Any other release came by a commit lockstep did not accept
+/// and never applied: not complete, so no hop starts on the strength of it
+/// (fail closed).
+pub fn complete_at(
+    release: Option<&str>,
+    report: Option<&crate::rollout::UnitReport>,
+    given: Option<&str>,
+) -> bool {
+    use crate::rollout::Next;
+    match report {
+        Some(r) => match r.next {
+            Next::Done(i) => r
+                .chain
+                .steps
+                .get(i)
+                .is_some_and(|s| s.release.as_deref() == release),
+            Next::Apply(_) | Next::Follow(_) | Next::Blocked(_) => false,
+        },
+        None => release.is_some() && given == release,
+    }
+}
+
 /// The hop a plan is on: every object moves from `from` to `to` in it
 /// (objects already past `from` sit it out). `index` counts from 0 over
 /// `count` hops from the plan's origin.
@@ -605,6 +633,47 @@ mod tests {
     }
     fn rel(s: &str) -> Release {
         Release::parse_strict(s).unwrap()
+    }
+
+    #[test]
+    fn complete_only_where_lockstep_saw_the_hop_end_or_took_the_release_as_given() {
+        use crate::rollout::{Chain, Next, Step, UnitReport};
+        use std::sync::Arc;
+        let step = |release: &str| Step {
+            sha: "a".repeat(40),
+            commits: vec!["a".repeat(40)],
+            file: Arc::from("clouds/c01.yaml"),
+            from: None,
+            release: Some(release.into()),
+            image: None,
+            children: BTreeMap::new(),
+            abort: false,
+            document: Err("not read".into()),
+        };
+        let report = |next: Next| UnitReport {
+            chain: Arc::new(Chain {
+                unit: plane(1),
+                from: Some("2025.2".into()),
+                steps: vec![step("2026.1")],
+            }),
+            next,
+            progress: BTreeMap::new(),
+            needs_person: None,
+        };
+        let done = report(Next::Done(0));
+        assert!(complete_at(Some("2026.1"), Some(&done), None));
+        // Done at another release than Git's (a later commit not in the
+        // chain): not complete.
+        assert!(!complete_at(Some("2026.2"), Some(&done), None));
+        for next in [Next::Apply(0), Next::Follow(0), Next::Blocked("x".into())] {
+            assert!(!complete_at(Some("2026.1"), Some(&report(next)), None));
+        }
+        // No report: the release of the tree the judged history starts
+        // from is taken as given; none other, and nothing without a base.
+        assert!(complete_at(Some("2025.2"), None, Some("2025.2")));
+        assert!(!complete_at(Some("2026.1"), None, Some("2025.2")));
+        assert!(!complete_at(Some("2026.1"), None, None));
+        assert!(!complete_at(None, None, None));
     }
 
     fn at(release: &str, complete: bool) -> Position {
