@@ -413,6 +413,7 @@ pub fn run(
                     base: writer.branch.clone(),
                     branch: super::propose::hop_branch(&name, *wave, &hop_to, &p.plan.spec.to),
                     message,
+                    hop: (hop.count > 1).then(|| hop.describe()),
                 });
             } else {
                 match writeback::commit_bumps(

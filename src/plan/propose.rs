@@ -125,6 +125,9 @@ pub struct Request {
     pub branch: String,
     /// The commit message, as commit mode writes it.
     pub message: String,
+    /// The hop of a fast-forward (`hop 1/2 (2026.1 → 2026.2)`), which the
+    /// plan's status names before the wave; `None` for a one-hop plan.
+    pub hop: Option<String>,
 }
 
 impl Request {
@@ -145,12 +148,16 @@ impl Request {
 
     /// The plan status for this wave: `wave 2/3 (eu): <what>`.
     pub fn describe(&self, what: &str) -> String {
-        format!(
+        let wave = format!(
             "wave {}/{} ({}): {what}",
             self.wave.saturating_add(1),
             self.waves,
             self.wave_name
-        )
+        );
+        match &self.hop {
+            Some(hop) => format!("{hop}, {wave}"),
+            None => wave,
+        }
     }
 
     /// The request's title: the commit's subject, one line of plain text
@@ -504,6 +511,7 @@ mod tests {
             base: "main".into(),
             branch: branch("fleet", 1),
             message: "lockstep plan fleet: wave eu (2/3) to 2026.2\n\nbody\n".into(),
+            hop: None,
         };
         assert_eq!(req.title(), "lockstep plan fleet: wave eu (2/3) to 2026.2");
         let body = req.body();
@@ -517,6 +525,15 @@ mod tests {
         assert_eq!(
             req.describe("proposed as #7, waiting for merge"),
             "wave 2/3 (eu`x): proposed as #7, waiting for merge"
+        );
+        // A fast-forward's status names the hop first.
+        let ff = Request {
+            hop: Some("hop 1/2 (2026.1 → 2026.2)".into()),
+            ..req.clone()
+        };
+        assert_eq!(
+            ff.describe("proposed as #7, waiting for merge"),
+            "hop 1/2 (2026.1 → 2026.2), wave 2/3 (eu`x): proposed as #7, waiting for merge"
         );
         let p = req.new_proposal();
         assert_eq!(
@@ -542,6 +559,7 @@ mod tests {
             base: "main".into(),
             branch: branch("fleet", 0),
             message: "lockstep plan fleet: wave e\u{202e}u (1/1) to 2026.2\n\nbody\n".into(),
+            hop: None,
         };
         assert_eq!(
             req.title(),
