@@ -487,10 +487,7 @@ fn judge_blocking(
             let plans = if prev_plans.plans.is_empty() && !touched {
                 prev_plans
             } else {
-                Arc::new(
-                    crate::plan::exec::read(&repo, head, &opts.prefixes, opts.max_file_bytes)
-                        .unwrap_or_default(),
-                )
+                Arc::new(read_plans(&repo, head, &report, opts))
             };
             Ok((
                 Judged {
@@ -528,8 +525,7 @@ fn judge_blocking(
                 }
             }
             let n = report.commits.len();
-            let plans = crate::plan::exec::read(&repo, head, &opts.prefixes, opts.max_file_bytes)
-                .unwrap_or_default();
+            let plans = read_plans(&repo, head, &report, opts);
             Ok((
                 Judged {
                     head,
@@ -542,6 +538,25 @@ fn judge_blocking(
             ))
         }
     }
+}
+
+/// The plans of `head`'s tree, with the releases the daemon takes as given
+/// for the units they select (those of `report`'s base tree).
+fn read_plans(
+    repo: &GitRepo,
+    head: Oid,
+    report: &CheckReport,
+    opts: &CheckOptions,
+) -> crate::plan::exec::TreePlans {
+    let mut tp = crate::plan::exec::read(repo, head, &opts.prefixes, opts.max_file_bytes)
+        .unwrap_or_default();
+    if !tp.plans.is_empty() {
+        // A base that cannot be read gives nothing: every unit without a
+        // report then waits (fail closed).
+        let base = history::base_tree(repo, report).ok().flatten();
+        tp.given = crate::plan::exec::given(repo, base, &tp, opts.max_file_bytes);
+    }
+    tp
 }
 
 /// The tree the commits after `report` are judged from: its last
