@@ -302,3 +302,46 @@ fn the_committed_schema_is_the_generated_one_and_takes_the_sample() {
         "the schema takes an unknown field"
     );
 }
+
+/// Pre-flight gates are checked on the live cluster before a hop is
+/// applied, never with the commit: a hop under a backup gate is accepted
+/// by `check` (no backup exists, none is looked for), and a malformed gate
+/// is refused with its field like any unusable policy.
+#[test]
+fn preflight_gates_never_refuse_a_commit_but_a_bad_one_is_invalid() {
+    let gate = |max_age: &str| {
+        format!(
+            "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePolicy
+metadata:
+  name: backups
+spec:
+  preflight:
+    - kinds: [Nova]
+      backup:
+        mariaDb: openstack-db
+        maxAge: {max_age}
+      childrenReady: true
+"
+        )
+    };
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.1").write(&format!("{DIR}/backups.yaml"), gate("24h"));
+    repo.commit("Nova at 2026.1, and the backup gate");
+    nova_at(&repo, "2026.2");
+    repo.commit("Nova to 2026.2");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 0, "{json:#}");
+    assert_eq!(verdict(&json).0, "accepted", "{json:#}");
+
+    repo.write(&format!("{DIR}/backups.yaml"), gate("1d"));
+    repo.commit("A max age in days");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1, "{json:#}");
+    let (v, reason, message) = verdict(&json);
+    assert_eq!((v.as_str(), reason.as_str()), ("refused", "PolicyInvalid"));
+    assert!(
+        message.contains("spec.preflight[0].backup.maxAge"),
+        "{message}"
+    );
+}
