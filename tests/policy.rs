@@ -345,3 +345,104 @@ spec:
         "{message}"
     );
 }
+
+/// The same gates in the simulated cluster (`run --until-idle` in sim
+/// mode, what a rehearsal runs). A backup gate on Nova holds the standalone
+/// Nova's hop and the plane's too (it moves prod-nova): the simulated
+/// cluster has no Backups, so both wait, pending, saying why, and neither
+/// is applied. Lifting the backup gate in a later commit lets both go; the
+/// plane's childrenReady gate passes (the simulated children are Ready).
+#[test]
+fn in_the_simulated_cluster_gates_hold_or_pass_as_on_a_real_one() {
+    let ready = "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePolicy
+metadata:
+  name: ready
+spec:
+  preflight:
+    - kinds: [ControlPlane]
+      childrenReady: true
+";
+    let backup = "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePolicy
+metadata:
+  name: backup
+spec:
+  preflight:
+    - kinds: [Nova]
+      backup:
+        mariaDb: openstack-db
+        maxAge: 24h
+";
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.1")
+        .write(
+            "clusters/prod/controlplane.yaml",
+            common::prod("2026.1", "2026.1"),
+        )
+        .write(&format!("{DIR}/ready.yaml"), ready)
+        .write(&format!("{DIR}/backup.yaml"), backup);
+    repo.commit("fleet at 2026.1, and the gates");
+    nova_at(&repo, "2026.2");
+    let nova_hop = repo.commit("Nova to 2026.2");
+    repo.write(
+        "clusters/prod/controlplane.yaml",
+        common::prod("2026.2", "2026.2"),
+    );
+    let prod_hop = repo.commit("prod to 2026.2");
+    let run = || {
+        let out = common::lockstep(&[
+            "run",
+            "--repo",
+            &repo.path().to_string_lossy(),
+            "--until-idle",
+            "--cluster-name",
+            "t",
+        ]);
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let line = |sha: &str| {
+        repo.git(&["notes", "--ref=lockstep", "show", sha])
+            .lines()
+            .find(|l| l.starts_with("lockstep/t: "))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let applied = |log: &str, object: &str| {
+        log.lines()
+            .any(|l| l.contains(" applied ") && l.contains(object) && l.contains("2026.2"))
+    };
+    let log = run();
+    for (sha, hop, name) in [
+        (&nova_hop, "nova 2026.1→2026.2", "nova"),
+        (&prod_hop, "prod 2026.1→2026.2", "prod"),
+    ] {
+        let l = line(sha);
+        let want = format!(
+            "{hop}: waiting: no successful backup of {name} (MariaDB openstack-db; none matches), need one at most 24h old (UpgradePolicy backup"
+        );
+        assert!(
+            l.starts_with("lockstep/t: pending") && l.contains(&want),
+            "{l}\n{log}"
+        );
+    }
+    assert!(
+        !applied(&log, "compute/nova") && !applied(&log, "openstack/prod"),
+        "{log}"
+    );
+
+    repo.remove(&format!("{DIR}/backup.yaml"));
+    let lifted = repo.commit("lift the backup gate");
+    let log = run();
+    assert!(
+        applied(&log, "compute/nova") && applied(&log, "openstack/prod"),
+        "the hops are applied once the gate is lifted: {log}"
+    );
+    for sha in [&nova_hop, &prod_hop, &lifted] {
+        assert!(
+            line(sha).starts_with("lockstep/t: success"),
+            "{}\n{log}",
+            line(sha)
+        );
+    }
+}
