@@ -382,7 +382,7 @@ spec:
         )
         .write(&format!("{DIR}/ready.yaml"), ready)
         .write(&format!("{DIR}/backup.yaml"), backup);
-    repo.commit("fleet at 2026.1, and the gates");
+    let base = repo.commit("fleet at 2026.1, and the gates");
     nova_at(&repo, "2026.2");
     let nova_hop = repo.commit("Nova to 2026.2");
     repo.write(
@@ -429,6 +429,21 @@ spec:
     assert!(
         !applied(&log, "compute/nova") && !applied(&log, "openstack/prod"),
         "{log}"
+    );
+
+    // A rehearsal runs the same engine: the hops would not start.
+    let out = common::lockstep(&[
+        "rehearse",
+        "--repo",
+        &repo.path().to_string_lossy(),
+        "--base",
+        &base,
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("Nova compute/nova: not applied, waiting: no successful backup of nova"),
+        "{text}"
     );
 
     repo.remove(&format!("{DIR}/backup.yaml"));
