@@ -162,10 +162,14 @@ impl Fleet {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hop_waits_for_a_fresh_backup_then_is_applied() {
     let server = ApiServer::start();
-    server.install_crds(&common::backup_crd_dir());
     let cluster = KubeCluster::from_kubeconfig(&server.kubeconfig())
         .await
         .unwrap();
+    // Without mariadb-operator's CRD the read fails, saying so (a gate
+    // that wants backups then waits).
+    let e = cluster.backups().await.unwrap_err().to_string();
+    assert!(e.contains("backups.k8s.mariadb.com is not served"), "{e}");
+    server.install_crds(&common::backup_crd_dir());
     let client = cluster.client().clone();
     let ns: Api<Namespace> = Api::all(client.clone());
     for n in ["compute", "openstack"] {
@@ -296,4 +300,18 @@ async fn a_hop_waits_for_a_fresh_backup_then_is_applied() {
         .filter(|(o, to)| o == &nova().to_string() && to == "2026.2")
         .collect();
     assert_eq!(hops.len(), 1, "applied once: {:?}", daemon.applied());
+
+    // What the daemon read: every Backup, as the CRD stores it.
+    let mut read = fleet.cluster.backups().await.unwrap();
+    read.sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<&str> = read.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, ["nova-fresh", "nova-now", "nova-old"]);
+    for b in &read {
+        assert_eq!(
+            (b.mariadb.as_str(), b.mariadb_namespace.as_str()),
+            ("openstack-db", "openstack")
+        );
+    }
+    assert_eq!(read[0].succeeded_at(), None, "JobFailed is no success");
+    assert!(read[1].succeeded_at() > read[2].succeeded_at());
 }

@@ -203,7 +203,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         };
         if let Some(m) = held {
             if self.units.get(&chain.unit).and_then(|u| u.waiting.as_ref()) != Some(&m) {
-                tracing::info!(reason = %m, "hop waits on a pre-flight gate");
+                tracing::info!(reason = %crate::escape::Escaped(&m), "hop waits on a pre-flight gate");
             }
             report.waiting = Some(m);
             return report;
