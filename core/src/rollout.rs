@@ -1339,6 +1339,21 @@ mod tests {
         let (st, d) = find(&s, "d", "lockstep/prod");
         assert_eq!(st, State::Failure);
         assert!(d.contains("lockstep retry"), "{d}");
+
+        // A hop a pre-flight gate holds: pending, saying why, never failure
+        // (it is not refused) and never "applying" (it is not applied).
+        let mut held = unit(Next::Apply(1), Progress::Complete);
+        held.waiting = Some("waiting: last backup of nova 31h old, need 24h".into());
+        let units: BTreeMap<Key, UnitReport> = [(nova(), held)].into_iter().collect();
+        let s = statuses("prod", &r, &units, None);
+        assert_eq!(find(&s, "a", "lockstep/prod").0, State::Success);
+        let (st, d) = find(&s, "d", "lockstep/prod");
+        assert_eq!(st, State::Pending);
+        assert!(
+            d.ends_with(": waiting: last backup of nova 31h old, need 24h")
+                && d.starts_with("nova "),
+            "{d}"
+        );
     }
 
     /// A chain of `hops` hops of nova from 2026.1, some commits patches on
