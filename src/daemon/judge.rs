@@ -41,6 +41,8 @@ pub(super) struct Judged {
     pub chains: Arc<BTreeMap<Key, Arc<Chain>>>,
     /// The head tree's upgrade plans and the units they can select.
     pub plans: Arc<crate::plan::exec::TreePlans>,
+    /// The head tree's pre-flight gates.
+    pub gates: Arc<crate::preflight::Gates>,
 }
 
 /// What the judge step hands on.
@@ -48,6 +50,8 @@ pub(super) struct Judgment {
     pub head: Oid,
     pub report: Arc<CheckReport>,
     pub chains: Arc<BTreeMap<Key, Arc<Chain>>>,
+    /// The pre-flight gates checked before a hop is applied.
+    pub gates: Arc<crate::preflight::Gates>,
 }
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
@@ -86,6 +90,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             head: j.head,
             report: j.report.clone(),
             chains: j.chains.clone(),
+            gates: j.gates.clone(),
         };
         // The new commits' verdicts go out before anything is applied: a
         // push is answered in the time it takes to judge it, not to apply
@@ -489,12 +494,14 @@ fn judge_blocking(
             } else {
                 Arc::new(read_plans(&repo, head, &report, opts))
             };
+            let gates = Arc::new(read_gates(&repo, head, opts.max_file_bytes));
             Ok((
                 Judged {
                     head,
                     report: Arc::new(report),
                     chains: Arc::new(chains),
                     plans,
+                    gates,
                 },
                 n,
                 entries,
@@ -526,12 +533,14 @@ fn judge_blocking(
             }
             let n = report.commits.len();
             let plans = read_plans(&repo, head, &report, opts);
+            let gates = Arc::new(read_gates(&repo, head, opts.max_file_bytes));
             Ok((
                 Judged {
                     head,
                     report: Arc::new(report),
                     chains: Arc::new(chains),
                     plans: Arc::new(plans),
+                    gates,
                 },
                 n,
                 Vec::new(),
@@ -557,6 +566,42 @@ fn read_plans(
         tp.given = crate::plan::exec::given(repo, base, &tp, opts.max_file_bytes);
     }
     tp
+}
+
+/// The pre-flight gates of the policies in `head`'s tree. What cannot be
+/// read becomes the gates' error: every hop waits (fail closed).
+fn read_gates(repo: &GitRepo, head: Oid, max: usize) -> crate::preflight::Gates {
+    let read = || -> Result<crate::preflight::Gates, crate::git::Error> {
+        let tree = repo.commit(head)?.tree;
+        let Some(dir) = repo.subtree(tree, crate::policy::DIR)? else {
+            return Ok(Default::default());
+        };
+        let (mut policies, mut errors) = (Vec::new(), Vec::new());
+        for (name, blob) in repo.dir_files(dir)? {
+            if !crate::manifest::is_manifest_path(&name) {
+                continue;
+            }
+            let path = format!("{}/{name}", crate::policy::DIR);
+            let bytes = repo.blob(blob)?;
+            if bytes.content().len() > max {
+                errors.push(crate::policy::PolicyError {
+                    file: Arc::from(path.as_str()),
+                    line: 1,
+                    name: None,
+                    message: format!("larger than {max} bytes"),
+                });
+                continue;
+            }
+            let (p, e) = crate::policy::parse(&path, &String::from_utf8_lossy(bytes.content()));
+            policies.extend(p);
+            errors.extend(e);
+        }
+        Ok(crate::preflight::Gates::of(&policies, &errors))
+    };
+    read().unwrap_or_else(|e| crate::preflight::Gates {
+        gates: Vec::new(),
+        error: Some(format!("the policies at {head} cannot be read: {e}")),
+    })
 }
 
 /// The tree the commits after `report` are judged from: its last
