@@ -659,6 +659,7 @@ mod tests {
             next,
             progress: BTreeMap::new(),
             needs_person: None,
+            waiting: None,
         };
         let done = report(Next::Done(0));
         assert!(complete_at(Some("2026.1"), Some(&done), None));
