@@ -46,7 +46,11 @@ pub struct Document {
     /// object, taken from the gate's own parse so that the file is never
     /// read a second time (issue 11's "an apply never re-reads Git") and
     /// the applied object is the one that was judged.
-    pub source: Option<Arc<str>>,
+    /// An error when the document holds what JSON cannot (a mapping key
+    /// that is itself a mapping or a sequence): the gate judges such a
+    /// document, but nothing of it can be applied, and the daemon says so
+    /// rather than send something else.
+    pub source: Option<Result<Arc<str>, String>>,
 }
 
 /// The one escape from an identity's release floor (`docs/gate.md`,
@@ -260,20 +264,11 @@ fn read_document(file: &Arc<str>, doc: Spanned<Node>, keep_source: bool, out: &m
     };
     if let Some(mut document) = extract(kind, root, line, &mut ctx) {
         if keep_source {
-            match serde_json::to_string(&doc.value) {
-                Ok(text) => document.source = Some(Arc::from(text)),
-                // Not reachable for a parsed tree (JSON takes every node
-                // kind); refused rather than applied without its document.
-                Err(e) => {
-                    out.problems.push(Problem {
-                        file: file.clone(),
-                        line,
-                        key: Some(document.key.clone()),
-                        message: format!("the document cannot be kept as JSON: {e}"),
-                    });
-                    return;
-                }
-            }
+            document.source = Some(
+                serde_json::to_string(&doc.value)
+                    .map(Arc::from)
+                    .map_err(|e| e.to_string()),
+            );
         }
         out.documents.push(document);
     }
@@ -748,7 +743,14 @@ impl serde::Serialize for Node {
             Node::Float(f) => s.serialize_f64(*f),
             Node::Str(t) => s.serialize_str(t),
             Node::Seq(items) => s.collect_seq(items),
-            Node::Map(m) => s.collect_map(m.iter().map(|(k, v)| (k, &v.value))),
+            Node::Map(m) => {
+                if m.iter().any(|(k, _)| k == COMPLEX_KEY) {
+                    return Err(serde::ser::Error::custom(
+                        "a mapping key is itself a mapping or a sequence, which JSON (and so the API server) cannot hold; write the key as text",
+                    ));
+                }
+                s.collect_map(m.iter().map(|(k, v)| (k, &v.value)))
+            }
         }
     }
 }
@@ -761,6 +763,11 @@ impl serde::Serialize for Node {
 /// would send for the same file.
 struct KeyText(String);
 
+/// What a key that is a mapping or a sequence reads as: no key written in
+/// a file spells it (YAML text cannot hold a NUL unescaped, and a key that
+/// does anyway only makes its document unappliable, never another one).
+const COMPLEX_KEY: &str = "\u{0}<complex key>";
+
 impl<'de> Deserialize<'de> for KeyText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let node = Node::deserialize(d)?;
@@ -770,7 +777,7 @@ impl<'de> Deserialize<'de> for KeyText {
             Node::Float(f) => f.to_string(),
             Node::Bool(b) => b.to_string(),
             Node::Null => "null".to_owned(),
-            Node::Seq(_) | Node::Map(_) => "<complex key>".to_owned(),
+            Node::Seq(_) | Node::Map(_) => COMPLEX_KEY.to_owned(),
         }))
     }
 }
@@ -797,7 +804,7 @@ mod tests {
             .collect();
         assert_eq!(kept.documents.len(), ours.len());
         for (d, v) in kept.documents.iter().zip(ours) {
-            let source = d.source.as_deref().expect("kept");
+            let source = d.source.as_ref().expect("kept").as_deref().unwrap();
             let back: serde_json::Value = serde_json::from_str(source).unwrap();
             assert_eq!(&back, v, "{source}");
         }
@@ -810,11 +817,20 @@ mod tests {
         let p = parse(&text);
         assert!(p.problems.is_empty(), "{:?}", p.problems);
         assert_eq!(p.documents.len(), 1);
+        // ... but such a document cannot be applied, and says why.
+        let kept = parse_file_keeping("f.yaml", text.as_bytes(), DEFAULT_MAX_FILE_BYTES, true);
+        assert!(kept.problems.is_empty());
+        let why = kept.documents[0].source.clone().unwrap().unwrap_err();
+        assert!(
+            why.contains("mapping key is itself a mapping or a sequence"),
+            "{why}"
+        );
         // Keys YAML reads as other scalars are kept as kubectl writes them.
         let text = format!("{GLANCE}  odd: {{on: 1, 0x10: 2, null: 3, \"yes\": 4}}\n");
         let kept = parse_file_keeping("f.yaml", text.as_bytes(), DEFAULT_MAX_FILE_BYTES, true);
         let source: serde_json::Value =
-            serde_json::from_str(kept.documents[0].source.as_deref().unwrap()).unwrap();
+            serde_json::from_str(kept.documents[0].source.clone().unwrap().unwrap().as_ref())
+                .unwrap();
         assert_eq!(
             source["spec"]["odd"],
             serde_json::json!({"true": 1, "16": 2, "null": 3, "yes": 4})

@@ -746,7 +746,8 @@ impl<'a> Documents<'a> {
             });
         };
         match &doc.source {
-            Some(text) => Ok(self.intern(text)),
+            Some(Ok(text)) => Ok(self.intern(text)),
+            Some(Err(e)) => Err(format!("{where_}: {key}: {e}")),
             None => Err(format!("{where_}: {key} was read without its document")),
         }
     }
