@@ -6,6 +6,7 @@
 #  - kube/: kube-apiserver and etcd built from the Go module proxy (versions
 #    pinned in its go.mod files; cached in ~/.cache/lockstep-kube, so only the
 #    first run builds: about 7 minutes on 2 cores);
+#  - Debian's chromium, headless, for tests/ui_browser.rs;
 #  - gitea/: Gitea built from the Go module proxy with sqlite (cgo; cached in
 #    ~/.cache/lockstep-gitea, the first build about 10 minutes on 2 cores).
 # Idempotent; quiet on success but for one line per peer.
@@ -15,7 +16,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 need() { command -v "$1" >/dev/null 2>&1; }
 missing=()
 # gpg: OpenPGP-signed commits in tests/trust.rs.
-for tool in node npm curl openssl kubectl ssh-keygen gpg gcc; do need "$tool" || missing+=("$tool"); done
+# chromium: the dashboard in a real browser (tests/ui_browser.rs).
+for tool in node npm curl openssl kubectl ssh-keygen gpg gcc chromium; do need "$tool" || missing+=("$tool"); done
 # OpenSSH's server for Git over ssh (tests/common/sshd.rs); not on a user's PATH.
 [[ -x ${LOCKSTEP_SSHD:-/usr/sbin/sshd} ]] || missing+=(sshd)
 if ((${#missing[@]})); then
