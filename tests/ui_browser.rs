@@ -636,3 +636,98 @@ fn hostile_strings_render_inert_and_auth_is_asked() {
     }
     let _ = stop_tx.send(true);
 }
+
+#[test]
+fn rehearse_html_is_one_self_contained_page_with_the_timeline() {
+    let (repo, base) = common::hop_story();
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    let page = out_dir.path().join("rehearsal.html");
+    let out = Command::new(common::lockstep_bin())
+        .args(["rehearse", "--repo"])
+        .arg(repo.path())
+        .args([
+            "--base",
+            &base,
+            "--fault",
+            "prod-nova:expand:fail=5",
+            "--html",
+        ])
+        .arg(&page)
+        .output()
+        .expect("run rehearse");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).expect("the page");
+    // Self-contained: no script, nothing fetched, the stylesheet allowed by
+    // its hash.
+    assert!(!html.contains("<script"), "{html}");
+    assert!(!html.contains("href=\"/"), "{html}");
+    assert!(html.contains("style-src 'sha256-"), "{html}");
+    let mut b = Browser::start();
+    b.call(
+        "Page.navigate",
+        json!({"url": format!("file://{}", page.display())}),
+    );
+    b.wait_for("document.readyState === 'complete' && !!document.getElementById('live')");
+    // Three hops: the plane (its Nova with a failed try and its repair),
+    // then the standalone Nova twice.
+    assert_eq!(
+        b.eval("document.querySelectorAll('svg.timeline').length"),
+        json!(3)
+    );
+    let stages = b.eval(
+        "[...new Set([...document.querySelectorAll('svg.timeline rect[data-stage]')].map(r => r.dataset.stage))].sort()",
+    );
+    let stages: Vec<String> = serde_json::from_value(stages).expect("stages");
+    for s in ["contract", "expand", "migrate", "roll", "second roll"] {
+        assert!(stages.contains(&s.to_owned()), "{s} in {stages:?}");
+    }
+    let marks = b.eval("[...new Set([...document.querySelectorAll('svg.timeline [data-mark]')].map(m => m.dataset.mark))].sort()");
+    let marks: Vec<String> = serde_json::from_value(marks).expect("marks");
+    assert!(marks.contains(&"failed try".to_owned()), "{marks:?}");
+    assert!(marks.contains(&"repair".to_owned()), "{marks:?}");
+    // The stylesheet applied (its hash matched): the bars are coloured.
+    assert_eq!(
+        b.eval("getComputedStyle(document.querySelector('rect[data-stage=expand]')).fill"),
+        json!("rgb(91, 141, 239)")
+    );
+    // The one exception to the page rules: the inlined stylesheet, which
+    // the page's CSP allows by its hash (and applied, above).
+    assert_eq!(b.eval(PAGE_RULES), json!(["style element"]), "rehearsal");
+    b.screenshot("rehearse");
+
+    // The plan rehearsal writes the same kind of page.
+    let plan_repo = FleetRepo::new();
+    plan_repo
+        .write("staging.yaml", staging_in_ring())
+        .write("plan.yaml", PLAN.replace("0 3 1 1 *", "0 22 * * *"));
+    plan_repo.commit("fleet and plan");
+    let page = out_dir.path().join("plan.html");
+    let out = Command::new(common::lockstep_bin())
+        .args([
+            "rehearse",
+            "--plan",
+            "--start",
+            "2026-12-01T12:00:00Z",
+            "--repo",
+        ])
+        .arg(plan_repo.path())
+        .arg("--html")
+        .arg(&page)
+        .output()
+        .expect("run rehearse --plan");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let html = std::fs::read_to_string(&page).expect("the plan page");
+    assert!(html.contains("waits for the maintenance window"), "{html}");
+    assert!(html.contains("class=\"timeline\""), "{html}");
+    assert!(!html.contains("<script"), "{html}");
+}

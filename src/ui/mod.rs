@@ -166,8 +166,9 @@ impl Publisher {
         self.plans = plans;
     }
 
+    /// Builds this pass's snapshot and, when it differs from the last one
+    /// in anything a page shows, sends it (the SSE streams wake on a send).
     pub fn publish(&mut self, s: PassState<'_>) {
-        self.seq += 1;
         let labels = &mut self.labels;
         let units = view::fleet(s.units, |k, r| {
             let Some(doc) = r
@@ -197,6 +198,21 @@ impl Publisher {
             .wall
             .checked_sub(jiff::SignedDuration::from_secs(now as i64))
             .unwrap_or(s.wall);
+        let pulls: Vec<PullView> = self.pulls.values().cloned().collect();
+        {
+            let last = self.tx.borrow();
+            let same = last.seq > 0
+                && last.units == units
+                && last.pulls == pulls
+                && last.plans == self.plans
+                && last.hops == hops
+                && last.head == s.head
+                && last.source_error == s.source_error;
+            if same {
+                return;
+            }
+        }
+        self.seq += 1;
         let snap = Snapshot {
             seq: self.seq,
             cluster: s.cluster.to_owned(),
@@ -206,7 +222,7 @@ impl Publisher {
             timeline_start: start.to_string(),
             counts: view::counts(&units),
             units,
-            pulls: self.pulls.values().cloned().collect(),
+            pulls,
             plans: self.plans.clone(),
             hops,
             now,
