@@ -570,6 +570,9 @@ fn hostile_strings_render_inert_and_auth_is_asked() {
     );
     let action = b.eval("document.querySelector('#attention li.blocked .action').textContent");
     assert!(action.as_str().unwrap_or("").contains("Git"), "{action}");
+    // The fleet row (written without the macro) shows the release as text.
+    let cell = b.eval("document.querySelector('table.units tbody tr').cells[2].textContent");
+    assert_eq!(cell, json!(format!("? → {hostile}")));
     rules(&mut b, "hostile fleet");
     b.screenshot("hostile");
     b.open(&format!("{base}/unit/Nova/prod/nova-x"));

@@ -178,43 +178,71 @@ pub fn fleet(s: &Snapshot, f: &Filter) -> Markup {
             h2 #h-units { "Units" @if !f.is_empty() { " (" (shown.len()) " of " (s.units.len()) ")" } }
             table.units aria-labelledby="h-units" {
                 thead { tr { th scope="col" { "Kind" } th scope="col" { "Unit" } th scope="col" { "Release" } th scope="col" { "Phase" } th scope="col" { "Status" } } }
-                tbody {
-                    @for u in &shown { (row(u)) }
-                }
+                tbody { (PreEscaped(rows(&shown))) }
             }
         }
     };
     layout(s, "Fleet", "/", body)
 }
 
-fn row(u: &UnitView) -> Markup {
-    html! {
-        tr class=(u.attention.as_str()) {
-            td { (u.kind) }
-            td { a href=(unit_href(&u.kind, &u.namespace, &u.name)) { (u.namespace) "/" (u.name) } }
-            td { (release_range(u)) }
-            td { progress max="4" value=(u.step) { (u.step) "/4" } }
-            td {
-                // Kept short: the page lists thousands of rows (under 1 MB
-                // for 5,000 units, benches/ui.rs); the unit's page has all.
-                @if u.attention == Attention::Done {
-                    "done"
-                } @else if u.children.is_empty() {
-                    (u.status)
-                } @else {
-                    @let complete = u.children.iter().filter(|c| c.step == 4 && !c.failed).count();
-                    details {
-                        summary { (u.status) " · " (complete) "/" (u.children.len()) " services complete" }
-                        ul {
-                            @for c in u.children.iter().filter(|c| c.step < 4 || c.failed) {
-                                li { (c.kind) " " (c.name) ": " (c.progress) }
-                            }
-                        }
+fn rows(units: &[&UnitView]) -> String {
+    let mut out = String::with_capacity(units.len() * 200);
+    for u in units {
+        row(&mut out, u);
+    }
+    out
+}
+
+/// One fleet row, written by hand rather than by the macro so that the
+/// optional end tags (`</td>`, `</tr>`) can be left out: the page lists
+/// thousands of rows and must stay under 1 MB for 5,000 units
+/// (`benches/ui.rs`). Every string goes through maud's own [`Escaper`]
+/// (text and the double-quoted attribute alike); paths are [`seg`]-encoded.
+fn row(out: &mut String, u: &UnitView) {
+    use std::fmt::Write as _;
+    let text = |out: &mut String, s: &str| {
+        let _ = maud::Escaper::new(out).write_str(s);
+    };
+    let _ = write!(out, "<tr class=\"{}\"><td>", u.attention.as_str());
+    text(out, &u.kind);
+    out.push_str("<td><a href=\"");
+    text(out, &unit_href(&u.kind, &u.namespace, &u.name));
+    out.push_str("\">");
+    text(out, &u.namespace);
+    out.push('/');
+    text(out, &u.name);
+    out.push_str("</a><td>");
+    // Escaped by the macro already.
+    out.push_str(&release_range(u).into_string());
+    let _ = write!(
+        out,
+        "<td><progress max=\"4\" value=\"{0}\">{0}/4</progress><td>",
+        u.step
+    );
+    // Kept short: the unit's page has everything.
+    if u.attention == Attention::Done {
+        out.push_str("done");
+    } else if u.children.is_empty() {
+        text(out, &u.status);
+    } else {
+        let complete = u
+            .children
+            .iter()
+            .filter(|c| c.step == 4 && !c.failed)
+            .count();
+        let details = html! {
+            details {
+                summary { (u.status) " · " (complete) "/" (u.children.len()) " services complete" }
+                ul {
+                    @for c in u.children.iter().filter(|c| c.step < 4 || c.failed) {
+                        li { (c.kind) " " (c.name) ": " (c.progress) }
                     }
                 }
             }
-        }
+        };
+        out.push_str(&details.into_string());
     }
+    out.push('\n');
 }
 
 /// A unit: where it stands, its hops as timelines, and its judged commits.
