@@ -42,6 +42,10 @@ pub struct CheckOptions {
     /// don't move"). A commit found here is judged with its recorded state
     /// instead of `live`, so a restart reaches the verdict once posted.
     pub recorded: Option<Arc<HashMap<String, Live>>>,
+    /// Where to keep the files the judgment parsed, each object with its
+    /// whole document ([`Sources`]): the daemon applies what was judged
+    /// without parsing the file again. `None`: nothing is kept.
+    pub sources: Option<Arc<Sources>>,
 }
 
 impl Default for CheckOptions {
@@ -55,7 +59,37 @@ impl Default for CheckOptions {
             memory: None,
             trust: None,
             recorded: None,
+            sources: None,
         }
+    }
+}
+
+/// The manifest files judgments parsed, by blob and path, with each
+/// object's whole document as JSON text (`manifest::Document::source`).
+/// The daemon reads a step's document here: from the gate's own parse, so a
+/// blob is parsed once per judgment, and what is applied is what was judged.
+#[derive(Default)]
+pub struct Sources(std::sync::Mutex<HashMap<CacheKey, Arc<ParsedFile>>>);
+
+impl Sources {
+    fn absorb(&self, parsed: HashMap<CacheKey, Arc<ParsedFile>>) {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.extend(parsed);
+    }
+
+    /// The file `path` as blob `blob`, if a judgment parsed it.
+    pub fn file(&self, blob: Oid, path: &str) -> Option<Arc<ParsedFile>> {
+        let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get(&(blob, Arc::from(path))).cloned()
+    }
+
+    /// How many files are kept (for tests and the debug log).
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -293,6 +327,9 @@ fn judge_commits(
     } else {
         Verdict::Accepted
     };
+    if let Some(sources) = &opts.sources {
+        sources.absorb(std::mem::take(&mut walker.cache));
+    }
     Ok(CheckReport {
         verdict,
         base: base_label,
@@ -671,10 +708,11 @@ impl Walker<'_> {
             return Ok(p.clone());
         }
         let blob = self.repo.blob(oid)?;
-        let parsed = Arc::new(manifest::parse_file(
+        let parsed = Arc::new(manifest::parse_file_keeping(
             &path,
             blob.content(),
             self.opts.max_file_bytes,
+            self.opts.sources.is_some(),
         ));
         self.cache.insert((oid, path), parsed.clone());
         Ok(parsed)
@@ -702,12 +740,18 @@ impl Walker<'_> {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         if todo.len() < 64 || threads < 2 {
             for (path, oid, bytes) in todo {
-                let parsed = manifest::parse_file(&path, &bytes, self.opts.max_file_bytes);
+                let parsed = manifest::parse_file_keeping(
+                    &path,
+                    &bytes,
+                    self.opts.max_file_bytes,
+                    self.opts.sources.is_some(),
+                );
                 self.cache.insert((oid, path), Arc::new(parsed));
             }
             return Ok(());
         }
         let max = self.opts.max_file_bytes;
+        let keep = self.opts.sources.is_some();
         let keys: Vec<CacheKey> = todo.iter().map(|(p, o, _)| (*o, p.clone())).collect();
         // Files are handed out one at a time, not in fixed slices: their
         // costs differ widely (a ControlPlane projects nine children, a
@@ -728,7 +772,8 @@ impl Walker<'_> {
                             let Some((path, oid, bytes)) = item else {
                                 break;
                             };
-                            let parsed = Arc::new(manifest::parse_file(&path, &bytes, max));
+                            let parsed =
+                                Arc::new(manifest::parse_file_keeping(&path, &bytes, max, keep));
                             out.push(((oid, path), parsed));
                         }
                         out
@@ -745,7 +790,7 @@ impl Walker<'_> {
         for (oid, path) in keys {
             if !self.cache.contains_key(&(oid, path.clone())) {
                 let blob = self.repo.blob(oid)?;
-                let parsed = manifest::parse_file(&path, blob.content(), max);
+                let parsed = manifest::parse_file_keeping(&path, blob.content(), max, keep);
                 self.cache.insert((oid, path), Arc::new(parsed));
             }
         }

@@ -15,8 +15,8 @@
 
 // The pure core, under the paths the shell has always used.
 pub use lockstep_core::{
-    desired, duration, follow, gate, kind, live, manifest, policy, release, rollout, status,
-    verdict, view, yaml,
+    desired, duration, follow, gate, kind, live, manifest, policy, preflight, release, rollout,
+    status, verdict, view, yaml,
 };
 
 pub mod cluster;

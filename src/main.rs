@@ -418,6 +418,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                     memory: None,
                     trust,
                     recorded: None,
+                    sources: None,
                 },
             )?;
             print(&report, output);

@@ -283,7 +283,13 @@ fn render(sim: &Simulation) -> Rehearsal {
         if let Next::Blocked(m) = &u.next {
             out.lines.push(format!("{key}: blocked: {m}"));
         }
-        out.failed |= matches!(u.next, Next::Blocked(_)) || u.needs_person.is_some();
+        // A hop a pre-flight gate holds (the simulated cluster has no
+        // Backups unless one is put there): it would not start.
+        if let Some(m) = &u.waiting {
+            out.lines.push(format!("{key}: not applied, {m}"));
+        }
+        out.failed |=
+            matches!(u.next, Next::Blocked(_)) || u.needs_person.is_some() || u.waiting.is_some();
     }
     out.total = if out.failed {
         sim.ended

@@ -302,6 +302,25 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
             }
         }
     }
+    // mariadb-operator's Backups (the pre-flight gate): read, never
+    // written or watched. A SubjectAccessReview needs no CRD installed.
+    for (verb, ns, sub, want) in [
+        ("get", "openstack", "", true),
+        ("list", "openstack", "", true),
+        ("list", "", "", true),
+        ("watch", "", "", false),
+        ("create", "openstack", "", false),
+        ("patch", "openstack", "", false),
+        ("delete", "openstack", "", false),
+        ("patch", "openstack", "status", false),
+    ] {
+        let got = access_review(&admin, "k8s.mariadb.com", "backups", verb, ns, sub).await;
+        if got != want {
+            wrong.push(format!(
+                "SubjectAccessReview {verb} backups.k8s.mariadb.com {sub} in {ns:?}: want {want}, got {got}"
+            ));
+        }
+    }
     assert!(
         wrong.is_empty(),
         "RBAC is not least privilege:\n{}",

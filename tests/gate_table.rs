@@ -203,6 +203,14 @@ fn skip_level_is_upgrade_path_invalid() {
         (Transition::Skip, Some(Reason::UpgradePathInvalid))
     );
     assert!(o.message.contains("skips 2026.1"), "{}", o.message);
+    // It names the fast-forward path: a plan walks the jump one hop at a time.
+    assert!(
+        o.message.contains(
+            "or let an UpgradePlan with to: \"2026.2\" walk it one hop at a time (plans/README.md)"
+        ),
+        "{}",
+        o.message
+    );
     assert!(
         !o.message.contains("SLURP"),
         "2025.2 is no SLURP release: {}",
@@ -225,7 +233,7 @@ fn a_slurp_jump_is_refused_and_says_how_to_take_it() {
         "upstream OpenStack supports this SLURP upgrade directly",
         "the C5C3 operators accept one release at a time",
         "2025.1 → 2025.2 first, then 2026.1",
-        "UpgradePlan",
+        "an UpgradePlan with to: \"2026.1\" walk it one hop at a time",
     ] {
         assert!(o.message.contains(words), "{words}: {}", o.message);
     }

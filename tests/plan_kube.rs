@@ -35,6 +35,13 @@
 //! - at the end every plane is at 2026.2 with `metadata.generation` 2 (one
 //!   apply of the hop) and every child settled at 2026.2, projected once more
 //!   (generation 2).
+//!
+//! A second test runs a fast-forward over the same fleet from 2025.2 to
+//! 2027.1 (three hops, the whole wave sequence per hop): every plane walks
+//! every release one apply at a time, never two hops at once, no plane moves
+//! on before every plane completed the release before. Its order is checked
+//! on every write the API server made (watches, in etcd revision order),
+//! not on samples, which read the planes and the children at two moments.
 
 mod common;
 
@@ -48,9 +55,13 @@ use std::time::{Duration, Instant};
 use common::kube::{CLUSTER, Daemon, Rounds, template, world};
 use common::sim_kube::KubeOperator;
 use common::{ApiServer, FleetRepo, ring, ringed_plane, rings_plan};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams, WatchEvent,
+    WatchParams,
+};
 use lockstep::cluster::kube::KubeCluster;
 use lockstep::kind::{Key, Kind, ReleaseSource, VERSION};
 use serde_json::json;
@@ -251,6 +262,138 @@ impl Sampler {
     }
 }
 
+/// One write to a plane or a child, as a watch delivered it: the object's
+/// state after the write, at its `resourceVersion`.
+#[derive(Clone, Debug)]
+struct Write {
+    /// The API server's single etcd numbers every write of every kind with
+    /// one counter (its revision), which `resourceVersion` carries: sorted
+    /// by it, the writes of all five watches are in the order they happened.
+    revision: u64,
+    plane: usize,
+    /// `None` for the ControlPlane itself.
+    child: Option<Kind>,
+    generation: i64,
+    /// A plane's `spec.openStackRelease`; a child's settled release.
+    release: Option<String>,
+}
+
+fn revision(o: &DynamicObject) -> u64 {
+    o.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .expect("a numeric resourceVersion (etcd's revision)")
+}
+
+fn write_of(kind: Kind, o: &DynamicObject) -> Option<Write> {
+    let plane = index(o)?;
+    let (child, release) = if kind == Kind::ControlPlane {
+        let r = o.data["spec"]["openStackRelease"]
+            .as_str()
+            .map(str::to_owned);
+        (None, r)
+    } else {
+        (Some(kind), settled_release(kind, o))
+    };
+    Some(Write {
+        revision: revision(o),
+        plane,
+        child,
+        generation: o.metadata.generation.unwrap_or_default(),
+        release,
+    })
+}
+
+/// Every write to the planes and their children, from watches on the five
+/// kinds opened before anything exists: unlike samples, nothing is missed
+/// and nothing read at two moments is compared as if read at one.
+struct Recorder {
+    writes: Arc<std::sync::Mutex<Vec<Write>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Recorder {
+    async fn start(client: &Client) -> Self {
+        let writes = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for kind in std::iter::once(Kind::ControlPlane).chain(SERVICES) {
+            let api = api_all(client, kind);
+            let list = api.list(&ListParams::default()).await.unwrap();
+            let mut from = list.metadata.resource_version.unwrap_or_default();
+            let out = writes.clone();
+            tasks.push(tokio::spawn(async move {
+                // A watch the server ends (its timeout) is opened again
+                // from the last revision seen: no write is lost.
+                loop {
+                    let mut events = api
+                        .watch(&WatchParams::default().timeout(120), &from)
+                        .await
+                        .unwrap()
+                        .boxed();
+                    while let Some(e) = events.try_next().await.unwrap() {
+                        match e {
+                            WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                                from = revision(&o).to_string();
+                                if let Some(w) = write_of(kind, &o) {
+                                    out.lock().unwrap().push(w);
+                                }
+                            }
+                            WatchEvent::Deleted(o) => panic!("{kind:?} deleted: {o:?}"),
+                            WatchEvent::Bookmark(b) => from = b.metadata.resource_version,
+                            WatchEvent::Error(e) => panic!("watching {kind:?}: {e:?}"),
+                        }
+                    }
+                }
+            }));
+        }
+        Self { writes, tasks }
+    }
+
+    /// Every write, in the order the API server made them, once the last
+    /// write to every plane and child is in (as a list shows them now).
+    async fn finish(self, client: &Client) -> Vec<Write> {
+        let start = Instant::now();
+        loop {
+            let mut latest: BTreeMap<(usize, Option<Kind>), u64> = BTreeMap::new();
+            for kind in std::iter::once(Kind::ControlPlane).chain(SERVICES) {
+                for o in api_all(client, kind)
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                {
+                    if let Some(w) = write_of(kind, &o) {
+                        latest.insert((w.plane, w.child), w.revision);
+                    }
+                }
+            }
+            let caught_up = {
+                let writes = self.writes.lock().unwrap();
+                latest.iter().all(|(id, rev)| {
+                    writes
+                        .iter()
+                        .any(|w| (w.plane, w.child) == *id && w.revision == *rev)
+                })
+            };
+            if caught_up {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the watches delivered every write"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for t in &self.tasks {
+            assert!(!t.is_finished(), "a watch failed");
+            t.abort();
+        }
+        let mut writes = std::mem::take(&mut *self.writes.lock().unwrap());
+        writes.sort_by_key(|w| w.revision);
+        writes
+    }
+}
+
 /// The simulated operator, stepped by the test.
 struct Operator {
     client: Client,
@@ -326,6 +469,8 @@ struct WaveCommit {
     author: String,
     plan: String,
     wave: String,
+    /// The release it moves its planes to (its subject's `to X`).
+    to: String,
     /// The planes its message lists.
     listed: Vec<usize>,
     /// The files it changes.
@@ -342,12 +487,20 @@ struct Fleet {
 
 impl Fleet {
     fn new() -> Self {
+        Self::with(FROM, &rings_plan("3s", "2s"))
+    }
+
+    /// 20 clouds at `release`, then `plan`.
+    fn with(release: &str, plan: &str) -> Self {
         let repo = FleetRepo::new();
         for i in 0..N {
-            repo.write(&format!("clouds/c{i:02}.yaml"), ringed_plane(i));
+            repo.write(
+                &format!("clouds/c{i:02}.yaml"),
+                ringed_plane(i).replace("\"2026.1\"", &format!("\"{release}\"")),
+            );
         }
-        let fleet = repo.commit("20 clouds at 2026.1");
-        repo.write("plans/rings.yaml", rings_plan("3s", "2s"));
+        let fleet = repo.commit(&format!("20 clouds at {release}"));
+        repo.write("plans/rings.yaml", plan);
         let plan = repo.commit("plan: rings to 2026.2");
         repo.git(&["update-ref", "refs/heads/main", &fleet, &plan]);
         Self { repo, fleet, plan }
@@ -418,6 +571,7 @@ impl Fleet {
                     author: field("%an <%ae>"),
                     plan: field("%(trailers:key=Lockstep-Plan,valueonly,separator=%x2C)"),
                     wave: field("%(trailers:key=Lockstep-Wave,valueonly,separator=%x2C)"),
+                    to: field("%s").rsplit(" to ").next().unwrap_or("").to_owned(),
                     listed,
                     files,
                 }
@@ -747,6 +901,293 @@ async fn a_three_wave_plan_over_twenty_planes_against_the_api_server() {
     assert_eq!(daemon.applied_sorted(), expected);
     eprintln!(
         "{} hop commits; rollout {:.1}s; total {:.1}s",
+        commits.len(),
+        rollout.as_secs_f64(),
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// The release before `r` in the fast-forward below.
+fn before(r: &str) -> &str {
+    match r {
+        "2026.1" => "2025.2",
+        "2026.2" => "2026.1",
+        "2027.1" => "2026.2",
+        other => other,
+    }
+}
+
+/// A fast-forward against the API server: the same 20 planes at 2025.2,
+/// the rings plan to 2027.1 (three hops, a soak after the last wave too).
+/// Checked from every write the API server made to the planes and their
+/// children, in the order it made them (watches, sorted by etcd's revision):
+/// every plane's spec walks 2025.2 → 2026.1 → 2026.2 → 2027.1, one apply
+/// per hop (generations 1 to 4); no child settles outside its plane's
+/// release and the one before it (never two hops at once); at the write
+/// that moves a plane on from a release, every plane is complete at that
+/// release or has moved on too (the whole wave sequence per hop). From
+/// samples, the soaks: between the waves of each hop and between hops.
+/// From Git: each plane bumped in exactly three commits, in release order,
+/// the waves in order within each hop; every commit accepted; the plan
+/// complete at 2027.1.
+///
+/// Samples alone cannot check the order: a sample lists the planes, then
+/// the children, and a plane moved on in between (its children already
+/// projected for the next release) reads as a plane left incomplete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_forward_over_twenty_planes_against_the_api_server() {
+    const START: &str = "2025.2";
+    const HOPS: [&str; 3] = ["2026.1", "2026.2", "2027.1"];
+    const END: &str = "2027.1";
+    let t0 = Instant::now();
+    let server = ApiServer::start();
+    let plan = rings_plan("3s", "2s")
+        .replacen("to: \"2026.2\"", "to: \"2027.1\"", 1)
+        .replacen("maxParallel: 5\n", "maxParallel: 5\n      soak: 2s\n", 1);
+    let fleet = Fleet::with(START, &plan);
+    let logs = tempfile::tempdir().unwrap();
+    let client = KubeCluster::from_kubeconfig(&server.kubeconfig())
+        .await
+        .unwrap()
+        .client()
+        .clone();
+    let ns: Api<Namespace> = Api::all(client.clone());
+    for i in 0..N {
+        ns.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": format!("cloud-{i:02}")}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let recorder = Recorder::start(&client).await;
+    let sampler = Sampler::start(client.clone());
+    let mut op = Operator {
+        client: client.clone(),
+        op: KubeOperator::new(client.clone(), world()),
+        adopted: vec![false; N],
+        rounds: Rounds::default(),
+    };
+    let mut daemon = Daemon::start("lockstep", &server, fleet.path(), logs.path(), &[], &[]);
+    op.drive(
+        "20 planes installed at 2025.2",
+        Duration::from_secs(60),
+        async || {
+            fleet
+                .verdict(&fleet.fleet)
+                .is_some_and(|(s, _)| s == "success")
+                && snapshot(&client)
+                    .await
+                    .is_ok_and(|s| s.planes.iter().all(|p| p.complete_at(START)))
+        },
+    )
+    .await;
+    let t_plan = Instant::now();
+    fleet.add_plan();
+    op.drive(
+        "the fast-forward rolled out and reported",
+        Duration::from_secs(480),
+        async || {
+            snapshot(&client)
+                .await
+                .is_ok_and(|s| s.planes.iter().all(|p| p.complete_at(END)))
+                && fleet.plan_status().is_some_and(|(s, _)| s == "success")
+                && fleet
+                    .all_commits()
+                    .iter()
+                    .all(|c| fleet.verdict(c).is_some_and(|(s, _)| s == "success"))
+        },
+    )
+    .await;
+    let rollout = t_plan.elapsed();
+    let writes = recorder.finish(&client).await;
+    let (samples, errors) = sampler.finish().await;
+    assert!(daemon.alive(), "the daemon keeps running");
+    assert_eq!(errors, 0, "every sample of the API server succeeded");
+
+    // ---- From the API server: every write, in order.
+    let mut planes = vec![PlaneState::default(); N];
+    // Per plane, the releases its spec took, with the generation at each.
+    let mut walks: Vec<Vec<(String, i64)>> = vec![Vec::new(); N];
+    for w in &writes {
+        let Some(kind) = w.child else {
+            let p = &planes[w.plane];
+            let old = p.spec.clone();
+            if w.release != old {
+                let new = w.release.as_deref().unwrap_or_default();
+                if let Some(old) = old.as_deref() {
+                    assert_eq!(before(new), old, "c{:02}: {old} → {new}", w.plane);
+                    // Lockstep over the fleet: at the write that moves a
+                    // plane on from `old`, every plane (this one included)
+                    // is at `old`, complete there, or already moved on too.
+                    for (j, q) in planes.iter().enumerate() {
+                        let at = q.spec.as_deref().unwrap_or_default();
+                        assert!(
+                            at >= old && (at != old || q.complete_at(old)),
+                            "revision {}: c{:02} moved to {new} while c{j:02} is not complete at {old}: {q:?}",
+                            w.revision,
+                            w.plane
+                        );
+                    }
+                }
+                walks[w.plane].push((new.to_owned(), w.generation));
+            }
+            let p = &mut planes[w.plane];
+            p.spec = w.release.clone();
+            p.generation = w.generation;
+            continue;
+        };
+        planes[w.plane]
+            .children
+            .insert(kind, (w.generation, w.release.clone()));
+        // Never two hops at once: no child settles outside its plane's
+        // release and the one before it.
+        let p = &planes[w.plane];
+        if let (Some(spec), Some(r)) = (p.spec.as_deref(), w.release.as_deref()) {
+            assert!(
+                r == spec || r == before(spec),
+                "revision {}: c{:02}'s {kind:?} settled at {r} under {spec}",
+                w.revision,
+                w.plane
+            );
+        }
+    }
+    for (i, walk) in walks.iter().enumerate() {
+        let want: Vec<(String, i64)> = std::iter::once(START)
+            .chain(HOPS)
+            .zip(1..)
+            .map(|(r, g)| (r.to_owned(), g))
+            .collect();
+        assert_eq!(walk, &want, "c{i:02}: every release, one apply each");
+    }
+    eprintln!(
+        "{} writes to planes and children watched, in revision order",
+        writes.len()
+    );
+    // What a check on samples would have made of it: a plane read at a
+    // release but not complete there while another was read past it, its
+    // children already projected for the next release (a generation above
+    // the plane's, read before it was bumped): the plane moved on between
+    // the two lists. Never a violation (the writes above say so); counted.
+    let straddled = samples
+        .iter()
+        .filter(|s| {
+            s.planes.iter().any(|p| {
+                let Some(spec) = p.spec.as_deref().filter(|r| *r != START) else {
+                    return false;
+                };
+                s.planes.iter().any(|q| {
+                    q.spec.as_deref() == Some(before(spec))
+                        && !q.complete_at(before(spec))
+                        && q.children.values().any(|(g, _)| *g > q.generation)
+                })
+            })
+        })
+        .count();
+    eprintln!(
+        "{straddled} of {} samples read a plane before its bump and its children after it",
+        samples.len()
+    );
+
+    // The soaks, per hop: each wave's first bump at least its
+    // predecessor's soak after the predecessor completed (the hop's first
+    // wave: the previous hop's last wave, soak 2s). A wave first seen
+    // complete in sample k completed after sample k-1 began; the next wave
+    // first seen bumped in sample m was bumped before m's ControlPlanes
+    // answered: m's answer comes at least the soak after k-1 began.
+    let soaks = [WAVES[0].soak, WAVES[1].soak, Duration::from_secs(2)];
+    for (h, to) in HOPS.iter().enumerate() {
+        for (w, wave) in WAVES.iter().enumerate() {
+            let (pw, release) = match (w, h) {
+                (0, 0) => continue,
+                (0, _) => (WAVES.len() - 1, HOPS[h - 1]),
+                _ => (w - 1, *to),
+            };
+            let k = samples
+                .iter()
+                .position(|s| {
+                    members(pw)
+                        .iter()
+                        .all(|i| s.planes[*i].complete_at(release))
+                })
+                .unwrap();
+            let m = samples
+                .iter()
+                .position(|s| {
+                    members(w)
+                        .iter()
+                        .any(|i| s.planes[*i].spec.as_deref().is_some_and(|r| r >= *to))
+                })
+                .unwrap();
+            assert!(k >= 1 && m >= k, "{to} {}: {k} {m}", wave.name);
+            let bound = samples[m]
+                .planes_read
+                .saturating_duration_since(samples[k - 1].at);
+            eprintln!(
+                "{to}: {} complete at {release} → {} started within {:.1}s (soak {:?})",
+                WAVES[pw].name,
+                wave.name,
+                bound.as_secs_f64(),
+                soaks[pw]
+            );
+            assert!(
+                bound >= soaks[pw],
+                "{to}: {} started within {bound:?} of {} completing (soak {:?})",
+                wave.name,
+                WAVES[pw].name,
+                soaks[pw]
+            );
+        }
+    }
+    let end = snapshot(&client).await.unwrap();
+    for (i, p) in end.planes.iter().enumerate() {
+        assert!(p.complete_at(END), "c{i:02}: {p:?}");
+        assert_eq!(p.generation, 4, "c{i:02}: one apply per hop");
+    }
+
+    // ---- From Git.
+    let commits = fleet.wave_commits();
+    let mut per_plane: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+    let mut last = (0, 0);
+    for c in &commits {
+        assert_eq!(c.plan, "rings", "{c:?}");
+        let hop = HOPS
+            .iter()
+            .position(|h| *h == c.to)
+            .unwrap_or_else(|| panic!("{c:?}"));
+        let w = WAVES.iter().position(|w| w.name == c.wave).unwrap();
+        assert!(
+            (hop, w) >= last,
+            "hops, and waves within a hop, in order: {commits:#?}"
+        );
+        last = (hop, w);
+        assert!(
+            !c.listed.is_empty() && c.listed.len() <= WAVES[w].max_parallel,
+            "{c:?}"
+        );
+        for i in &c.listed {
+            assert_eq!(wave_of(*i), w, "{c:?}");
+            per_plane.entry(*i).or_default().push(&c.to);
+        }
+    }
+    assert_eq!(per_plane.len(), N);
+    for (i, hops) in &per_plane {
+        assert_eq!(hops, &HOPS, "c{i:02}");
+    }
+    for sha in fleet.all_commits() {
+        let (state, desc) = fleet.verdict(&sha).unwrap();
+        assert_eq!(state, "success", "{sha}: {desc}");
+    }
+    assert_eq!(
+        fleet.plan_status(),
+        Some((
+            "success".to_owned(),
+            format!("complete: every wave at {END}")
+        ))
+    );
+    eprintln!(
+        "{} hop commits; fast-forward {:.1}s; total {:.1}s",
         commits.len(),
         rollout.as_secs_f64(),
         t0.elapsed().as_secs_f64()

@@ -865,6 +865,116 @@ async fn a_real_gitea_a_wave_is_proposed_merged_there_applied_and_the_next_propo
     eprintln!("whole test: {:?}", t.elapsed());
 }
 
+/// A fast-forward in `mode: propose` against a real Gitea: the same fleet
+/// at 2026.1 and the plan to 2027.1 (two hops). Each wave of each hop is one
+/// pull request, opened only once the one before it was merged and applied:
+/// hop 1's on `wave-<n>-to-2026.2`, the last hop's on `wave-<n>`, so no hop
+/// reuses another's branch; every wave branch is one commit on the merge
+/// before it, moving its objects one release; nothing is applied before its
+/// merge; the plan is complete at 2027.1 after the fourth merge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_gitea_a_fast_forward_is_proposed_one_hop_and_wave_at_a_time() {
+    let t = Instant::now();
+    let peer = tokio::task::spawn_blocking(common::gitea::Gitea::start)
+        .await
+        .expect("gitea starts");
+    let repo = peer.create_repo("fleet");
+    let fleet = Fleet::new(&PLAN.replacen("to: \"2026.2\"", "to: \"2027.1\"", 1));
+    git(
+        &fleet.work(),
+        &["remote", "set-url", "origin", &peer.push_url(&repo)],
+    );
+    git(&fleet.work(), &["push", "-q", "origin", "main"]);
+    peer.wait_pushed(&repo);
+    let token = Secret::new(peer.token.clone());
+    let forge = Arc::new(AnyForge::Gitea(
+        Gitea::new(&peer.url(), &repo, Some(token.clone())).expect("forge"),
+    ));
+    let (mem, queue) = (cluster(), StatusQueue::new(10_000));
+    let mut d = daemon_at(
+        peer.clone_url(&repo),
+        &fleet,
+        Auth {
+            token: Some(token),
+            ..Auth::default()
+        },
+        forge.clone(),
+        &mem,
+        queue.clone(),
+    );
+    let open_pulls = || {
+        let pulls = peer.must("GET", &format!("/repos/{repo}/pulls?state=open"), None, 200);
+        pulls.as_array().cloned().unwrap_or_default()
+    };
+    let r = |s: &str| s.to_owned();
+    // (branch, title, status prefix, what is applied before its merge)
+    let steps = [
+        (
+            "lockstep/plan/fleet/wave-1-to-2026.2",
+            "lockstep plan fleet: wave canary (1/2) to 2026.2",
+            "hop 1/2 (2026.1 → 2026.2), wave 1/2 (canary): proposed as ",
+            (r("2026.1"), r("2026.1"), r("2026.1")),
+        ),
+        (
+            "lockstep/plan/fleet/wave-2-to-2026.2",
+            "lockstep plan fleet: wave production (2/2) to 2026.2",
+            "hop 1/2 (2026.1 → 2026.2), wave 2/2 (production): proposed as ",
+            (r("2026.2"), r("2026.1"), r("2026.1")),
+        ),
+        (
+            WAVE1,
+            "lockstep plan fleet: wave canary (1/2) to 2027.1",
+            "hop 2/2 (2026.2 → 2027.1), wave 1/2 (canary): proposed as ",
+            (r("2026.2"), r("2026.2"), r("2026.2")),
+        ),
+        (
+            WAVE2,
+            "lockstep plan fleet: wave production (2/2) to 2027.1",
+            "hop 2/2 (2026.2 → 2027.1), wave 2/2 (production): proposed as ",
+            (r("2027.1"), r("2026.2"), r("2026.2")),
+        ),
+    ];
+    for (branch, title, status, before) in steps {
+        drive(&mut d, &mem, &queue, Some(&forge)).await;
+        let pulls = open_pulls();
+        assert_eq!(pulls.len(), 1, "one wave at a time: {pulls:#?}");
+        let pr = &pulls[0];
+        assert_eq!(pr["head"]["ref"], branch, "{pr}");
+        assert_eq!(pr["title"], title, "{pr}");
+        assert_eq!(pr["base"]["ref"], "main", "{pr}");
+        assert!(
+            plan_status(&d).starts_with(status),
+            "{status}…: {}",
+            plan_status(&d)
+        );
+        assert_eq!(applied(&mem), before, "{branch}: nothing before its merge");
+        // One commit on main's tip, moving its objects one release.
+        git(&fleet.work(), &["fetch", "-q", "origin"]);
+        let tip = git(&fleet.work(), &["rev-parse", &format!("origin/{branch}")]);
+        assert_eq!(
+            git(&fleet.work(), &["rev-parse", &format!("{tip}^")]),
+            git(&fleet.work(), &["rev-parse", "origin/main"]),
+            "{branch} sits on main"
+        );
+        let number = pr["number"].as_u64().expect("number");
+        peer.must(
+            "POST",
+            &format!("/repos/{repo}/pulls/{number}/merge"),
+            Some(json!({"Do": "merge"})),
+            200,
+        );
+    }
+    drive(&mut d, &mem, &queue, Some(&forge)).await;
+    assert!(open_pulls().is_empty());
+    assert_eq!(
+        applied(&mem),
+        (r("2027.1"), r("2027.1"), r("2027.1")),
+        "every object walked both hops"
+    );
+    assert_eq!(plan_status(&d), "complete: every wave at 2027.1");
+    eprintln!("whole test: {:?}", t.elapsed());
+}
+
 /// The one race a real Gitea cannot be made to show: the create answered
 /// 409 because another replica opened the same request a moment before.
 /// wiremock plays Gitea here (a mock).

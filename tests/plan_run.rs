@@ -52,14 +52,26 @@ fn git(dir: &Path, args: &[&str]) -> String {
 /// 20 ControlPlanes (staging's four services each) labelled by ring, at
 /// 2026.1, then a commit adding the plan.
 fn fleet(dir: &Path, plan: &str) {
+    fleet_at(dir, plan, "2026.1");
+}
+
+/// The same fleet at `release`.
+fn fleet_at(dir: &Path, plan: &str, release: &str) {
     git(dir, &["init", "-q", "-b", "main"]);
     for i in 0..20 {
         let p = dir.join(format!("clouds/c{i:02}.yaml"));
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, ringed_plane(i)).unwrap();
+        std::fs::write(
+            p,
+            ringed_plane(i).replace("\"2026.1\"", &format!("\"{release}\"")),
+        )
+        .unwrap();
     }
     git(dir, &["add", "-A"]);
-    git(dir, &["commit", "-q", "-m", "20 clouds at 2026.1"]);
+    git(
+        dir,
+        &["commit", "-q", "-m", &format!("20 clouds at {release}")],
+    );
     std::fs::create_dir_all(dir.join("plans")).unwrap();
     std::fs::write(dir.join("plans/rings.yaml"), plan).unwrap();
     git(dir, &["add", "-A"]);
@@ -75,8 +87,12 @@ struct Rig {
 
 impl Rig {
     fn new(plan: &str, faults: Vec<Fault>) -> Self {
+        Self::at(plan, faults, "2026.1")
+    }
+
+    fn at(plan: &str, faults: Vec<Fault>, release: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        fleet(dir.path(), plan);
+        fleet_at(dir.path(), plan, release);
         let mut w = World::new(Params::default());
         w.faults = faults;
         Self {
@@ -88,8 +104,15 @@ impl Rig {
     }
 
     fn daemon(&self) -> Daemon<MemoryCluster, Source> {
+        self.daemon_since(None)
+    }
+
+    /// A daemon judging only the commits after `since` (`--since`): the
+    /// tree there is taken as given.
+    fn daemon_since(&self, since: Option<String>) -> Daemon<MemoryCluster, Source> {
         let opts = Options {
             cluster_name: "sim".into(),
+            since,
             ..Options::default()
         };
         let source = Source::open(Origin::Local(self.dir.path().to_owned()), "main").unwrap();
@@ -104,22 +127,31 @@ impl Rig {
         )
     }
 
-    /// Plan commits so far: (virtual minute seen, wave, objects).
+    /// Plan commits so far: (wave, objects).
     fn plan_commits(&self) -> Vec<(String, Vec<String>)> {
+        self.hop_commits()
+            .into_iter()
+            .map(|(_, w, o)| (w, o))
+            .collect()
+    }
+
+    /// Plan commits so far: (release they move to, wave, objects).
+    fn hop_commits(&self) -> Vec<(String, String, Vec<String>)> {
         let log = git(
             self.dir.path(),
             &[
                 "log",
                 "--reverse",
-                "--format=%H%x09%(trailers:key=Lockstep-Wave,valueonly)%x09%b%x1e",
+                "--format=%H%x09%(trailers:key=Lockstep-Wave,valueonly)%x09%s%x09%b%x1e",
                 "main",
             ],
         );
         log.split('\u{1e}')
             .filter_map(|rec| {
-                let mut f = rec.trim().splitn(3, '\t');
+                let mut f = rec.trim().splitn(4, '\t');
                 let _sha = f.next()?;
                 let wave = f.next()?.trim().to_owned();
+                let to = f.next()?.rsplit(" to ").next()?.trim().to_owned();
                 let body = f.next().unwrap_or("");
                 (!wave.is_empty()).then(|| {
                     let objs = body
@@ -127,7 +159,7 @@ impl Rig {
                         .filter(|l| l.contains("ControlPlane"))
                         .map(|l| l.trim().to_owned())
                         .collect();
-                    (wave, objs)
+                    (to, wave, objs)
                 })
             })
             .collect()
@@ -279,6 +311,241 @@ async fn a_three_wave_plan_over_twenty_planes_with_a_restart_mid_wave() {
         assert!(text.contains(line), "{line}\n{text}");
     }
     assert!(!text.contains('·'), "{text}");
+}
+
+/// The rings plan from 2025.2 to 2027.1 (three hops), with a soak after
+/// the last wave too (it holds the next hop's canary).
+fn fast_forward_plan() -> String {
+    plan()
+        .replacen("to: \"2026.2\"", "to: \"2027.1\"", 1)
+        .replacen("maxParallel: 5\n", "maxParallel: 5\n      soak: 2h\n", 1)
+}
+
+/// A fast-forward over 20 ControlPlanes from 2025.2 to 2027.1: every plane
+/// takes every hop in order, one release per commit, never two at once (no
+/// child is ever more than one release below its plane's target), the
+/// whole wave sequence once per hop, and the soaks (between waves and
+/// between hops) honoured in virtual time; the daemon is restarted in the
+/// middle of the second hop (no hop written twice or skipped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_forward_over_twenty_planes_takes_every_hop_in_order() {
+    let rig = Rig::at(&fast_forward_plan(), Vec::new(), "2025.2");
+    let mut d = rig.daemon();
+    fn prev(r: &str) -> &str {
+        match r {
+            "2026.1" => "2025.2",
+            "2026.2" => "2026.1",
+            "2027.1" => "2026.2",
+            other => other,
+        }
+    }
+    // Per plane, the releases its ControlPlane took in the cluster.
+    let mut taken: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // When every plane of a ring was first complete at a release.
+    let mut ring_done: BTreeMap<(&'static str, String), Duration> = BTreeMap::new();
+    // When each plan commit was first seen: (release, wave) → first, last.
+    let mut seen_at: BTreeMap<(String, String), (Duration, Duration)> = BTreeMap::new();
+    let mut violations = Vec::new();
+    let mem = rig.mem.clone();
+    let mut seen_commits = 0;
+    let mut restarted = false;
+    let mut watch = |w: &World| {
+        for p in w.planes.values() {
+            let t = taken.entry(p.key.name.clone()).or_default();
+            if t.last() != Some(&p.release) {
+                t.push(p.release.clone());
+            }
+            // Never two hops at once: every child installed at the
+            // plane's release or the one before it.
+            for o in w
+                .objects
+                .values()
+                .filter(|o| o.key.namespace == p.key.namespace)
+            {
+                if let Some(r) = o.status.installed_release.as_deref()
+                    && r != p.release
+                    && r != prev(&p.release)
+                {
+                    violations.push(format!("{} at {r} under plane {}", o.key, p.release));
+                }
+            }
+        }
+        for release in ["2026.1", "2026.2", "2027.1"] {
+            for ring_name in ["canary", "eu", "general"] {
+                let done = (0..20).filter(|i| ring(*i) == ring_name).all(|i| {
+                    w.objects
+                        .values()
+                        .filter(|o| {
+                            o.key.namespace == format!("cloud-{i:02}")
+                                && o.key.kind != lockstep::kind::Kind::Horizon
+                        })
+                        .all(|o| {
+                            o.status.installed_release.as_deref() == Some(release)
+                                && o.status.upgrade_phase.is_none()
+                        })
+                });
+                if done {
+                    ring_done
+                        .entry((ring_name, release.to_owned()))
+                        .or_insert(w.now);
+                }
+            }
+        }
+    };
+    let mut stop = |r: &Rig| {
+        let commits = r.hop_commits();
+        for (to, wave, _) in &commits[seen_commits..] {
+            let now = mem.now();
+            let e = seen_at
+                .entry((to.clone(), wave.clone()))
+                .or_insert((now, now));
+            e.1 = now;
+        }
+        seen_commits = commits.len();
+        // Killed once the second hop's eu wave has started.
+        if !restarted && commits.iter().any(|(to, w, _)| to == "2026.2" && w == "eu") {
+            restarted = true;
+            return true;
+        }
+        false
+    };
+    assert!(
+        !rig.drive(&mut d, &mut watch, &mut stop).await,
+        "still running"
+    );
+    drop(d);
+    // A fresh daemon: nothing carried over but Git and the cluster.
+    let mut d = rig.daemon();
+    assert!(rig.drive(&mut d, &mut watch, &mut stop).await);
+    assert!(
+        violations.is_empty(),
+        "{:?}",
+        &violations[..violations.len().min(5)]
+    );
+    // Every plane took every hop, in order, in the cluster.
+    assert_eq!(taken.len(), 20);
+    for (plane, releases) in &taken {
+        assert_eq!(
+            releases,
+            &["2025.2", "2026.1", "2026.2", "2027.1"],
+            "{plane}"
+        );
+    }
+    // In Git: every plane bumped exactly once per hop, each commit one
+    // release, the wave sequence once per hop.
+    let commits = rig.hop_commits();
+    let mut per_plane: BTreeMap<&String, Vec<&str>> = BTreeMap::new();
+    for (to, _, objs) in &commits {
+        for o in objs {
+            per_plane.entry(o).or_default().push(to);
+        }
+    }
+    assert_eq!(per_plane.len(), 20, "{commits:#?}");
+    for (plane, hops) in &per_plane {
+        assert_eq!(hops, &["2026.1", "2026.2", "2027.1"], "{plane}");
+    }
+    let order: Vec<(&str, &str)> = commits
+        .iter()
+        .map(|(to, w, _)| (to.as_str(), w.as_str()))
+        .collect();
+    let mut runs = order.clone();
+    runs.dedup();
+    assert_eq!(
+        runs,
+        [
+            ("2026.1", "canary"),
+            ("2026.1", "eu"),
+            ("2026.1", "rest"),
+            ("2026.2", "canary"),
+            ("2026.2", "eu"),
+            ("2026.2", "rest"),
+            ("2027.1", "canary"),
+            ("2027.1", "eu"),
+            ("2027.1", "rest"),
+        ],
+        "{order:?}"
+    );
+    // Soaks: eu an hour after the canary completed, rest 30 minutes after
+    // eu, and the next hop's canary two hours after the rest completed.
+    let ring_of = |wave: &str| match wave {
+        "rest" => "general",
+        w => {
+            if w == "canary" {
+                "canary"
+            } else {
+                "eu"
+            }
+        }
+    };
+    for (release, next) in [
+        ("2026.1", Some("2026.2")),
+        ("2026.2", Some("2027.1")),
+        ("2027.1", None),
+    ] {
+        for (before, after, soak) in [("canary", "eu", 3600), ("eu", "rest", 1800)] {
+            let done = ring_done[&(ring_of(before), release.to_owned())];
+            let started = seen_at[&(release.to_owned(), after.to_owned())].0;
+            assert!(
+                started >= done + Duration::from_secs(soak),
+                "{release}: {after} started {}s after {before} completed",
+                started.as_secs() as i64 - done.as_secs() as i64
+            );
+        }
+        if let Some(next) = next {
+            let done = ring_done[&("general", release.to_owned())];
+            let started = seen_at[&(next.to_owned(), "canary".to_owned())].0;
+            assert!(
+                started >= done + Duration::from_secs(7200),
+                "hop to {next} started {}s after the hop to {release} completed",
+                started.as_secs() as i64 - done.as_secs() as i64
+            );
+        }
+    }
+    // Every commit judged and applied; the plan complete; `plan status`
+    // agrees.
+    for sha in git(rig.dir.path(), &["log", "--format=%H", "main"]).lines() {
+        let note = rig.note(sha);
+        assert!(note.contains("lockstep/sim: success"), "{sha}: {note}");
+    }
+    let text = plan_status(rig.dir.path());
+    assert!(
+        text.contains("lockstep/sim/plan/rings: success — complete: every wave at 2027.1"),
+        "{text}"
+    );
+    assert!(text.contains("hop 3/3 (2026.2 → 2027.1)"), "{text}");
+    assert!(
+        text.contains("wave 3/3 rest (maxParallel 5, soak 2h): 10/10 committed at 2027.1"),
+        "{text}"
+    );
+}
+
+/// With `--since` at the fleet's commit, no accepted commit of the judged
+/// history touched the 20 planes (no unit report for any): their releases
+/// in that tree are taken as given (complete at 2025.2), so the
+/// fast-forward starts and walks every plane to 2027.1. (Without a report,
+/// only that release counts: `plan::schedule::complete_at`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_forward_starts_from_the_tree_since_takes_as_given() {
+    let rig = Rig::at(&fast_forward_plan(), Vec::new(), "2025.2");
+    let since = git(rig.dir.path(), &["rev-parse", "HEAD~1"]);
+    let plan_commit = git(rig.dir.path(), &["rev-parse", "HEAD"]);
+    let mut d = rig.daemon_since(Some(since));
+    assert!(rig.drive(&mut d, |_| {}, |_| false).await);
+    let mut per_plane: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (to, _, objs) in rig.hop_commits() {
+        for o in objs {
+            per_plane.entry(o).or_default().push(to.clone());
+        }
+    }
+    assert_eq!(per_plane.len(), 20);
+    for (plane, hops) in &per_plane {
+        assert_eq!(hops, &["2026.1", "2026.2", "2027.1"], "{plane}");
+    }
+    let note = rig.note(&plan_commit);
+    assert!(
+        note.contains("lockstep/sim/plan/rings: success — complete: every wave at 2027.1"),
+        "{note}"
+    );
 }
 
 /// `lockstep plan status --repo DIR`'s output (it must succeed).
@@ -436,6 +703,78 @@ fn rehearse_plan_predicts_the_schedule_with_and_without_faults() {
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("held in wave 1/3 (canary)"), "{text}");
     assert!(!text.contains("wave eu (2/3) to 2026.2"), "{text}");
+}
+
+/// `rehearse --plan` shows a fast-forward's whole chain: every hop's waves
+/// in order, the soak between hops, every hop commit inside the window.
+#[test]
+fn rehearse_plan_shows_every_hop_of_a_fast_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    fleet_at(
+        dir.path(),
+        &fast_forward_plan().replacen(
+            "  waves:",
+            "  windows:\n    - {start: \"0 20 * * *\", duration: 8h, timeZone: UTC}\n  waves:",
+            1,
+        ),
+        "2025.2",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args([
+            "rehearse",
+            "--plan",
+            "--start",
+            "2026-12-01T12:00:00Z",
+            "--repo",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in\n{text}"))
+    };
+    // Every hop, every wave, in order.
+    let mut last = 0;
+    for to in ["2026.1", "2026.2", "2027.1"] {
+        for wave in ["canary (1/3)", "eu (2/3)", "rest (3/3)"] {
+            let i = at(&format!("lockstep plan rings: wave {wave} to {to}: "));
+            assert!(i > last, "{wave} to {to} out of order:\n{text}");
+            last = i;
+        }
+    }
+    assert!(
+        text.contains("plan rings: hop 1/3 (2025.2 → 2026.1), wave 1/3 (canary) waits for the maintenance window"),
+        "{text}"
+    );
+    assert!(
+        at("hop 2/3 (2026.1 → 2026.2), wave 1/3 (canary) waits: previous hop soaking")
+            < at("wave canary (1/3) to 2026.2")
+    );
+    assert!(
+        at("hop 3/3 (2026.2 → 2027.1), wave 2/3 (eu) waits: previous wave soaking")
+            < at("wave eu (2/3) to 2027.1")
+    );
+    assert!(
+        text.contains("ControlPlane cloud-19/c19 2026.2 → 2027.1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("plan rings: complete: every wave at 2027.1"),
+        "{text}"
+    );
+    // Every hop commit inside the window (20:00-04:00 UTC; +8h is 20:00).
+    for l in text
+        .lines()
+        .filter(|l| l.contains("lockstep plan rings: wave"))
+    {
+        let clock = l.trim().split(' ').next().unwrap().trim_start_matches('+');
+        let hours: u64 = clock.split(':').next().unwrap().parse().unwrap();
+        let of_day = (12 + hours) % 24;
+        assert!(!(4..20).contains(&of_day), "outside the window: {l}");
+    }
 }
 
 /// `lockstep plan status`, the command: each wave's progress at a revision,

@@ -302,3 +302,162 @@ fn the_committed_schema_is_the_generated_one_and_takes_the_sample() {
         "the schema takes an unknown field"
     );
 }
+
+/// Pre-flight gates are checked on the live cluster before a hop is
+/// applied, never with the commit: a hop under a backup gate is accepted
+/// by `check` (no backup exists, none is looked for), and a malformed gate
+/// is refused with its field like any unusable policy.
+#[test]
+fn preflight_gates_never_refuse_a_commit_but_a_bad_one_is_invalid() {
+    let gate = |max_age: &str| {
+        format!(
+            "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePolicy
+metadata:
+  name: backups
+spec:
+  preflight:
+    - kinds: [Nova]
+      backup:
+        mariaDb: openstack-db
+        maxAge: {max_age}
+      childrenReady: true
+"
+        )
+    };
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.1").write(&format!("{DIR}/backups.yaml"), gate("24h"));
+    repo.commit("Nova at 2026.1, and the backup gate");
+    nova_at(&repo, "2026.2");
+    repo.commit("Nova to 2026.2");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 0, "{json:#}");
+    assert_eq!(verdict(&json).0, "accepted", "{json:#}");
+
+    repo.write(&format!("{DIR}/backups.yaml"), gate("1d"));
+    repo.commit("A max age in days");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1, "{json:#}");
+    let (v, reason, message) = verdict(&json);
+    assert_eq!((v.as_str(), reason.as_str()), ("refused", "PolicyInvalid"));
+    assert!(
+        message.contains("spec.preflight[0].backup.maxAge"),
+        "{message}"
+    );
+}
+
+/// The same gates in the simulated cluster (`run --until-idle` in sim
+/// mode, what a rehearsal runs). A backup gate on Nova holds the standalone
+/// Nova's hop and the plane's too (it moves prod-nova): the simulated
+/// cluster has no Backups, so both wait, pending, saying why, and neither
+/// is applied. Lifting the backup gate in a later commit lets both go; the
+/// plane's childrenReady gate passes (the simulated children are Ready).
+#[test]
+fn in_the_simulated_cluster_gates_hold_or_pass_as_on_a_real_one() {
+    let ready = "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePolicy
+metadata:
+  name: ready
+spec:
+  preflight:
+    - kinds: [ControlPlane]
+      childrenReady: true
+";
+    let backup = "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePolicy
+metadata:
+  name: backup
+spec:
+  preflight:
+    - kinds: [Nova]
+      backup:
+        mariaDb: openstack-db
+        maxAge: 24h
+";
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.1")
+        .write(
+            "clusters/prod/controlplane.yaml",
+            common::prod("2026.1", "2026.1"),
+        )
+        .write(&format!("{DIR}/ready.yaml"), ready)
+        .write(&format!("{DIR}/backup.yaml"), backup);
+    let base = repo.commit("fleet at 2026.1, and the gates");
+    nova_at(&repo, "2026.2");
+    let nova_hop = repo.commit("Nova to 2026.2");
+    repo.write(
+        "clusters/prod/controlplane.yaml",
+        common::prod("2026.2", "2026.2"),
+    );
+    let prod_hop = repo.commit("prod to 2026.2");
+    let run = || {
+        let out = common::lockstep(&[
+            "run",
+            "--repo",
+            &repo.path().to_string_lossy(),
+            "--until-idle",
+            "--cluster-name",
+            "t",
+        ]);
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let line = |sha: &str| {
+        repo.git(&["notes", "--ref=lockstep", "show", sha])
+            .lines()
+            .find(|l| l.starts_with("lockstep/t: "))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let applied = |log: &str, object: &str| {
+        log.lines()
+            .any(|l| l.contains(" applied ") && l.contains(object) && l.contains("2026.2"))
+    };
+    let log = run();
+    for (sha, hop, name) in [
+        (&nova_hop, "nova 2026.1→2026.2", "nova"),
+        (&prod_hop, "prod 2026.1→2026.2", "prod"),
+    ] {
+        let l = line(sha);
+        let want = format!(
+            "{hop}: waiting: no successful backup of {name} (MariaDB openstack-db; none matches), need one at most 24h old (UpgradePolicy backup"
+        );
+        assert!(
+            l.starts_with("lockstep/t: pending") && l.contains(&want),
+            "{l}\n{log}"
+        );
+    }
+    assert!(
+        !applied(&log, "compute/nova") && !applied(&log, "openstack/prod"),
+        "{log}"
+    );
+
+    // A rehearsal runs the same engine: the hops would not start.
+    let out = common::lockstep(&[
+        "rehearse",
+        "--repo",
+        &repo.path().to_string_lossy(),
+        "--base",
+        &base,
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("Nova compute/nova: not applied, waiting: no successful backup of nova"),
+        "{text}"
+    );
+
+    repo.remove(&format!("{DIR}/backup.yaml"));
+    let lifted = repo.commit("lift the backup gate");
+    let log = run();
+    assert!(
+        applied(&log, "compute/nova") && applied(&log, "openstack/prod"),
+        "the hops are applied once the gate is lifted: {log}"
+    );
+    for sha in [&nova_hop, &prod_hop, &lifted] {
+        assert!(
+            line(sha).starts_with("lockstep/t: success"),
+            "{}\n{log}",
+            line(sha)
+        );
+    }
+}

@@ -33,7 +33,8 @@ pub enum Reason {
     ProjectedChildEdited,
     /// An UpgradePlan that does not parse or breaks the plan schema.
     PlanInvalid,
-    /// A plan's target is not one hop from a selected object's release.
+    /// A plan's target does not parse or is behind a selected object's
+    /// release (several releases ahead is a fast-forward, accepted).
     PlanTargetInvalid,
     /// A plan (or one of its waves) selects nothing.
     PlanSelectsNothing,
@@ -780,12 +781,12 @@ fn judge_object_inner(
             Reason::UpgradePathInvalid,
             if from.is_slurp() && rel == from.next().next() {
                 format!(
-                    "{from} → {rel} skips {mid}; upstream OpenStack supports this SLURP upgrade directly, but the C5C3 operators accept one release at a time: take it as two hops, {from} → {mid} first, then {rel} in a later commit (an UpgradePlan writes both commits: plans/README.md)",
+                    "{from} → {rel} skips {mid}; upstream OpenStack supports this SLURP upgrade directly, but the C5C3 operators accept one release at a time: take it as two hops, {from} → {mid} first, then {rel} in a later commit, or let an UpgradePlan with to: \"{rel}\" walk it one hop at a time (plans/README.md)",
                     mid = from.next()
                 )
             } else {
                 format!(
-                    "{from} → {rel} skips {}; move one release at a time: {from} → {} first, then {rel} in a later commit",
+                    "{from} → {rel} skips {}; move one release at a time: {from} → {} first, then {rel} in a later commit, or let an UpgradePlan with to: \"{rel}\" walk it one hop at a time (plans/README.md)",
                     skipped(from, rel),
                     from.next()
                 )

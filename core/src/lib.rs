@@ -24,6 +24,7 @@ pub mod live;
 pub mod manifest;
 pub mod plan;
 pub mod policy;
+pub mod preflight;
 pub mod release;
 pub mod rollout;
 pub mod status;

@@ -41,6 +41,12 @@ pub struct Document {
     /// The [`RECREATE_ANNOTATION`]: the release floor a deliberate
     /// re-creation from scratch drops.
     pub recreate_below: Option<String>,
+    /// The whole document as compact JSON text, when the parse was asked to
+    /// keep it ([`parse_file_keeping`]): what the daemon applies for this
+    /// object, taken from the gate's own parse so that the file is never
+    /// read a second time (issue 11's "an apply never re-reads Git") and
+    /// the applied object is the one that was judged.
+    pub source: Option<Arc<str>>,
 }
 
 /// The one escape from an identity's release floor (`docs/gate.md`,
@@ -115,6 +121,18 @@ pub fn is_manifest_path(path: &str) -> bool {
 /// Parses one manifest file. Never panics and never fails: what cannot be
 /// read becomes a [`Problem`] naming the file and line.
 pub fn parse_file(path: &str, bytes: &[u8], max_bytes: usize) -> ParsedFile {
+    parse_file_keeping(path, bytes, max_bytes, false)
+}
+
+/// [`parse_file`], also keeping each object's whole document as
+/// [`Document::source`] when `keep_source` is set (the daemon, which
+/// applies what it judged; a one-shot `check` does not pay for it).
+pub fn parse_file_keeping(
+    path: &str,
+    bytes: &[u8],
+    max_bytes: usize,
+    keep_source: bool,
+) -> ParsedFile {
     let file: Arc<str> = Arc::from(path);
     let mut out = ParsedFile::default();
     if bytes.len() > max_bytes {
@@ -169,12 +187,12 @@ pub fn parse_file(path: &str, bytes: &[u8], max_bytes: usize) -> ParsedFile {
         }
     };
     for doc in docs {
-        read_document(&file, doc, &mut out);
+        read_document(&file, doc, keep_source, &mut out);
     }
     out
 }
 
-fn read_document(file: &Arc<str>, doc: Spanned<Node>, out: &mut ParsedFile) {
+fn read_document(file: &Arc<str>, doc: Spanned<Node>, keep_source: bool, out: &mut ParsedFile) {
     let line = to_line(doc.referenced.line());
     let Node::Map(root) = &doc.value else {
         out.skipped.push(Skip {
@@ -240,7 +258,23 @@ fn read_document(file: &Arc<str>, doc: Spanned<Node>, out: &mut ParsedFile) {
         key: None,
         problems: Vec::new(),
     };
-    if let Some(document) = extract(kind, root, line, &mut ctx) {
+    if let Some(mut document) = extract(kind, root, line, &mut ctx) {
+        if keep_source {
+            match serde_json::to_string(&doc.value) {
+                Ok(text) => document.source = Some(Arc::from(text)),
+                // Not reachable for a parsed tree (JSON takes every node
+                // kind); refused rather than applied without its document.
+                Err(e) => {
+                    out.problems.push(Problem {
+                        file: file.clone(),
+                        line,
+                        key: Some(document.key.clone()),
+                        message: format!("the document cannot be kept as JSON: {e}"),
+                    });
+                    return;
+                }
+            }
+        }
         out.documents.push(document);
     }
     out.problems.extend(ctx.problems);
@@ -394,6 +428,7 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
         spec: spec?,
         labels,
         recreate_below,
+        source: None,
     })
 }
 
@@ -608,9 +643,9 @@ pub enum Node {
     Int(i128),
     Float(f64),
     Str(String),
-    /// Sequences are read through (they must parse) but never kept: no
-    /// release-relevant field lives in one.
-    Seq,
+    /// No release-relevant field lives in a sequence; its items are kept
+    /// for [`Document::source`], the whole document the daemon applies.
+    Seq(Vec<Node>),
     Map(Map),
 }
 
@@ -629,7 +664,7 @@ impl Node {
             Node::Int(_) => "integer",
             Node::Float(_) => "number",
             Node::Str(_) => "string",
-            Node::Seq => "sequence",
+            Node::Seq(_) => "sequence",
             Node::Map(_) => "mapping",
         }
     }
@@ -680,8 +715,11 @@ impl<'de> Deserialize<'de> for Node {
                 Ok(Node::Str(String::from_utf8_lossy(v).into_owned()))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Node, A::Error> {
-                while a.next_element::<Node>()?.is_some() {}
-                Ok(Node::Seq)
+                let mut items = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1024));
+                while let Some(n) = a.next_element::<Node>()? {
+                    items.push(n);
+                }
+                Ok(Node::Seq(items))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Node, A::Error> {
                 let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0));
@@ -695,8 +733,32 @@ impl<'de> Deserialize<'de> for Node {
     }
 }
 
-/// Mapping keys as text: YAML allows `1: x` or `true: y`; Kubernetes objects
-/// never use them, but reading them must not fail the whole file.
+/// As JSON, the way `serde_json::Value` would write the same YAML: a
+/// non-finite float becomes `null`, keys keep their order.
+impl serde::Serialize for Node {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Node::Null => s.serialize_unit(),
+            Node::Bool(b) => s.serialize_bool(*b),
+            Node::Int(i) => match (i64::try_from(*i), u64::try_from(*i)) {
+                (Ok(v), _) => s.serialize_i64(v),
+                (_, Ok(v)) => s.serialize_u64(v),
+                _ => s.serialize_i128(*i),
+            },
+            Node::Float(f) => s.serialize_f64(*f),
+            Node::Str(t) => s.serialize_str(t),
+            Node::Seq(items) => s.collect_seq(items),
+            Node::Map(m) => s.collect_map(m.iter().map(|(k, v)| (k, &v.value))),
+        }
+    }
+}
+
+/// Mapping keys as text: YAML allows `1: x` or `on: y`; Kubernetes objects
+/// rarely use them, but reading them must not fail the whole file. A key
+/// that YAML reads as a boolean or a number is written the way kubectl
+/// (sigs.k8s.io/yaml) turns it into JSON, `on` as `"true"` and `0x10` as
+/// `"16"`, so a kept document ([`Document::source`]) is the object kubectl
+/// would send for the same file.
 struct KeyText(String);
 
 impl<'de> Deserialize<'de> for KeyText {
@@ -708,7 +770,7 @@ impl<'de> Deserialize<'de> for KeyText {
             Node::Float(f) => f.to_string(),
             Node::Bool(b) => b.to_string(),
             Node::Null => "null".to_owned(),
-            Node::Seq | Node::Map(_) => "<complex key>".to_owned(),
+            Node::Seq(_) | Node::Map(_) => "<complex key>".to_owned(),
         }))
     }
 }
@@ -720,6 +782,101 @@ mod tests {
 
     fn parse(text: &str) -> ParsedFile {
         parse_file("f.yaml", text.as_bytes(), DEFAULT_MAX_FILE_BYTES)
+    }
+
+    /// Each object's kept source, read as JSON, is the value a YAML reader
+    /// gives for its whole document: what the daemon applies is what the
+    /// file says, sequences, numbers, anchors and merge keys included.
+    fn assert_sources_are_the_documents(text: &str) {
+        let kept = parse_file_keeping("f.yaml", text.as_bytes(), DEFAULT_MAX_FILE_BYTES, true);
+        assert!(kept.problems.is_empty(), "{:?}", kept.problems);
+        let values: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).unwrap();
+        let ours: Vec<&serde_json::Value> = values
+            .iter()
+            .filter(|v| v["apiVersion"].as_str().is_some_and(|a| a.contains("c5c3")))
+            .collect();
+        assert_eq!(kept.documents.len(), ours.len());
+        for (d, v) in kept.documents.iter().zip(ours) {
+            let source = d.source.as_deref().expect("kept");
+            let back: serde_json::Value = serde_json::from_str(source).unwrap();
+            assert_eq!(&back, v, "{source}");
+        }
+        assert!(parse(text).documents.iter().all(|d| d.source.is_none()));
+    }
+
+    #[test]
+    fn a_complex_key_does_not_fail_the_file() {
+        let text = format!("{GLANCE}  odd:\n    ? [a, b]\n    : 1\n    ? {{k: v}}\n    : 2\n");
+        let p = parse(&text);
+        assert!(p.problems.is_empty(), "{:?}", p.problems);
+        assert_eq!(p.documents.len(), 1);
+        // Keys YAML reads as other scalars are kept as kubectl writes them.
+        let text = format!("{GLANCE}  odd: {{on: 1, 0x10: 2, null: 3, \"yes\": 4}}\n");
+        let kept = parse_file_keeping("f.yaml", text.as_bytes(), DEFAULT_MAX_FILE_BYTES, true);
+        let source: serde_json::Value =
+            serde_json::from_str(kept.documents[0].source.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            source["spec"]["odd"],
+            serde_json::json!({"true": 1, "16": 2, "null": 3, "yes": 4})
+        );
+    }
+
+    #[test]
+    fn a_kept_source_is_the_whole_document() {
+        assert_sources_are_the_documents(GLANCE);
+        assert_sources_are_the_documents(
+            "apiVersion: nova.openstack.c5c3.io/v1alpha1
+kind: Nova
+metadata:
+  name: nova
+  namespace: compute
+  labels: {tier: \"gold\"}
+  annotations: {base: &b {replicas: 2, ratio: 1.5, enabled: true}}
+spec:
+  openStackRelease: \"2026.1\"
+  image: {repository: ghcr.io/c5c3/nova, tag: \"2026.1\"}
+  api: {<<: *b, replicas: 3}
+  cells:
+    - name: cell1
+      hosts: [a, b, 3, -4, 1e3, null, ~, 'x: y']
+    - {name: cell2, big: 18446744073709551615}
+  empty: {}
+  none: []
+  text: |
+    two
+    lines
+---
+- not an object
+",
+        );
+    }
+
+    proptest::proptest! {
+        /// Any tree of maps, sequences and scalars under `spec` is kept as
+        /// the YAML reader's value of it.
+        #[test]
+        fn any_spec_is_kept_as_read(extra in json_tree()) {
+            let text = format!("{}  extra: {}\n", GLANCE, serde_json::to_string(&extra).unwrap());
+            assert_sources_are_the_documents(&text);
+        }
+    }
+
+    fn json_tree() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            (-1.0e6f64..1.0e6).prop_map(serde_json::Value::from),
+            "[a-z0-9 ._-]{0,12}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::from),
+                proptest::collection::btree_map("[a-z]{1,6}", inner, 0..6)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
     }
 
     const GLANCE: &str = "apiVersion: glance.openstack.c5c3.io/v1alpha1

@@ -127,6 +127,9 @@ pub struct Policy {
     pub acks: Vec<Ack>,
     /// Acknowledgements given fleet-wide.
     pub given: Vec<String>,
+    /// Pre-flight gates: checked on the live state before a hop is
+    /// applied, never at judgment (`core/src/preflight.rs`).
+    pub preflight: Vec<crate::preflight::Gate>,
 }
 
 /// A policy document that cannot be used: refused `PolicyInvalid` with the
@@ -169,6 +172,46 @@ struct Spec {
     acknowledgements: Vec<AckDoc>,
     #[serde(default)]
     given: Vec<String>,
+    /// Checked on the live cluster before a hop is applied, never when a
+    /// commit is judged: while one fails the hop waits, pending.
+    #[serde(default)]
+    preflight: Vec<PreflightDoc>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct PreflightDoc {
+    /// The kinds whose hops this gate holds (kind or service name); every
+    /// kind when absent. A ControlPlane's hop is held when it moves a child
+    /// of one of them.
+    #[serde(default)]
+    kinds: Vec<String>,
+    /// A recent successful mariadb-operator Backup (k8s.mariadb.com).
+    #[serde(default)]
+    backup: Option<BackupDoc>,
+    /// Every object the hop moves (a ControlPlane's children, or the
+    /// service itself) is Ready=True first.
+    #[serde(default, rename = "childrenReady")]
+    children_ready: bool,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct BackupDoc {
+    /// The MariaDB the Backups back up (their spec.mariaDbRef.name).
+    #[serde(default, rename = "mariaDb")]
+    mariadb: Option<String>,
+    /// The MariaDB's namespace (spec.mariaDbRef.namespace, else the
+    /// Backup's own); any when absent.
+    #[serde(default)]
+    namespace: Option<String>,
+    /// Labels every counted Backup carries.
+    #[serde(default)]
+    labels: std::collections::BTreeMap<String, String>,
+    /// How old the newest successful Backup may be: 90s, 15m, 24h.
+    #[serde(rename = "maxAge")]
+    #[schemars(schema_with = "crate::duration::schema")]
+    max_age: String,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -212,9 +255,8 @@ struct AckDoc {
     edge: EdgeDoc,
 }
 
-fn edge(e: EdgeDoc, at: &str) -> Result<Edge, String> {
-    let kinds = e
-        .kinds
+fn kinds(kinds: &[String], at: &str) -> Result<Vec<Kind>, String> {
+    kinds
         .iter()
         .map(|k| {
             Kind::ALL
@@ -222,7 +264,58 @@ fn edge(e: EdgeDoc, at: &str) -> Result<Edge, String> {
                 .find(|x| x.as_str().eq_ignore_ascii_case(k) || x.service() == k.as_str())
                 .ok_or_else(|| format!("{at}: kind {k:?} is not a C5C3 kind"))
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect()
+}
+
+fn preflight(
+    d: PreflightDoc,
+    at: &str,
+    policy: &str,
+    file: &Arc<str>,
+    line: u32,
+) -> Result<crate::preflight::Gate, String> {
+    let kinds = kinds(&d.kinds, at)?;
+    let backup = match d.backup {
+        None => None,
+        Some(b) => {
+            let max_age = crate::duration::positive(&b.max_age)
+                .map_err(|e| format!("{at}.backup.maxAge: {e}"))?;
+            let empty = |s: &Option<String>| s.as_ref().is_some_and(|s| s.trim().is_empty());
+            if empty(&b.mariadb) || empty(&b.namespace) {
+                return Err(format!(
+                    "{at}.backup: mariaDb and namespace, when given, name something"
+                ));
+            }
+            if b.mariadb.is_none() && b.labels.is_empty() {
+                return Err(format!(
+                    "{at}.backup: say which Backups count (mariaDb, labels or both)"
+                ));
+            }
+            Some(crate::preflight::BackupGate {
+                mariadb: b.mariadb,
+                namespace: b.namespace,
+                labels: b.labels,
+                max_age,
+            })
+        }
+    };
+    if backup.is_none() && !d.children_ready {
+        return Err(format!(
+            "{at}: a gate checks something (backup, childrenReady or both)"
+        ));
+    }
+    Ok(crate::preflight::Gate {
+        policy: policy.to_owned(),
+        file: file.clone(),
+        line,
+        kinds,
+        backup,
+        children_ready: d.children_ready,
+    })
+}
+
+fn edge(e: EdgeDoc, at: &str) -> Result<Edge, String> {
+    let kinds = kinds(&e.kinds, at)?;
     let from = Releases::parse(&e.from).map_err(|m| format!("{at}.from: {m}"))?;
     let to = Releases::parse(&e.to).map_err(|m| format!("{at}.to: {m}"))?;
     if e.reason.trim().is_empty() {
@@ -314,8 +407,21 @@ pub fn parse(file: &str, text: &str) -> (Vec<Policy>, Vec<PolicyError>) {
             blocked: Vec::new(),
             acks: Vec::new(),
             given: Vec::new(),
+            preflight: Vec::new(),
         };
         let mut bad = None;
+        for (j, g) in d.spec.preflight.into_iter().enumerate() {
+            match preflight(
+                g,
+                &format!("spec.preflight[{j}]"),
+                &policy.name,
+                &file,
+                line,
+            ) {
+                Ok(g) => policy.preflight.push(g),
+                Err(m) => bad = bad.or(Some(m)),
+            }
+        }
         for (j, b) in d.spec.blocked.into_iter().enumerate() {
             match edge(b.edge, &format!("spec.blocked[{j}]")) {
                 Ok(edge) => policy.blocked.push(Blocked {
@@ -615,6 +721,48 @@ spec:
             assert!(p.is_empty(), "{bad}");
             assert_eq!(e.len(), 1, "{bad}: {e:?}");
             assert!(e[0].message.contains(want), "{bad}: {}", e[0].message);
+        }
+    }
+
+    #[test]
+    fn preflight_gates_parse_and_bad_ones_name_the_field() {
+        let head = "apiVersion: lockstep.c5c3.io/v1alpha1\nkind: UpgradePolicy\nmetadata:\n  name: p\nspec:\n  preflight:\n";
+        let good = format!(
+            "{head}    - kinds: [nova]\n      backup:\n        mariaDb: openstack-db\n        namespace: openstack\n        labels: {{service: nova}}\n        maxAge: 24h\n      childrenReady: true\n"
+        );
+        let (p, e) = parse(".lockstep/policies/p.yaml", &good);
+        assert!(e.is_empty(), "{e:?}");
+        let g = &p[0].preflight[0];
+        assert_eq!(g.kinds, vec![Kind::Nova]);
+        assert!(g.children_ready);
+        let b = g.backup.as_ref().unwrap();
+        assert_eq!(b.max_age, std::time::Duration::from_secs(24 * 3600));
+        assert_eq!(b.mariadb.as_deref(), Some("openstack-db"));
+        assert_eq!(b.labels["service"], "nova");
+        for (bad, want) in [
+            (
+                "    - backup: {mariaDb: db, maxAge: 1d}\n",
+                "spec.preflight[0].backup.maxAge",
+            ),
+            (
+                "    - backup: {mariaDb: db, maxAge: 0s}\n",
+                "longer than zero",
+            ),
+            ("    - backup: {maxAge: 1h}\n", "which Backups count"),
+            (
+                "    - backup: {mariaDb: \"\", maxAge: 1h}\n",
+                "name something",
+            ),
+            ("    - kinds: [Nova]\n", "checks something"),
+            (
+                "    - childrenReady: true\n      kinds: [Pod]\n",
+                "kind \"Pod\"",
+            ),
+            ("    - backup: {mariaDb: db}\n", "maxAge"),
+        ] {
+            let (p, e) = parse(".lockstep/policies/p.yaml", &format!("{head}{bad}"));
+            assert!(p.is_empty(), "{bad}");
+            assert!(e.len() == 1 && e[0].message.contains(want), "{bad}: {e:?}");
         }
     }
 

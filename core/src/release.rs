@@ -62,6 +62,34 @@ impl Release {
         self.minor == 1
     }
 
+    /// The release before this one: `Y.2 → Y.1`, `Y.1 → (Y-1).2` (none
+    /// before 2010.1).
+    pub fn prev(self) -> Option<Self> {
+        if self.minor == 2 {
+            Some(Self {
+                year: self.year,
+                minor: 1,
+            })
+        } else if self.year > 2010 {
+            Some(Self {
+                year: self.year - 1,
+                minor: 2,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// How many hops lead from `self` to `to` (0 when `to` is not ahead).
+    pub fn hops_to(self, to: Self) -> usize {
+        if to <= self {
+            return 0;
+        }
+        let a = usize::from(self.year) * 2 + usize::from(self.minor);
+        let b = usize::from(to.year) * 2 + usize::from(to.minor);
+        b - a
+    }
+
     /// The one release an object may move to next: `Y.1 → Y.2`, `Y.2 → (Y+1).1`.
     pub fn next(self) -> Self {
         if self.minor == 1 {

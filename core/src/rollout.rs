@@ -589,6 +589,9 @@ pub struct UnitReport {
     pub progress: BTreeMap<Key, Progress>,
     /// A repair lockstep may not make: a person must act.
     pub needs_person: Option<String>,
+    /// The hop to apply waits on a pre-flight gate (`core/src/preflight.rs`):
+    /// why, as its pending status says it.
+    pub waiting: Option<String>,
 }
 
 /// Every status the state implies, `(sha, status)`, oldest commit first:
@@ -784,7 +787,11 @@ fn step_state(u: &UnitReport, i: usize) -> StepState {
         Next::Apply(j) if *j == i => match &u.needs_person {
             // The cluster rejected the apply: tried again, but a person must act.
             Some(m) => StepState::Failed(m.clone()),
-            None => StepState::Pending(format!("accepted: applying {hop}")),
+            // A pre-flight gate holds it: pending, saying why.
+            None => match &u.waiting {
+                Some(w) => StepState::Pending(format!("{hop}: {w}")),
+                None => StepState::Pending(format!("accepted: applying {hop}")),
+            },
         },
         Next::Follow(j) if *j == i => {
             if let Some(m) = &u.needs_person {
@@ -1272,6 +1279,7 @@ mod tests {
             next,
             progress: [(nova(), p)].into_iter().collect(),
             needs_person: None,
+            waiting: None,
         };
         let find = |list: &[(String, Status)], sha: &str, ctx: &str| {
             list.iter()
@@ -1331,6 +1339,21 @@ mod tests {
         let (st, d) = find(&s, "d", "lockstep/prod");
         assert_eq!(st, State::Failure);
         assert!(d.contains("lockstep retry"), "{d}");
+
+        // A hop a pre-flight gate holds: pending, saying why, never failure
+        // (it is not refused) and never "applying" (it is not applied).
+        let mut held = unit(Next::Apply(1), Progress::Complete);
+        held.waiting = Some("waiting: last backup of nova 31h old, need 24h".into());
+        let units: BTreeMap<Key, UnitReport> = [(nova(), held)].into_iter().collect();
+        let s = statuses("prod", &r, &units, None);
+        assert_eq!(find(&s, "a", "lockstep/prod").0, State::Success);
+        let (st, d) = find(&s, "d", "lockstep/prod");
+        assert_eq!(st, State::Pending);
+        assert!(
+            d.ends_with(": waiting: last backup of nova 31h old, need 24h")
+                && d.starts_with("nova "),
+            "{d}"
+        );
     }
 
     /// A chain of `hops` hops of nova from 2026.1, some commits patches on
@@ -1460,7 +1483,7 @@ mod tests {
             for (c, next, p) in walk {
                 let units: BTreeMap<Key, UnitReport> = [(
                     nova(),
-                    UnitReport { chain: c, next, progress: [(nova(), p)].into_iter().collect(), needs_person: None },
+                    UnitReport { chain: c, next, progress: [(nova(), p)].into_iter().collect(), needs_person: None, waiting: None },
                 )]
                 .into_iter()
                 .collect();

@@ -197,6 +197,29 @@ fn record_key(name: &str) -> String {
 }
 
 impl Cluster for KubeCluster {
+    async fn backups(&self) -> Result<Vec<crate::preflight::Backup>, ClusterError> {
+        use crate::preflight::{BACKUP_GROUP, BACKUP_KIND, BACKUP_PLURAL, BACKUP_VERSION};
+        let gvk = GroupVersionKind::gvk(BACKUP_GROUP, BACKUP_VERSION, BACKUP_KIND);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, BACKUP_PLURAL);
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let list = api.list(&ListParams::default()).await.map_err(|e| match e {
+            // No such resource: mariadb-operator's CRD is not installed.
+            kube::Error::Api(s) if s.code == 404 => ClusterError::Other(format!(
+                "{BACKUP_PLURAL}.{BACKUP_GROUP} is not served by this cluster (is mariadb-operator installed?)"
+            )),
+            kube::Error::Api(s) => {
+                ClusterError::Unavailable(format!("{} {}: {}", s.code, s.reason, s.message))
+            }
+            other => ClusterError::Unavailable(other.to_string()),
+        })?;
+        Ok(list
+            .items
+            .iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .filter_map(|v| crate::preflight::Backup::from_json(&v))
+            .collect())
+    }
+
     async fn load_record(&self, name: &str) -> Result<Option<String>, ClusterError> {
         let api: Api<ConfigMap> = Api::default_namespaced(self.client.clone());
         match api.get_opt(RECORD_CONFIGMAP).await {

@@ -20,6 +20,9 @@ pub struct MemoryCluster {
     /// lockstep's records (`Cluster::save_record`), kept with the world so
     /// a restarted daemon on the same cluster reads them back.
     records: Arc<Mutex<std::collections::BTreeMap<String, String>>>,
+    /// mariadb-operator Backups, as a test or a rehearsal puts them there
+    /// (the simulated operator takes none of its own).
+    backups: Arc<Mutex<Vec<crate::preflight::Backup>>>,
 }
 
 impl MemoryCluster {
@@ -29,6 +32,15 @@ impl MemoryCluster {
             changes: tokio::sync::broadcast::channel(4096).0,
             quiet: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             records: Arc::default(),
+            backups: Arc::default(),
+        }
+    }
+
+    /// Adds (or replaces, by namespace and name) a Backup.
+    pub fn put_backup(&self, b: crate::preflight::Backup) {
+        if let Ok(mut bs) = self.backups.lock() {
+            bs.retain(|x| (&x.namespace, &x.name) != (&b.namespace, &b.name));
+            bs.push(b);
         }
     }
 
@@ -97,6 +109,13 @@ impl MemoryCluster {
 }
 
 impl Cluster for MemoryCluster {
+    async fn backups(&self) -> Result<Vec<crate::preflight::Backup>, ClusterError> {
+        self.backups
+            .lock()
+            .map(|b| b.clone())
+            .map_err(|_| ClusterError::Other("simulated cluster poisoned".into()))
+    }
+
     async fn load_record(&self, name: &str) -> Result<Option<String>, ClusterError> {
         let r = self
             .records

@@ -217,6 +217,17 @@ pub trait Cluster: Send + Sync {
         record: &str,
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
 
+    /// mariadb-operator's `Backup` objects (`k8s.mariadb.com/v1alpha1`) in
+    /// every namespace, for the pre-flight gates (`core/src/preflight.rs`).
+    /// Read only when a policy's gate asks for them, just before a hop
+    /// would be applied. A cluster without them (the default) has none:
+    /// a backup gate then waits (fail closed).
+    fn backups(
+        &self,
+    ) -> impl Future<Output = Result<Vec<crate::preflight::Backup>, ClusterError>> + Send {
+        async { Ok(Vec::new()) }
+    }
+
     /// Records a Kubernetes Event on the object (every repair is one).
     fn record_event(
         &self,

@@ -24,6 +24,7 @@ use crate::git::{GitRepo, Store};
 use crate::history::{self, CheckOptions, CheckReport, EMPTY_TREE};
 use crate::kind::{Key, Kind};
 use crate::live::Live;
+use crate::manifest::ParsedFile;
 use crate::metrics::{Metrics, VerdictLabels};
 use crate::rollout::{self, Chain, Document, StepDocument};
 
@@ -40,6 +41,8 @@ pub(super) struct Judged {
     pub chains: Arc<BTreeMap<Key, Arc<Chain>>>,
     /// The head tree's upgrade plans and the units they can select.
     pub plans: Arc<crate::plan::exec::TreePlans>,
+    /// The head tree's pre-flight gates.
+    pub gates: Arc<crate::preflight::Gates>,
 }
 
 /// What the judge step hands on.
@@ -47,6 +50,8 @@ pub(super) struct Judgment {
     pub head: Oid,
     pub report: Arc<CheckReport>,
     pub chains: Arc<BTreeMap<Key, Arc<Chain>>>,
+    /// The pre-flight gates checked before a hop is applied.
+    pub gates: Arc<crate::preflight::Gates>,
 }
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
@@ -85,6 +90,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             head: j.head,
             report: j.report.clone(),
             chains: j.chains.clone(),
+            gates: j.gates.clone(),
         };
         // The new commits' verdicts go out before anything is applied: a
         // push is answered in the time it takes to judge it, not to apply
@@ -148,6 +154,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             memory: None,
             trust: self.opts.trust.clone(),
             recorded: super::record::shared(&record),
+            sources: None,
         };
         let t = Instant::now();
         let r = self
@@ -350,6 +357,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 memory: memory.clone(),
                 trust: self.opts.trust.clone(),
                 recorded: None,
+                sources: None,
             };
             let r = self.judge_pull(path, opts).await;
             match r {
@@ -440,7 +448,13 @@ fn judge_blocking(
         Ok(r) => r,
         Err(e) => return Err((e.into(), prev)),
     };
-    let documents = Documents::new(&repo);
+    // The judgment keeps what it parsed: steps take their documents from it.
+    let sources = Arc::new(history::Sources::default());
+    let opts = &CheckOptions {
+        sources: Some(sources.clone()),
+        ..opts.clone()
+    };
+    let documents = Documents::new(&repo, sources);
     let forward = prev
         .as_ref()
         .is_some_and(|p| repo.descends_from(head, p.head));
@@ -484,17 +498,16 @@ fn judge_blocking(
             let plans = if prev_plans.plans.is_empty() && !touched {
                 prev_plans
             } else {
-                Arc::new(
-                    crate::plan::exec::read(&repo, head, &opts.prefixes, opts.max_file_bytes)
-                        .unwrap_or_default(),
-                )
+                Arc::new(read_plans(&repo, head, &report, opts))
             };
+            let gates = Arc::new(read_gates(&repo, head, opts.max_file_bytes));
             Ok((
                 Judged {
                     head,
                     report: Arc::new(report),
                     chains: Arc::new(chains),
                     plans,
+                    gates,
                 },
                 n,
                 entries,
@@ -525,20 +538,76 @@ fn judge_blocking(
                 }
             }
             let n = report.commits.len();
-            let plans = crate::plan::exec::read(&repo, head, &opts.prefixes, opts.max_file_bytes)
-                .unwrap_or_default();
+            let plans = read_plans(&repo, head, &report, opts);
+            let gates = Arc::new(read_gates(&repo, head, opts.max_file_bytes));
             Ok((
                 Judged {
                     head,
                     report: Arc::new(report),
                     chains: Arc::new(chains),
                     plans: Arc::new(plans),
+                    gates,
                 },
                 n,
                 Vec::new(),
             ))
         }
     }
+}
+
+/// The plans of `head`'s tree, with the releases the daemon takes as given
+/// for the units they select (those of `report`'s base tree).
+fn read_plans(
+    repo: &GitRepo,
+    head: Oid,
+    report: &CheckReport,
+    opts: &CheckOptions,
+) -> crate::plan::exec::TreePlans {
+    let mut tp = crate::plan::exec::read(repo, head, &opts.prefixes, opts.max_file_bytes)
+        .unwrap_or_default();
+    if !tp.plans.is_empty() {
+        // A base that cannot be read gives nothing: every unit without a
+        // report then waits (fail closed).
+        let base = history::base_tree(repo, report).ok().flatten();
+        tp.given = crate::plan::exec::given(repo, base, &tp, opts.max_file_bytes);
+    }
+    tp
+}
+
+/// The pre-flight gates of the policies in `head`'s tree. What cannot be
+/// read becomes the gates' error: every hop waits (fail closed).
+fn read_gates(repo: &GitRepo, head: Oid, max: usize) -> crate::preflight::Gates {
+    let read = || -> Result<crate::preflight::Gates, crate::git::Error> {
+        let tree = repo.commit(head)?.tree;
+        let Some(dir) = repo.subtree(tree, crate::policy::DIR)? else {
+            return Ok(Default::default());
+        };
+        let (mut policies, mut errors) = (Vec::new(), Vec::new());
+        for (name, blob) in repo.dir_files(dir)? {
+            if !crate::manifest::is_manifest_path(&name) {
+                continue;
+            }
+            let path = format!("{}/{name}", crate::policy::DIR);
+            let bytes = repo.blob(blob)?;
+            if bytes.content().len() > max {
+                errors.push(crate::policy::PolicyError {
+                    file: Arc::from(path.as_str()),
+                    line: 1,
+                    name: None,
+                    message: format!("larger than {max} bytes"),
+                });
+                continue;
+            }
+            let (p, e) = crate::policy::parse(&path, &String::from_utf8_lossy(bytes.content()));
+            policies.extend(p);
+            errors.extend(e);
+        }
+        Ok(crate::preflight::Gates::of(&policies, &errors))
+    };
+    read().unwrap_or_else(|e| crate::preflight::Gates {
+        gates: Vec::new(),
+        error: Some(format!("the policies at {head} cannot be read: {e}")),
+    })
 }
 
 /// The tree the commits after `report` are judged from: its last
@@ -634,39 +703,31 @@ fn judge_forward(
     ))
 }
 
-/// Reads steps' documents during one judgment. Each file's blob is parsed
-/// once, and each of its documents is kept once, as compact JSON text
-/// (`rollout::Document`): every step that names the same document, in that
-/// blob or in another holding the same text, shares one allocation, and no
-/// parsed tree outlives the blob it came from. (Steps used to keep a
-/// deep-cloned `serde_json::Value` each: the daemon bench's peak RSS went
-/// from 130 to 360 MiB.)
+/// Reads steps' documents during one judgment, from the judgment's own
+/// parse ([`history::Sources`]): each object's whole document was kept as
+/// compact JSON text (`manifest::Document::source`) when the gate read the
+/// file, so no file is parsed twice. A file the judgment did not parse (a
+/// test, or a step folded from an earlier judgment) is parsed here the
+/// same way, once per blob. Each text is kept once (`rollout::Document`):
+/// every step that names the same document, in that blob or in another
+/// holding the same text, shares one allocation. (Steps used to keep a
+/// deep-cloned `serde_json::Value` each, and later a second parse of every
+/// blob: the daemon bench's peak RSS went from 130 to 360, then 150 MiB.)
 struct Documents<'a> {
     repo: &'a GitRepo,
-    /// Per blob: its documents (`None`: not readable as YAML).
-    parsed: RefCell<HashMap<Oid, Option<Arc<[Entry]>>>>,
+    /// What the judgment parsed: a file found here is not parsed again.
+    sources: Arc<history::Sources>,
+    /// Files parsed here, by blob and path.
+    parsed: RefCell<HashMap<(Oid, String), Arc<ParsedFile>>>,
     /// Every text handed out, so equal documents are one allocation.
     texts: RefCell<HashSet<Arc<str>>>,
 }
 
-/// One document of a blob: who it names, and its text.
-struct Entry {
-    kind: Option<String>,
-    namespace: String,
-    name: Option<String>,
-    document: Result<Document, String>,
-}
-
-impl Entry {
-    fn is(&self, kind: &str, name: &str) -> bool {
-        self.kind.as_deref() == Some(kind) && self.name.as_deref() == Some(name)
-    }
-}
-
 impl<'a> Documents<'a> {
-    fn new(repo: &'a GitRepo) -> Self {
+    fn new(repo: &'a GitRepo, sources: Arc<history::Sources>) -> Self {
         Self {
             repo,
+            sources,
             parsed: RefCell::new(HashMap::new()),
             texts: RefCell::new(HashSet::new()),
         }
@@ -678,56 +739,64 @@ impl<'a> Documents<'a> {
         let short = sha.get(..10).unwrap_or(sha);
         let where_ = format!("{} at {short}", crate::escape::escape(file));
         let blob = blob_at(self.repo, sha, file).ok_or_else(|| format!("{where_} is missing"))?;
-        let entries = self
-            .blob(blob)
-            .ok_or_else(|| format!("{where_} cannot be read as YAML"))?;
-        entries
-            .iter()
-            .find(|e| e.is(key.kind.as_str(), &key.name) && e.namespace == key.namespace)
-            .ok_or_else(|| format!("{where_} holds no {key}"))?
-            .document
-            .clone()
-            .map_err(|e| format!("{where_}: {e}"))
+        let parsed = self
+            .file(blob, file)
+            .ok_or_else(|| format!("{where_} cannot be read"))?;
+        let Some(doc) = parsed.documents.iter().find(|d| &d.key == key) else {
+            return Err(match parsed.problems.first() {
+                Some(p) => format!(
+                    "{where_} holds no readable {key}: line {}: {}",
+                    p.line, p.message
+                ),
+                None => format!("{where_} holds no {key}"),
+            });
+        };
+        match &doc.source {
+            Some(text) => Ok(self.intern(text)),
+            None => Err(format!("{where_}: {key} was read without its document")),
+        }
     }
 
     /// A ControlPlane's key from the file holding it at a commit.
     fn plane_key(&self, sha: &str, file: &str, name: &str) -> Option<Key> {
-        let entries = self.blob(blob_at(self.repo, sha, file)?)?;
-        entries
+        let parsed = self.file(blob_at(self.repo, sha, file)?, file)?;
+        parsed
+            .documents
             .iter()
-            .find(|e| e.is(Kind::ControlPlane.as_str(), name))
-            .map(|e| Key::new(Kind::ControlPlane, e.namespace.as_str(), name))
+            .find(|d| d.key.kind == Kind::ControlPlane && d.key.name == name)
+            .map(|d| d.key.clone())
     }
 
-    /// A blob's documents, parsed the first time it is asked for.
-    fn blob(&self, blob: Oid) -> Option<Arc<[Entry]>> {
-        if let Some(e) = self.parsed.borrow().get(&blob) {
-            return e.clone();
+    /// A file as the judgment parsed it, or parsed here the same way.
+    fn file(&self, blob: Oid, path: &str) -> Option<Arc<ParsedFile>> {
+        if let Some(p) = self.sources.file(blob, path) {
+            return Some(p);
         }
-        let entries: Option<Arc<[Entry]>> = parse_blob(self.repo, blob)
-            .map(|docs| docs.into_iter().map(|d| self.entry(&d)).collect());
-        self.parsed.borrow_mut().insert(blob, entries.clone());
-        entries
-    }
-
-    fn entry(&self, d: &serde_json::Value) -> Entry {
-        let text = |p: &str| d.pointer(p).and_then(|v| v.as_str()).map(str::to_owned);
-        Entry {
-            kind: text("/kind"),
-            namespace: text("/metadata/namespace").unwrap_or_else(|| "default".into()),
-            name: text("/metadata/name"),
-            document: Document::from_value(d).map(|doc| self.intern(doc)),
+        let at = (blob, path.to_owned());
+        if let Some(p) = self.parsed.borrow().get(&at) {
+            return Some(p.clone());
         }
+        let bytes = self.repo.read_blob(blob).ok()?;
+        // The gate read this file within its byte limit: no other limit
+        // here, or a file the gate judged would not be found to apply.
+        let parsed = Arc::new(crate::manifest::parse_file_keeping(
+            path,
+            &bytes,
+            bytes.len(),
+            true,
+        ));
+        self.parsed.borrow_mut().insert(at, parsed.clone());
+        Some(parsed)
     }
 
-    /// The one allocation of `doc`'s text.
-    fn intern(&self, doc: Document) -> Document {
+    /// The one allocation of `text`.
+    fn intern(&self, text: &Arc<str>) -> Document {
         let mut texts = self.texts.borrow_mut();
-        if let Some(t) = texts.get(doc.text()) {
+        if let Some(t) = texts.get(text) {
             return Document::from_text(t.clone());
         }
-        texts.insert(doc.shared().clone());
-        doc
+        texts.insert(text.clone());
+        Document::from_text(text.clone())
     }
 }
 
@@ -736,26 +805,12 @@ fn blob_at(repo: &impl Store, sha: &str, file: &str) -> Option<Oid> {
     repo.entry_at(oid, file).ok().map(|e| e.oid)
 }
 
-fn parse_blob(repo: &impl Store, blob: Oid) -> Option<Vec<serde_json::Value>> {
-    let bytes = repo.read_blob(blob).ok()?;
-    let text = std::str::from_utf8(&bytes).ok()?;
-    // The gate read this file within its byte limit: the same budget here,
-    // or a file of thousands of documents would pass the gate and then not
-    // be found to apply.
-    let limit = crate::yaml::Limit::manifest(text.len());
-    serde_saphyr::from_multiple_with_options::<serde_json::Value>(
-        text,
-        crate::yaml::options(&limit, text.len()),
-    )
-    .ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const NOVA_A: &str = "apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: Nova\nmetadata:\n  name: nova-a\n  namespace: compute\nspec:\n  openStackRelease: \"2026.1\"\n";
-    const NOVA_B: &str = "apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: Nova\nmetadata:\n  name: nova-b\n  namespace: compute\nspec:\n  openStackRelease: \"2026.1\"\n";
+    const NOVA_A: &str = "apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: Nova\nmetadata:\n  name: nova-a\n  namespace: compute\nspec:\n  openStackRelease: \"2026.1\"\n  image:\n    repository: ghcr.io/c5c3/nova\n    tag: \"2026.1\"\n";
+    const NOVA_B: &str = "apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: Nova\nmetadata:\n  name: nova-b\n  namespace: compute\nspec:\n  openStackRelease: \"2026.1\"\n  image:\n    repository: ghcr.io/c5c3/nova\n    tag: \"2026.1\"\n";
     const PLANE: &str = "apiVersion: c5c3.io/v1alpha1\nkind: ControlPlane\nmetadata:\n  name: prod\n  namespace: openstack\nspec:\n  openStackRelease: \"2026.1\"\n";
 
     /// Commits `files` (the whole tree) on top of HEAD.
@@ -787,7 +842,7 @@ mod tests {
             &[("a.yaml", &two), ("p.yaml", PLANE), ("c.yaml", NOVA_A)],
         );
         let repo = GitRepo::open(dir.path()).unwrap();
-        let docs = Documents::new(&repo);
+        let docs = Documents::new(&repo, Arc::default());
         let a = Key::new(Kind::Nova, "compute", "nova-a");
         let b = Key::new(Kind::Nova, "compute", "nova-b");
         let at1 = docs.step(&c1, "a.yaml", &a).unwrap();
@@ -836,6 +891,7 @@ mod tests {
             memory: None,
             trust: None,
             recorded: None,
+            sources: None,
         };
         let Ok((j, _, _)) = judge_blocking(dir.path(), head, None, &opts, None) else {
             panic!("judging the demo repository failed");
@@ -850,5 +906,48 @@ mod tests {
         let texts: HashSet<&str> = docs.iter().map(|d| d.text()).collect();
         let allocations: HashSet<*const u8> = docs.iter().map(|d| d.shared().as_ptr()).collect();
         assert_eq!(allocations.len(), texts.len());
+    }
+
+    /// Steps take their documents from the judgment's own parse: no file is
+    /// parsed a second time, and each document is the whole object the file
+    /// holds (as a YAML reader gives it).
+    #[test]
+    fn steps_take_their_documents_from_the_judgment() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::demo::build_repository(dir.path()).unwrap();
+        let raw = git2::Repository::open(dir.path()).unwrap();
+        let head = raw.head().unwrap().peel_to_commit().unwrap().id();
+        let repo = GitRepo::open(dir.path()).unwrap();
+        let sources = Arc::new(history::Sources::default());
+        let opts = CheckOptions {
+            base: Some(EMPTY_TREE.into()),
+            head: head.to_string(),
+            sources: Some(sources.clone()),
+            ..CheckOptions::default()
+        };
+        let report = history::check(&repo, &opts).unwrap();
+        assert!(!sources.is_empty());
+        let docs = Documents::new(&repo, sources);
+        let mut read = 0;
+        for c in &report.commits {
+            for o in c.objects.iter().filter(|o| o.projected_by.is_none()) {
+                let (Some(key), Verdict::Accepted) = (o.key(), o.verdict) else {
+                    continue;
+                };
+                let doc = docs.step(&c.sha, &o.file, &key).unwrap();
+                let oid = Oid::from_str(&c.sha).unwrap();
+                let blob = repo.entry_at(oid, &o.file).unwrap().oid;
+                let text = String::from_utf8(repo.read_blob(blob).unwrap()).unwrap();
+                let values: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+                let whole = values
+                    .into_iter()
+                    .find(|v| v["metadata"]["name"] == key.name.as_str())
+                    .unwrap();
+                assert_eq!(doc.parse().unwrap(), whole, "{key} at {}", c.sha);
+                read += 1;
+            }
+        }
+        assert!(read > 3, "only {read} steps read");
+        assert!(docs.parsed.borrow().is_empty(), "a file was parsed again");
     }
 }

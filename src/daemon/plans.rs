@@ -13,7 +13,6 @@ use super::{Daemon, Did, PassOutcome, Repo};
 use crate::cluster::Cluster;
 use crate::forge::Status;
 use crate::kind::Key;
-use crate::rollout::Next;
 
 /// A proposal branch's last outcome.
 pub(super) struct SeenProposal {
@@ -77,10 +76,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let units = &self.units;
         let view = |k: &Key, u: &crate::plan::validate::Unit| {
             let r = units.get(k);
-            let complete = r.is_some_and(|r| match r.next {
-                Next::Done(i) => r.chain.steps.get(i).is_some_and(|s| s.release == u.release),
-                _ => false,
-            });
+            let complete = crate::plan::schedule::complete_at(
+                u.release.as_deref(),
+                r,
+                plans.given.get(k).map(String::as_str),
+            );
             ObjectView {
                 started: false,
                 complete,

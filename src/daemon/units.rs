@@ -106,7 +106,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let read = wanted.len();
         for (key, chain) in wanted {
             let span = tracing::info_span!("unit", object = %key);
-            let u = self.reconcile(&chain, out).instrument(span).await;
+            let u = self
+                .reconcile(&chain, &judgment.gates, out)
+                .instrument(span)
+                .await;
             if self.units.get(&key) != Some(&u) {
                 changed = true;
                 self.tally.add(&u, 1);
@@ -127,7 +130,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     }
 
     /// Reads one unit, decides and acts.
-    async fn reconcile(&mut self, chain: &Arc<Chain>, out: &mut PassOutcome) -> UnitReport {
+    async fn reconcile(
+        &mut self,
+        chain: &Arc<Chain>,
+        gates: &crate::preflight::Gates,
+        out: &mut PassOutcome,
+    ) -> UnitReport {
         let state = match self.read_unit(chain).await {
             Ok(s) => s,
             Err(e) => {
@@ -138,6 +146,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     next: Next::Follow(0),
                     progress: BTreeMap::new(),
                     needs_person: Some(format!("cluster unavailable: {e}")),
+                    waiting: None,
                 };
             }
         };
@@ -186,7 +195,19 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             next: next.clone(),
             progress: BTreeMap::new(),
             needs_person: None,
+            waiting: None,
         };
+        let held = match next {
+            Next::Apply(i) => self.preflight(chain, i, &state, gates).await,
+            _ => None,
+        };
+        if let Some(m) = held {
+            if self.units.get(&chain.unit).and_then(|u| u.waiting.as_ref()) != Some(&m) {
+                tracing::info!(reason = %crate::escape::Escaped(&m), "hop waits on a pre-flight gate");
+            }
+            report.waiting = Some(m);
+            return report;
+        }
         match next {
             Next::Apply(i) => {
                 let step = &chain.steps[i];
@@ -247,6 +268,78 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }
         }
         report
+    }
+
+    /// Why step `i` may not be applied yet: a pre-flight gate of the
+    /// policies that fails on the live state (`core/src/preflight.rs`).
+    /// Only a release hop of an object already in the cluster is gated (not
+    /// an install, a re-assert at the same release or an abort). Whatever
+    /// cannot be read holds the hop: the gates fail closed.
+    async fn preflight(
+        &self,
+        chain: &Chain,
+        i: usize,
+        state: &UnitState,
+        gates: &crate::preflight::Gates,
+    ) -> Option<String> {
+        use crate::preflight::{LiveState, needs_backups, wait};
+        let step = &chain.steps[i];
+        let hop = !step.abort
+            && step.release.is_some()
+            && step.from.is_some()
+            && step.from != step.release
+            && state
+                .spec
+                .as_ref()
+                .is_some_and(|s| s.release != step.release);
+        if !hop || gates.is_empty() {
+            return None;
+        }
+        if let Some(e) = &gates.error {
+            return Some(format!("waiting: {e}"));
+        }
+        let keys: Vec<Key> = if chain.unit.kind == Kind::ControlPlane {
+            step.children.keys().cloned().collect()
+        } else {
+            vec![chain.unit.clone()]
+        };
+        let mut moved = Vec::with_capacity(keys.len());
+        let ready = gates.gates.iter().any(|g| g.children_ready);
+        for k in keys {
+            let r = if ready {
+                match self.cluster.get(&k).await {
+                    Ok(Some(o)) => Some(
+                        o.status
+                            .condition("Ready")
+                            .map(|c| (c.status.clone(), c.reason.clone()))
+                            .unwrap_or_else(|| ("Unknown".into(), "no Ready condition".into())),
+                    ),
+                    Ok(None) => None,
+                    Err(e) => return Some(format!("waiting: cannot read {k}: {e}")),
+                }
+            } else {
+                None
+            };
+            moved.push((k, r));
+        }
+        let keys: Vec<Key> = moved.iter().map(|(k, _)| k.clone()).collect();
+        let backups = if needs_backups(&gates.gates, &chain.unit, &keys) {
+            match self.cluster.backups().await {
+                Ok(b) => b,
+                Err(e) => return Some(format!("waiting: cannot read the database Backups: {e}")),
+            }
+        } else {
+            Vec::new()
+        };
+        wait(
+            &gates.gates,
+            &chain.unit,
+            &LiveState {
+                now: self.clock.wall().as_second(),
+                backups: &backups,
+                moved: &moved,
+            },
+        )
     }
 
     async fn read_unit(&self, chain: &Chain) -> Result<UnitState, ClusterError> {

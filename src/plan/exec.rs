@@ -15,11 +15,12 @@ use jiff::Timestamp;
 use crate::git::{EntryKind, GitRepo, Store as _};
 use crate::kind::Key;
 use crate::manifest;
+use crate::release::Release;
 
 use crate::source::PushTarget;
 
 use super::propose::{Object, Request};
-use super::schedule::{self, Decision, ObjectView};
+use super::schedule::{self, Decision, ObjectView, Position};
 use super::validate::{self, Unit};
 use super::writeback::{self, Author, Bump};
 use super::{KIND, Located, PlanMode};
@@ -30,6 +31,100 @@ use super::{KIND, Located, PlanMode};
 pub struct TreePlans {
     pub plans: Vec<(Located, String)>,
     pub units: Vec<Unit>,
+    /// Each plan's origin, by (file, name): the lowest release of its
+    /// selected objects in the commit that last changed the plan. A
+    /// fast-forward counts its hops from there ("hop 2/3").
+    pub origins: BTreeMap<(String, String), Release>,
+    /// The releases of the judged range's base tree ([`given`]), filled in
+    /// by the daemon, which knows the range.
+    pub given: BTreeMap<Key, String>,
+}
+
+impl TreePlans {
+    /// The origin of a plan (see [`TreePlans::origins`]).
+    pub fn origin(&self, p: &Located) -> Option<Release> {
+        self.origins
+            .get(&(p.file.to_string(), p.plan.metadata.name.clone()))
+            .copied()
+    }
+}
+
+/// The releases of the units `plans` select, as `tree` has them (only the
+/// files that hold them at the head are read; a unit moved or missing there
+/// is left out).
+fn releases_in(
+    repo: &GitRepo,
+    tree: Oid,
+    plans: &[&super::UpgradePlan],
+    units: &[Unit],
+    max: usize,
+) -> BTreeMap<Key, String> {
+    let keys: std::collections::BTreeSet<Key> = plans
+        .iter()
+        .flat_map(|p| validate::resolve(p, units).into_iter().flatten())
+        .collect();
+    let files: std::collections::BTreeSet<String> = units
+        .iter()
+        .filter(|u| keys.contains(&u.key))
+        .map(|u| u.file.to_string())
+        .collect();
+    let raw = repo.raw();
+    let Ok(tree) = raw.find_tree(tree) else {
+        return BTreeMap::new();
+    };
+    let mut docs = Vec::new();
+    for f in &files {
+        let Ok(entry) = tree.get_path(Path::new(f)) else {
+            continue;
+        };
+        let Ok(blob) = raw.find_blob(entry.id()) else {
+            continue;
+        };
+        docs.extend(manifest::parse_file(f, blob.content(), max).documents);
+    }
+    validate::units(&docs)
+        .into_iter()
+        .filter(|u| keys.contains(&u.key))
+        .filter_map(|u| Some((u.key, u.release?)))
+        .collect()
+}
+
+/// The lowest release of the units `plan` selects, as the tree of commit
+/// `at` has them.
+fn origin(
+    repo: &GitRepo,
+    at: &str,
+    plan: &super::UpgradePlan,
+    units: &[Unit],
+    max: usize,
+) -> Option<Release> {
+    let tree = repo.commit(Oid::from_str(at).ok()?).ok()?.tree;
+    releases_in(repo, tree, &[plan], units, max)
+        .values()
+        .filter_map(|r| Release::parse_strict(r).ok())
+        .min()
+}
+
+/// The releases the daemon takes as given for the units `tp`'s plans
+/// select: theirs in `base`, the tree its judged range starts from (the
+/// empty tree, so none, unless it runs with `--since`). A selected unit
+/// with no unit report (no accepted commit of the range touched it) counts
+/// complete only at its release here: one that Git has elsewhere got there
+/// by a commit lockstep did not accept, which it never applied.
+pub fn given(
+    repo: &GitRepo,
+    base: Option<Oid>,
+    tp: &TreePlans,
+    max: usize,
+) -> BTreeMap<Key, String> {
+    let Some(base) = base else {
+        return BTreeMap::new();
+    };
+    let plans: Vec<&super::UpgradePlan> = tp.plans.iter().map(|(p, _)| &p.plan).collect();
+    if plans.is_empty() {
+        return BTreeMap::new();
+    }
+    releases_in(repo, base, &plans, &tp.units, max)
 }
 
 /// Reads the plans of `head`'s tree (files mentioning the kind), and, when
@@ -61,14 +156,26 @@ pub fn read(
         docs.extend(manifest::parse_file(path, blob.content(), max).documents);
     }
     let units = validate::units(&docs);
-    let plans = plans
+    let plans: Vec<(Located, String)> = plans
         .into_iter()
         .map(|p| {
             let sha = last_change(repo, head, &p.file).unwrap_or_else(|| head.to_string());
             (p, sha)
         })
         .collect();
-    Ok(TreePlans { plans, units })
+    let origins = plans
+        .iter()
+        .filter_map(|(p, sha)| {
+            let o = origin(repo, sha, &p.plan, &units, max)?;
+            Some(((p.file.to_string(), p.plan.metadata.name.clone()), o))
+        })
+        .collect();
+    Ok(TreePlans {
+        plans,
+        units,
+        origins,
+        given: BTreeMap::new(),
+    })
 }
 
 /// Whether commit `sha` adds or changes a file mentioning the plan kind (a
@@ -181,14 +288,46 @@ pub fn run(
             continue;
         }
         let waves = validate::resolve(&p.plan, &tp.units);
-        let mut objects = BTreeMap::new();
+        // Where each object stands: Git's release (validation saw that it
+        // parses) and whether the cluster completed it.
+        let mut positions = BTreeMap::new();
         for k in waves.iter().flatten() {
-            if let Some(u) = by_key.get(k) {
-                let mut v = view(k, u);
-                v.started = u.release.as_deref() == Some(p.plan.spec.to.as_str());
-                objects.insert(k.clone(), v);
+            if let Some(u) = by_key.get(k)
+                && let Some(release) = u
+                    .release
+                    .as_deref()
+                    .and_then(|r| Release::parse_strict(r).ok())
+            {
+                let v = view(k, u);
+                positions.insert(
+                    k.clone(),
+                    Position {
+                        release,
+                        complete: v.complete,
+                        failed: v.failed,
+                    },
+                );
             }
         }
+        let Ok(target) = Release::parse_strict(&p.plan.spec.to) else {
+            continue;
+        };
+        // The hop the plan is on (a one-hop plan has one); none: complete.
+        let Some((hop, objects)) = schedule::current_hop(target, tp.origin(p), &positions) else {
+            let decision = Decision::Complete;
+            out.push(PlanPass {
+                name,
+                sha: sha.clone(),
+                description: decision.describe(&p.plan),
+                decision,
+                wrote: None,
+                propose: None,
+            });
+            continue;
+        };
+        let hop_to = hop.to.to_string();
+        // Soaks are remembered per hop: `plan@release`.
+        let clock = format!("{name}@{hop_to}");
         // Note when each wave is first seen complete (for the soak).
         let mut completed: BTreeMap<usize, Timestamp> = BTreeMap::new();
         for (i, keys) in waves.iter().enumerate() {
@@ -196,10 +335,16 @@ pub fn run(
                 .iter()
                 .all(|k| objects.get(k).is_some_and(|v| v.started && v.complete));
             if done {
-                let at = *completed_at.entry((name.clone(), i)).or_insert(now);
+                let at = *completed_at.entry((clock.clone(), i)).or_insert(now);
                 completed.insert(i, at);
             }
         }
+        // The previous hop completed when this one was first seen.
+        let previous_hop = (hop.index > 0).then(|| {
+            *completed_at
+                .entry((format!("{name}@{}", hop.from), usize::MAX))
+                .or_insert(now)
+        });
         let windows = super::window::parse_all(&p.plan.spec.windows).unwrap_or_default();
         let gate = p.plan.spec.gates.iter().try_for_each(&gates);
         let decision = schedule::decide(&schedule::Input {
@@ -210,8 +355,12 @@ pub fn run(
             completed_at: &completed,
             gates: gate,
             now,
+            previous_hop,
         });
         let mut description = decision.describe(&p.plan);
+        if hop.count > 1 {
+            description = format!("{}, {description}", hop.describe());
+        }
         let mut wrote = None;
         let mut propose = None;
         if let Decision::Start { wave, keys } = &decision {
@@ -221,7 +370,7 @@ pub fn run(
                     by_key.get(k).map(|u| Bump {
                         key: k.clone(),
                         file: u.file.to_string(),
-                        to: p.plan.spec.to.clone(),
+                        to: hop_to.clone(),
                     })
                 })
                 .collect();
@@ -237,7 +386,7 @@ pub fn run(
                 &wave_name,
                 *wave,
                 p.plan.spec.waves.len(),
-                &p.plan.spec.to,
+                &hop_to,
                 keys,
             );
             if p.plan.spec.mode == PlanMode::Propose && !writer.merge_proposals {
@@ -249,7 +398,7 @@ pub fn run(
                     wave: *wave,
                     waves: p.plan.spec.waves.len(),
                     wave_name,
-                    to: p.plan.spec.to.clone(),
+                    to: hop_to.clone(),
                     objects: keys
                         .iter()
                         .filter_map(|k| {
@@ -262,8 +411,9 @@ pub fn run(
                         .collect(),
                     head,
                     base: writer.branch.clone(),
-                    branch: super::propose::branch(&name, *wave),
+                    branch: super::propose::hop_branch(&name, *wave, &hop_to, &p.plan.spec.to),
                     message,
+                    hop: (hop.count > 1).then(|| hop.describe()),
                 });
             } else {
                 match writeback::commit_bumps(

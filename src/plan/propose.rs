@@ -79,6 +79,23 @@ pub fn branch(plan: &str, wave: usize) -> String {
     format!("lockstep/plan/{name}/wave-{}", wave.saturating_add(1))
 }
 
+/// The proposal branch of a wave in one hop of a fast-forward plan: the
+/// plan's last hop (every hop of a one-hop plan) is [`branch`]; an earlier
+/// hop's branch names its target, `lockstep/plan/<plan>/wave-<n>-to-<release>`,
+/// so a hop never reuses the branch (or a declined request) of another.
+pub fn hop_branch(plan: &str, wave: usize, hop_to: &str, plan_to: &str) -> String {
+    let b = branch(plan, wave);
+    if hop_to == plan_to {
+        b
+    } else {
+        let release: String = hop_to
+            .chars()
+            .filter(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        format!("{b}-to-{release}")
+    }
+}
+
 /// One object a wave moves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Object {
@@ -108,6 +125,9 @@ pub struct Request {
     pub branch: String,
     /// The commit message, as commit mode writes it.
     pub message: String,
+    /// The hop of a fast-forward (`hop 1/2 (2026.1 → 2026.2)`), which the
+    /// plan's status names before the wave; `None` for a one-hop plan.
+    pub hop: Option<String>,
 }
 
 impl Request {
@@ -128,12 +148,16 @@ impl Request {
 
     /// The plan status for this wave: `wave 2/3 (eu): <what>`.
     pub fn describe(&self, what: &str) -> String {
-        format!(
+        let wave = format!(
             "wave {}/{} ({}): {what}",
             self.wave.saturating_add(1),
             self.waves,
             self.wave_name
-        )
+        );
+        match &self.hop {
+            Some(hop) => format!("{hop}, {wave}"),
+            None => wave,
+        }
     }
 
     /// The request's title: the commit's subject, one line of plain text
@@ -452,6 +476,15 @@ mod tests {
         }
         assert_ne!(branch("a b", 0), branch("a/b", 0));
         assert_ne!(branch("a b", 0), branch("a-b", 0));
+        // A fast-forward: the last hop keeps the plain name, earlier hops
+        // name their release.
+        assert_eq!(
+            hop_branch("rings", 0, "2027.1", "2027.1"),
+            "lockstep/plan/rings/wave-1"
+        );
+        let b = hop_branch("rings", 1, "2026.1", "2027.1");
+        assert_eq!(b, "lockstep/plan/rings/wave-2-to-2026.1");
+        assert!(git2::Reference::is_valid_name(&format!("refs/heads/{b}")));
     }
 
     #[test]
@@ -478,6 +511,7 @@ mod tests {
             base: "main".into(),
             branch: branch("fleet", 1),
             message: "lockstep plan fleet: wave eu (2/3) to 2026.2\n\nbody\n".into(),
+            hop: None,
         };
         assert_eq!(req.title(), "lockstep plan fleet: wave eu (2/3) to 2026.2");
         let body = req.body();
@@ -491,6 +525,15 @@ mod tests {
         assert_eq!(
             req.describe("proposed as #7, waiting for merge"),
             "wave 2/3 (eu`x): proposed as #7, waiting for merge"
+        );
+        // A fast-forward's status names the hop first.
+        let ff = Request {
+            hop: Some("hop 1/2 (2026.1 → 2026.2)".into()),
+            ..req.clone()
+        };
+        assert_eq!(
+            ff.describe("proposed as #7, waiting for merge"),
+            "hop 1/2 (2026.1 → 2026.2), wave 2/3 (eu`x): proposed as #7, waiting for merge"
         );
         let p = req.new_proposal();
         assert_eq!(
@@ -516,6 +559,7 @@ mod tests {
             base: "main".into(),
             branch: branch("fleet", 0),
             message: "lockstep plan fleet: wave e\u{202e}u (1/1) to 2026.2\n\nbody\n".into(),
+            hop: None,
         };
         assert_eq!(
             req.title(),

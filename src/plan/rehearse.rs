@@ -189,11 +189,20 @@ pub async fn rehearse(
         }
     }
     out.total = sim.ended;
-    // A plan that did not complete, or a hop that waits on a person (a
-    // repository without plans is judged by its hops alone).
+    // A hop a pre-flight gate holds would not start.
+    for (key, u) in &sim.units {
+        if let Some(m) = &u.waiting {
+            out.lines.push(format!("{key}: not applied, {m}"));
+        }
+    }
+    // A plan that did not complete, or a hop that waits on a person or a
+    // pre-flight gate (a repository without plans is judged by its hops
+    // alone).
     out.failed = plans.values().any(|d| !d.starts_with("complete"))
         || sim.units.values().any(|u| {
-            u.needs_person.is_some() || matches!(u.next, crate::rollout::Next::Blocked(_))
+            u.needs_person.is_some()
+                || u.waiting.is_some()
+                || matches!(u.next, crate::rollout::Next::Blocked(_))
         });
     Ok(out)
 }

@@ -10,7 +10,12 @@ use std::path::Path;
 use crate::escape::Escaped;
 use crate::git::{Error, GitRepo, Resolved};
 
+use std::collections::BTreeMap;
+
+use crate::release::Release;
+
 use super::exec;
+use super::schedule;
 use super::validate;
 
 /// Renders the plans of `rev`'s tree for people. Plan, wave, file and
@@ -76,14 +81,57 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
             }
         }
         let waves = validate::resolve(&p.plan, &tp.units);
+        // The hop Git is on: the lowest release some object's commit has
+        // not reached yet (Git alone: a committed hop counts as taken).
+        let release = |k: &crate::kind::Key| {
+            tp.units
+                .iter()
+                .find(|u| &u.key == k)
+                .and_then(|u| Release::parse_strict(u.release.as_deref()?).ok())
+        };
+        let positions: BTreeMap<_, _> = waves
+            .iter()
+            .flatten()
+            .filter_map(|k| {
+                Some((
+                    k.clone(),
+                    schedule::Position {
+                        release: release(k)?,
+                        complete: true,
+                        failed: None,
+                    },
+                ))
+            })
+            .collect();
+        let hop = Release::parse_strict(&spec.to)
+            .ok()
+            .and_then(|to| Some((to, tp.origin(p)?)))
+            .map(|(to, origin)| {
+                schedule::current_hop(to, Some(origin), &positions)
+                    .map(|(h, _)| h)
+                    .unwrap_or(schedule::Hop {
+                        from: to.prev().unwrap_or(to),
+                        to,
+                        index: origin.hops_to(to).max(1) - 1,
+                        count: origin.hops_to(to).max(1),
+                    })
+            });
+        let target = match hop {
+            Some(h) if h.count > 1 => {
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    Escaped(format_args!("  {} committed so far", h.describe()))
+                );
+                Some(h.to)
+            }
+            _ => Release::parse_strict(&spec.to).ok(),
+        };
+        let target_text = target.map_or_else(|| spec.to.clone(), |t| t.to_string());
         for (i, (w, keys)) in spec.waves.iter().zip(&waves).enumerate() {
             let at: Vec<_> = keys
                 .iter()
-                .filter(|k| {
-                    tp.units
-                        .iter()
-                        .any(|u| &u.key == *k && u.release.as_deref() == Some(spec.to.as_str()))
-                })
+                .filter(|k| release(k).zip(target).is_some_and(|(r, t)| r >= t))
                 .collect();
             let _ = writeln!(
                 out,
@@ -97,10 +145,12 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
                     w.soak,
                     at.len(),
                     keys.len(),
-                    spec.to
+                    target_text
                 ))
             );
-            for line in proposals(&repo, head, &p.plan.metadata.name, i, rev) {
+            let branch =
+                super::propose::hop_branch(&p.plan.metadata.name, i, &target_text, &spec.to);
+            for line in proposals(&repo, head, &branch, rev) {
                 let _ = writeln!(out, "    {}", Escaped(line));
             }
             for k in keys {
@@ -122,19 +172,13 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
     Ok(out)
 }
 
-/// The proposal branches of a wave that this repository knows: local
+/// The proposal branches of a wave (of the hop Git is on) that this
+/// repository knows, by the branch's name: local
 /// branches (a daemon's cache fetches them so) and remote-tracking ones (a
 /// user's `git fetch` brings them), each with its tip and whether `head`
 /// already contains it. A squash merge shows as not merged; the wave's
 /// "committed" count still tells.
-fn proposals(
-    repo: &GitRepo,
-    head: git2::Oid,
-    plan: &str,
-    wave_index: usize,
-    rev: &str,
-) -> Vec<String> {
-    let branch = super::propose::branch(plan, wave_index);
+fn proposals(repo: &GitRepo, head: git2::Oid, branch: &str, rev: &str) -> Vec<String> {
     let raw = repo.raw();
     let mut out = Vec::new();
     for glob in [

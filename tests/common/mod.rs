@@ -275,6 +275,40 @@ impl ApiServer {
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.path().join("kubeconfig")
     }
+
+    /// Installs the CRDs of a directory (tests/peers/kube/install-crds.sh)
+    /// and waits until they are Established.
+    pub fn install_crds(&self, dir: &Path) {
+        let out = Command::new("bash")
+            .arg(kube_peer().join("install-crds.sh"))
+            .arg(self.dir.path())
+            .arg(dir)
+            .output()
+            .expect("install-crds.sh runs");
+        assert!(
+            out.status.success(),
+            "installing the CRDs of {} failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The directory holding mariadb-operator's Backup CRD, fetched from the Go
+/// module proxy and cached by tests/peers/mariadb/fetch-crd.sh (which
+/// tests/peers/install.sh runs; never committed here).
+pub fn backup_crd_dir() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mariadb/fetch-crd.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .output()
+        .expect("fetch-crd.sh runs");
+    assert!(
+        out.status.success(),
+        "this test needs mariadb-operator's Backup CRD (tests/peers/install.sh fetches it from the Go module proxy): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 impl Drop for ApiServer {

@@ -7,6 +7,9 @@
 #    pinned in its go.mod files; cached in ~/.cache/lockstep-kube, so only the
 #    first run builds: about 7 minutes on 2 cores);
 #  - Debian's chromium, headless, for tests/ui_browser.rs;
+#  - mariadb/: mariadb-operator's Backup CRD (the backup gate's tests), from
+#    the Go module proxy, checked against a pinned SHA-256 and cached in
+#    ~/.cache/lockstep-kube/crds (curl + unzip);
 #  - gitea/: Gitea built from the Go module proxy with sqlite (cgo; cached in
 #    ~/.cache/lockstep-gitea, the first build about 10 minutes on 2 cores).
 # Idempotent; quiet on success but for one line per peer.
@@ -17,7 +20,7 @@ need() { command -v "$1" >/dev/null 2>&1; }
 missing=()
 # gpg: OpenPGP-signed commits in tests/trust.rs.
 # chromium: the dashboard in a real browser (tests/ui_browser.rs).
-for tool in node npm curl openssl kubectl ssh-keygen gpg gcc chromium; do need "$tool" || missing+=("$tool"); done
+for tool in node npm curl unzip openssl kubectl ssh-keygen gpg gcc chromium; do need "$tool" || missing+=("$tool"); done
 # OpenSSH's server for Git over ssh (tests/common/sshd.rs); not on a user's PATH.
 [[ -x ${LOCKSTEP_SSHD:-/usr/sbin/sshd} ]] || missing+=(sshd)
 if ((${#missing[@]})); then
@@ -54,6 +57,9 @@ echo "github peer: ready ($here/github)"
 
 bins=$(bash "$here/kube/build.sh")
 echo "kube peer: ready ($(echo "$bins" | tr '\n' ' '))"
+
+crd=$(bash "$here/mariadb/fetch-crd.sh")
+echo "mariadb Backup CRD: ready ($crd)"
 
 gitea=$(bash "$here/gitea/build.sh")
 echo "gitea peer: ready ($(echo "$gitea" | tr '\n' ' '))"

@@ -53,8 +53,11 @@ pub struct PlanMetadata {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PlanSpec {
-    /// The target release (`YYYY.N`): one hop from every selected object's
-    /// current release.
+    /// The target release (`YYYY.N`), at or ahead of every selected
+    /// object's current release. Several releases ahead, the plan walks
+    /// each object one release at a time: the whole wave sequence runs once
+    /// per hop, each hop starting when the previous one completed and its
+    /// last wave soaked.
     #[schemars(regex(pattern = r"^\d{4}\.\d{1,2}$"))]
     pub to: String,
     /// In order: a wave starts when the one before it is complete, healthy

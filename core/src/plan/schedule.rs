@@ -7,6 +7,13 @@
 //! wave's commit twice; the cluster says whether it is complete. The only
 //! memory is when each wave was first seen complete (for the soak): a
 //! restart starts the soak again, which only ever makes it longer.
+//!
+//! Fast-forward: a plan whose `to` is several releases ahead runs the whole
+//! wave sequence once per hop ([`current_hop`]): every selected object
+//! takes hop 1 (wave by wave, with the soaks), then hop 2 starts again at
+//! the first wave once the last wave of hop 1 has soaked, and so on. Each
+//! hop commit moves an object one release; no object is ever two hops
+//! ahead of another, and none takes a hop before its previous one completed.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,6 +21,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::kind::Key;
+use crate::release::Release;
 
 use super::UpgradePlan;
 use super::window::{self, Schedule};
@@ -27,6 +35,115 @@ pub struct ObjectView {
     pub complete: bool,
     /// A failure a person must look at (repair forward continues).
     pub failed: Option<String>,
+}
+
+/// Where one selected object stands across hops: its release in Git and
+/// whether the cluster completed that release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Position {
+    pub release: Release,
+    /// The cluster completed the hop to `release` (or never moved from it).
+    pub complete: bool,
+    pub failed: Option<String>,
+}
+
+/// Whether the cluster completed `release`, Git's release for a selected
+/// unit, as lockstep saw it: its unit report says the last step is done and
+/// took the unit there (for a plane, every child followed to the end). No
+/// report means no accepted commit of the judged history touched the unit:
+/// it is complete only at `given`, its release in the tree that history
+/// starts from (`--since`), which the daemon takes as given like the rest
+/// of that tree. Any other release came by a commit lockstep did not accept
+/// and never applied: not complete, so no hop starts on the strength of it
+/// (fail closed).
+pub fn complete_at(
+    release: Option<&str>,
+    report: Option<&crate::rollout::UnitReport>,
+    given: Option<&str>,
+) -> bool {
+    use crate::rollout::Next;
+    match report {
+        Some(r) => match r.next {
+            Next::Done(i) => r
+                .chain
+                .steps
+                .get(i)
+                .is_some_and(|s| s.release.as_deref() == release),
+            Next::Apply(_) | Next::Follow(_) | Next::Blocked(_) => false,
+        },
+        None => release.is_some() && given == release,
+    }
+}
+
+/// The hop a plan is on: every object moves from `from` to `to` in it
+/// (objects already past `from` sit it out). `index` counts from 0 over
+/// `count` hops from the plan's origin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hop {
+    pub from: Release,
+    pub to: Release,
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Hop {
+    /// `hop 2/3 (2026.1 → 2026.2)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "hop {}/{} ({} → {})",
+            self.index + 1,
+            self.count,
+            self.from,
+            self.to
+        )
+    }
+}
+
+/// The hop a plan to `to` is on, and each object's view for that hop; `None`
+/// when every object is complete at `to`. The hop's target is the lowest
+/// release some object still has to reach: an object complete at `r` next
+/// needs `r`'s successor, one whose hop to `r` runs still needs `r`. So a
+/// hop starts only when every object completed the one before it, and an
+/// object is never given a hop while its previous one runs. `origin` is the
+/// lowest release of the selected objects when the plan was written (the
+/// hop count starts there); without it, the current hop is the first.
+pub fn current_hop(
+    to: Release,
+    origin: Option<Release>,
+    positions: &BTreeMap<Key, Position>,
+) -> Option<(Hop, BTreeMap<Key, ObjectView>)> {
+    let need = |p: &Position| {
+        if !p.complete {
+            Some(p.release)
+        } else if p.release < to {
+            Some(p.release.next())
+        } else {
+            None
+        }
+    };
+    let target = positions.values().filter_map(need).min()?;
+    let from = target.prev().unwrap_or(target);
+    let origin = origin.map_or(from, |o| o.min(from));
+    let hop = Hop {
+        from,
+        to: target,
+        index: origin.hops_to(from),
+        count: origin.hops_to(to).max(1),
+    };
+    let views = positions
+        .iter()
+        .map(|(k, p)| {
+            (
+                k.clone(),
+                ObjectView {
+                    started: p.release >= target,
+                    complete: p.release > target || (p.release == target && p.complete),
+                    failed: p.failed.clone(),
+                },
+            )
+        })
+        .collect();
+    Some((hop, views))
 }
 
 /// What the daemon should do about a plan now.
@@ -78,9 +195,10 @@ impl Decision {
                 name(wave)
             ),
             Decision::Soaking { wave, until } => format!(
-                "wave {}/{n} ({}) waits: previous wave soaking until {until}",
+                "wave {}/{n} ({}) waits: previous {} soaking until {until}",
                 wave + 1,
-                name(wave)
+                name(wave),
+                if *wave == 0 { "hop" } else { "wave" }
             ),
             Decision::OutsideWindow { wave, next } => format!(
                 "wave {}/{n} ({}) waits for the maintenance window{}",
@@ -117,6 +235,10 @@ pub struct Input<'a> {
     /// The plan's gate conditions: `Err(why)` when one does not hold.
     pub gates: Result<(), String>,
     pub now: Timestamp,
+    /// When the previous hop (of a fast-forward plan) was first seen
+    /// complete: its last wave soaks before this hop's first wave starts.
+    /// `None` on the plan's first hop.
+    pub previous_hop: Option<Timestamp>,
 }
 
 fn done(v: Option<&ObjectView>) -> bool {
@@ -143,16 +265,24 @@ pub fn decide(i: &Input<'_>) -> Decision {
             }
         }
     }
-    if wave > 0 {
+    // The wave before this one soaks: in this hop, or the previous hop's
+    // last wave before this hop's first.
+    let before = if wave > 0 {
+        Some((wave - 1, i.completed_at.get(&(wave - 1)).copied()))
+    } else {
+        i.previous_hop
+            .map(|t| (i.plan.spec.waves.len().saturating_sub(1), Some(t)))
+    };
+    if let Some((prev, since)) = before {
         let soak = i
             .plan
             .spec
             .waves
-            .get(wave - 1)
+            .get(prev)
             .and_then(|w| crate::duration::positive(&w.soak).ok())
             .unwrap_or(Duration::ZERO);
         if !soak.is_zero() {
-            let since = i.completed_at.get(&(wave - 1)).copied().unwrap_or(i.now);
+            let since = since.unwrap_or(i.now);
             let until = since
                 .checked_add(jiff::SignedDuration::try_from(soak).unwrap_or_default())
                 .unwrap_or(since);
@@ -316,6 +446,7 @@ mod tests {
                 completed_at: &self.completed,
                 gates: self.gates.clone(),
                 now: ts(now),
+                previous_hop: None,
             })
         }
         fn set(&mut self, k: &Key, started: bool, complete: bool) {
@@ -499,5 +630,400 @@ mod tests {
                 running: 3
             }
         );
+    }
+    fn rel(s: &str) -> Release {
+        Release::parse_strict(s).unwrap()
+    }
+
+    #[test]
+    fn complete_only_where_lockstep_saw_the_hop_end_or_took_the_release_as_given() {
+        use crate::rollout::{Chain, Next, Step, UnitReport};
+        use std::sync::Arc;
+        let step = |release: &str| Step {
+            sha: "a".repeat(40),
+            commits: vec!["a".repeat(40)],
+            file: Arc::from("clouds/c01.yaml"),
+            from: None,
+            release: Some(release.into()),
+            image: None,
+            children: BTreeMap::new(),
+            abort: false,
+            document: Err("not read".into()),
+        };
+        let report = |next: Next| UnitReport {
+            chain: Arc::new(Chain {
+                unit: plane(1),
+                from: Some("2025.2".into()),
+                steps: vec![step("2026.1")],
+            }),
+            next,
+            progress: BTreeMap::new(),
+            needs_person: None,
+            waiting: None,
+        };
+        let done = report(Next::Done(0));
+        assert!(complete_at(Some("2026.1"), Some(&done), None));
+        // Done at another release than Git's (a later commit not in the
+        // chain): not complete.
+        assert!(!complete_at(Some("2026.2"), Some(&done), None));
+        for next in [Next::Apply(0), Next::Follow(0), Next::Blocked("x".into())] {
+            assert!(!complete_at(Some("2026.1"), Some(&report(next)), None));
+        }
+        // No report: the release of the tree the judged history starts
+        // from is taken as given; none other, and nothing without a base.
+        assert!(complete_at(Some("2025.2"), None, Some("2025.2")));
+        assert!(!complete_at(Some("2026.1"), None, Some("2025.2")));
+        assert!(!complete_at(Some("2026.1"), None, None));
+        assert!(!complete_at(None, None, None));
+    }
+
+    fn at(release: &str, complete: bool) -> Position {
+        Position {
+            release: rel(release),
+            complete,
+            failed: None,
+        }
+    }
+
+    #[test]
+    fn the_current_hop_is_the_lowest_release_still_to_reach() {
+        let (a, b, c) = (plane(1), plane(2), plane(3));
+        let mut pos = BTreeMap::new();
+        pos.insert(a.clone(), at("2025.2", true));
+        pos.insert(b.clone(), at("2026.1", true));
+        pos.insert(c.clone(), at("2025.2", true));
+        let to = rel("2027.1");
+        let (hop, views) = current_hop(to, Some(rel("2025.2")), &pos).unwrap();
+        assert_eq!(hop.describe(), "hop 1/3 (2025.2 → 2026.1)");
+        // b started the plan one release ahead: it sits this hop out.
+        assert_eq!(views[&a], view(false, false));
+        assert_eq!(views[&b], view(true, true));
+        // a's hop runs: hop 1 still, and a is started but not complete.
+        pos.insert(a.clone(), at("2026.1", false));
+        pos.insert(c.clone(), at("2026.1", true));
+        let (hop, views) = current_hop(to, Some(rel("2025.2")), &pos).unwrap();
+        assert_eq!(hop.index, 0);
+        assert_eq!(views[&a], view(true, false));
+        assert_eq!(views[&c], view(true, true));
+        // Every object complete at 2026.1: hop 2, nothing started.
+        pos.insert(a.clone(), at("2026.1", true));
+        let (hop, views) = current_hop(to, Some(rel("2025.2")), &pos).unwrap();
+        assert_eq!(hop.describe(), "hop 2/3 (2026.1 → 2026.2)");
+        assert!(views.values().all(|v| *v == view(false, false)));
+        // Without an origin the current hop counts as the first.
+        let (hop, _) = current_hop(to, None, &pos).unwrap();
+        assert_eq!(hop.describe(), "hop 1/2 (2026.1 → 2026.2)");
+        // Everything complete at the target: done.
+        for p in pos.values_mut() {
+            *p = at("2027.1", true);
+        }
+        assert_eq!(current_hop(to, None, &pos), None);
+        // A one-hop plan is one hop of one.
+        let one: BTreeMap<Key, Position> = [(a.clone(), at("2026.2", true))].into();
+        assert_eq!(
+            current_hop(to, Some(rel("2026.2")), &one)
+                .unwrap()
+                .0
+                .describe(),
+            "hop 1/1 (2026.2 → 2027.1)"
+        );
+    }
+
+    #[test]
+    fn the_last_waves_soak_holds_the_next_hops_first_wave() {
+        let w = World::new(plan(&[("canary", 1, "30m"), ("rest", 5, "2h")]), &[1, 2]);
+        let input = |now: &str, previous: Option<&str>| Input {
+            plan: &w.plan,
+            waves: &w.waves,
+            objects: &w.objects,
+            windows: &w.windows,
+            completed_at: &w.completed,
+            gates: Ok(()),
+            now: ts(now),
+            previous_hop: previous.map(ts),
+        };
+        assert_eq!(
+            decide(&input("2026-12-01T11:00:00Z", Some("2026-12-01T10:00:00Z"))),
+            Decision::Soaking {
+                wave: 0,
+                until: ts("2026-12-01T12:00:00Z")
+            }
+        );
+        assert!(matches!(
+            decide(&input("2026-12-01T12:00:00Z", Some("2026-12-01T10:00:00Z"))),
+            Decision::Start { wave: 0, .. }
+        ));
+        assert!(matches!(
+            decide(&input("2026-12-01T11:00:00Z", None)),
+            Decision::Start { wave: 0, .. }
+        ));
+    }
+
+    /// The whole engine's loop in miniature: 20 planes from 2025.2 to
+    /// 2027.1 in two waves, each hop taking 10 minutes, a window every
+    /// evening. Every plane takes every hop in order, one at a time, never
+    /// before the previous hop's soak, never outside the window.
+    #[test]
+    fn a_fast_forward_walks_every_object_through_every_hop() {
+        let mut p = plan(&[("canary", 1, "1h"), ("rest", 4, "2h")]);
+        p.spec.to = "2027.1".into();
+        p.spec.windows = vec![Window {
+            start: "0 18 * * *".into(),
+            duration: "6h".into(),
+            time_zone: "UTC".into(),
+        }];
+        let windows = window::parse_all(&p.spec.windows).unwrap();
+        let waves: Vec<Vec<Key>> =
+            vec![(1..=2).map(plane).collect(), (3..=20).map(plane).collect()];
+        let mut pos: BTreeMap<Key, Position> = waves
+            .iter()
+            .flatten()
+            .map(|k| (k.clone(), at("2025.2", true)))
+            .collect();
+        // When each object's running hop completes.
+        let mut running: BTreeMap<Key, Timestamp> = BTreeMap::new();
+        let mut taken: BTreeMap<Key, Vec<(String, Timestamp)>> = BTreeMap::new();
+        let mut completed: BTreeMap<(String, usize), Timestamp> = BTreeMap::new();
+        let mut hop_done: BTreeMap<String, Timestamp> = BTreeMap::new();
+        let origin = Some(rel("2025.2"));
+        let to = rel("2027.1");
+        let mut now = ts("2026-12-01T08:00:00Z");
+        let step = jiff::SignedDuration::from_mins(1);
+        for _ in 0..100_000 {
+            for (k, until) in running.clone() {
+                if now >= until {
+                    pos.get_mut(&k).unwrap().complete = true;
+                    running.remove(&k);
+                }
+            }
+            let Some((hop, objects)) = current_hop(to, origin, &pos) else {
+                break;
+            };
+            let key = hop.to.to_string();
+            let previous_hop =
+                (hop.index > 0).then(|| *hop_done.entry(hop.from.to_string()).or_insert(now));
+            let mut seen = BTreeMap::new();
+            for (i, keys) in waves.iter().enumerate() {
+                if keys
+                    .iter()
+                    .all(|k| objects[k].started && objects[k].complete)
+                {
+                    seen.insert(i, *completed.entry((key.clone(), i)).or_insert(now));
+                }
+            }
+            let d = decide(&Input {
+                plan: &p,
+                waves: &waves,
+                objects: &objects,
+                windows: &windows,
+                completed_at: &seen,
+                gates: Ok(()),
+                now,
+                previous_hop,
+            });
+            if let Decision::Start { wave, keys } = d {
+                assert!(window::is_open(&windows, now), "started outside the window");
+                if wave > 0 {
+                    let soaked = completed[&(key.clone(), wave - 1)]
+                        + jiff::SignedDuration::from_hours(if wave == 1 { 1 } else { 2 });
+                    assert!(now >= soaked, "wave {wave} started before the soak ended");
+                }
+                if let Some(t) = previous_hop {
+                    assert!(
+                        now >= t + jiff::SignedDuration::from_hours(2),
+                        "hop started before the last wave soaked"
+                    );
+                }
+                for k in keys {
+                    let p = pos.get_mut(&k).unwrap();
+                    assert!(p.complete, "{k}: a hop started while the previous one runs");
+                    assert_eq!(p.release.next(), hop.to);
+                    p.release = hop.to;
+                    p.complete = false;
+                    running.insert(k.clone(), now + jiff::SignedDuration::from_mins(10));
+                    taken.entry(k).or_default().push((hop.to.to_string(), now));
+                }
+                continue;
+            }
+            now += step;
+        }
+        assert!(
+            current_hop(to, origin, &pos).is_none(),
+            "the plan did not finish"
+        );
+        for k in waves.iter().flatten() {
+            let hops: Vec<&str> = taken[k].iter().map(|(r, _)| r.as_str()).collect();
+            assert_eq!(hops, ["2026.1", "2026.2", "2027.1"], "{k}");
+        }
+        // Hop-major: the last object of hop n started before the first of
+        // hop n + 1.
+        let last_of = |r: &str| {
+            taken
+                .values()
+                .map(|h| h.iter().find(|x| x.0 == r).unwrap().1)
+                .max()
+                .unwrap()
+        };
+        let first_of = |r: &str| {
+            taken
+                .values()
+                .map(|h| h.iter().find(|x| x.0 == r).unwrap().1)
+                .min()
+                .unwrap()
+        };
+        assert!(last_of("2026.1") < first_of("2026.2"));
+        assert!(last_of("2026.2") < first_of("2027.1"));
+    }
+    /// Drives `decide` and `current_hop` like the daemon does, each hop of
+    /// object `n` taking `minutes[n % len]` minutes; checks at every start
+    /// that the object's previous hop completed, that no object is left
+    /// more than one release behind the hop, the wave's parallelism, the
+    /// window and the soaks. Returns each object's hops in order.
+    fn run_plan(
+        p: &UpgradePlan,
+        waves: &[Vec<Key>],
+        starts: &BTreeMap<Key, Release>,
+        minutes: &[i64],
+    ) -> BTreeMap<Key, Vec<Release>> {
+        let windows = window::parse_all(&p.spec.windows).unwrap();
+        let to = rel(&p.spec.to);
+        let origin = starts.values().min().copied();
+        let mut pos: BTreeMap<Key, Position> = starts
+            .iter()
+            .map(|(k, r)| {
+                (
+                    k.clone(),
+                    Position {
+                        release: *r,
+                        complete: true,
+                        failed: None,
+                    },
+                )
+            })
+            .collect();
+        let index: BTreeMap<&Key, usize> = starts.keys().enumerate().map(|(i, k)| (k, i)).collect();
+        let mut running: BTreeMap<Key, Timestamp> = BTreeMap::new();
+        let mut taken: BTreeMap<Key, Vec<Release>> = BTreeMap::new();
+        let mut completed: BTreeMap<(Release, usize), Timestamp> = BTreeMap::new();
+        let mut hop_done: BTreeMap<Release, Timestamp> = BTreeMap::new();
+        let soak = |w: usize| {
+            jiff::SignedDuration::try_from(
+                crate::duration::positive(&p.spec.waves[w].soak).unwrap_or_default(),
+            )
+            .unwrap()
+        };
+        let mut now = ts("2026-12-01T08:00:00Z");
+        for _ in 0..200_000 {
+            for (k, until) in running.clone() {
+                if now >= until {
+                    pos.get_mut(&k).unwrap().complete = true;
+                    running.remove(&k);
+                }
+            }
+            let Some((hop, objects)) = current_hop(to, origin, &pos) else {
+                return taken;
+            };
+            let previous_hop = (hop.index > 0).then(|| *hop_done.entry(hop.from).or_insert(now));
+            let mut seen = BTreeMap::new();
+            for (i, keys) in waves.iter().enumerate() {
+                if keys
+                    .iter()
+                    .all(|k| objects[k].started && objects[k].complete)
+                {
+                    seen.insert(i, *completed.entry((hop.to, i)).or_insert(now));
+                }
+            }
+            let d = decide(&Input {
+                plan: p,
+                waves,
+                objects: &objects,
+                windows: &windows,
+                completed_at: &seen,
+                gates: Ok(()),
+                now,
+                previous_hop,
+            });
+            if let Decision::Start { wave, keys } = d {
+                assert!(window::is_open(&windows, now), "started outside the window");
+                if wave > 0 {
+                    assert!(now >= seen[&(wave - 1)] + soak(wave - 1), "wave soak");
+                } else if let Some(t) = previous_hop {
+                    assert!(now >= t + soak(waves.len() - 1), "hop soak");
+                }
+                let running_here = waves[wave]
+                    .iter()
+                    .filter(|k| running.contains_key(*k))
+                    .count();
+                assert!(running_here + keys.len() <= p.spec.waves[wave].max_parallel as usize);
+                // Nobody is left behind the hop.
+                assert!(pos.values().all(|q| q.release >= hop.from));
+                for k in keys {
+                    assert!(waves[wave].contains(&k));
+                    let q = pos.get_mut(&k).unwrap();
+                    assert!(q.complete, "{k}: a hop started while the previous one runs");
+                    assert_eq!(q.release.next(), hop.to);
+                    q.release = hop.to;
+                    q.complete = false;
+                    let m = minutes[index[&k] % minutes.len()];
+                    running.insert(k.clone(), now + jiff::SignedDuration::from_mins(m));
+                    taken.entry(k).or_default().push(hop.to);
+                }
+                continue;
+            }
+            now += jiff::SignedDuration::from_mins(1);
+        }
+        panic!("the plan did not finish");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// Any waves, parallelism, soaks, windows, starting releases and
+        /// hop durations: every object takes each hop from where it
+        /// started to the target, in order, one at a time.
+        #[test]
+        fn every_object_walks_from_its_start_to_the_target(
+            sizes in proptest::collection::vec(1usize..5, 1..4),
+            parallel in proptest::collection::vec(1u32..4, 3),
+            soaks in proptest::collection::vec(0u32..3, 3),
+            starts in proptest::collection::vec(0usize..3, 16),
+            hops in 1usize..4,
+            minutes in proptest::collection::vec(1i64..120, 1..6),
+            windowed in proptest::bool::ANY,
+        ) {
+            let base = rel("2025.1");
+            let releases: Vec<Release> = std::iter::successors(Some(base), |r| Some(r.next())).take(8).collect();
+            let to = releases[2 + hops];
+            let spec: Vec<(String, u32, String)> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, _)| (format!("w{i}"), parallel[i], format!("{}h", soaks[i]).replace("0h", "0s")))
+                .collect();
+            let refs: Vec<(&str, u32, &str)> = spec.iter().map(|(n, p, s)| (n.as_str(), *p, s.as_str())).collect();
+            let mut p = plan(&refs);
+            p.spec.to = to.to_string();
+            if windowed {
+                p.spec.windows = vec![Window {
+                    start: "0 20 * * *".into(),
+                    duration: "5h".into(),
+                    time_zone: "Europe/Berlin".into(),
+                }];
+            }
+            let w = World::new(p.clone(), &sizes);
+            let start: BTreeMap<Key, Release> = w
+                .waves
+                .iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, k)| (k.clone(), releases[starts[i % starts.len()]]))
+                .collect();
+            let taken = run_plan(&p, &w.waves, &start, &minutes);
+            for (k, from) in &start {
+                let want: Vec<Release> = std::iter::successors(Some(from.next()), |r| Some(r.next()))
+                    .take_while(|r| *r <= to)
+                    .collect();
+                let got = taken.get(k).cloned().unwrap_or_default();
+                proptest::prop_assert_eq!(got, want, "{}", k);
+            }
+        }
     }
 }
