@@ -523,6 +523,7 @@ fn hostile_strings_render_inert_and_auth_is_asked() {
             next: Next::Blocked(format!("blocked because {hostile}")),
             progress: BTreeMap::new(),
             needs_person: None,
+            waiting: None,
         },
     );
     let (mut publisher, rx) = lockstep::ui::Publisher::new(hostile, None);

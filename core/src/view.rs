@@ -176,6 +176,17 @@ pub fn unit_view(key: &Key, r: &UnitReport, labels: BTreeMap<String, String>) ->
                 .unwrap_or_else(|| "in flight".into());
             (Attention::Moving, least, status, None, None)
         }
+        // A pre-flight gate holds the hop (`core/src/preflight.rs`).
+        (Next::Apply(_), None) if r.waiting.is_some() => (
+            Attention::Pending,
+            0,
+            "waiting on a pre-flight gate".to_owned(),
+            r.waiting.clone(),
+            Some(
+                "meet the gate (a fresh database backup, every child Ready) or change the UpgradePolicy that sets it; the hop is applied once the gate passes"
+                    .to_owned(),
+            ),
+        ),
         (Next::Apply(_), None) => (
             Attention::Pending,
             0,
@@ -969,8 +980,21 @@ mod tests {
                 next,
                 progress,
                 needs_person: needs.map(str::to_owned),
+                waiting: None,
             },
         )
+    }
+
+    #[test]
+    fn a_hop_held_by_a_gate_says_why_and_what_to_do() {
+        let (key, mut r) = report(Kind::Nova, "gated", Next::Apply(0), None);
+        let plain = unit_view(&key, &r, BTreeMap::new());
+        assert_eq!(plain.reason, None);
+        r.waiting = Some("waiting: last backup of nova 31h old, need 24h".into());
+        let v = unit_view(&key, &r, BTreeMap::new());
+        assert_eq!(v.attention, Attention::Pending);
+        assert_eq!(v.reason.as_deref(), r.waiting.as_deref());
+        assert!(v.action.as_deref().unwrap().contains("backup"));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use super::{Daemon, Did, PassOutcome, Repo};
 use crate::cluster::Cluster;
 use crate::forge::Status;
 use crate::kind::Key;
+use crate::rollout::Next;
 
 /// A proposal branch's last outcome.
 pub(super) struct SeenProposal {
