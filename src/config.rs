@@ -34,6 +34,30 @@ pub struct Config {
     pub plans: PlansConfig,
     #[serde(default)]
     pub trust: TrustConfig,
+    #[serde(default)]
+    pub ui: UiConfig,
+}
+
+/// The read-only dashboard (`docs/ui.md`): off unless `listen` is set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UiConfig {
+    /// Address of the dashboard and its JSON API, `/api/v1/...` (off when
+    /// absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// A file holding the bearer token every request must present
+    /// (`Authorization: Bearer TOKEN`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    /// A file holding `user:password` for HTTP basic auth (what a browser
+    /// asks for). With both files, either is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic_auth_file: Option<PathBuf>,
+    /// A link to each commit on the Git host, `{sha}` standing for the
+    /// commit (`https://github.com/org/fleet/commit/{sha}`); only http(s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_url: Option<String>,
 }
 
 /// Whose signatures make a commit trusted (`docs/gate.md`, "Signed
@@ -653,6 +677,33 @@ pub struct Overrides {
         value_name = "ADDR"
     )]
     pub metrics_listen: Option<String>,
+    /// The read-only dashboard's address (HOST:PORT; docs/ui.md).
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_UI_LISTEN",
+        value_name = "ADDR"
+    )]
+    pub ui_listen: Option<String>,
+    /// A file with the bearer token the dashboard asks for.
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_UI_TOKEN_FILE",
+        value_name = "FILE"
+    )]
+    pub ui_token_file: Option<PathBuf>,
+    /// A file with `user:password` for the dashboard's basic auth.
+    #[arg(
+        long,
+        hide_env_values = true,
+        env = "LOCKSTEP_UI_BASIC_AUTH_FILE",
+        value_name = "FILE"
+    )]
+    pub ui_basic_auth_file: Option<PathBuf>,
+    /// The dashboard's link to a commit, `{sha}` standing for it.
+    #[arg(long, value_name = "URL")]
+    pub ui_commit_url: Option<String>,
     #[arg(
         long,
         hide_env_values = true,
@@ -768,6 +819,10 @@ impl Config {
         set_opt(&mut c.report.push_notes, &o.push_notes);
         set_opt(&mut c.webhook.listen, &o.listen);
         set_opt(&mut c.server.listen, &o.metrics_listen);
+        set_opt(&mut c.ui.listen, &o.ui_listen);
+        set_opt(&mut c.ui.token_file, &o.ui_token_file);
+        set_opt(&mut c.ui.basic_auth_file, &o.ui_basic_auth_file);
+        set_opt(&mut c.ui.commit_url, &o.ui_commit_url);
         set_opt(
             &mut c.webhook.github_secret_file,
             &o.github_webhook_secret_file,

@@ -16,7 +16,7 @@
 // The pure core, under the paths the shell has always used.
 pub use lockstep_core::{
     desired, duration, follow, gate, kind, live, manifest, policy, preflight, release, rollout,
-    status, verdict, yaml,
+    status, verdict, view, yaml,
 };
 
 pub mod cluster;
@@ -41,4 +41,5 @@ pub mod service;
 pub mod sim;
 pub mod source;
 pub mod trust;
+pub mod ui;
 pub mod webhook;

@@ -113,6 +113,10 @@ enum Command {
         /// With --plan: when the rehearsal starts (RFC 3339) [default: now].
         #[arg(long, value_name = "TIME")]
         start: Option<String>,
+        /// Also write the timeline as one self-contained HTML page (SVG,
+        /// no script) to FILE, to attach to a change ticket.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
     /// Re-run a permanently failed phase Job of an object (the forward
     /// repair lockstep does by itself for projected services).
@@ -436,7 +440,15 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
             plan,
             branch,
             start,
+            html,
         } => {
+            let write_html = |page: String| -> anyhow::Result<()> {
+                if let Some(f) = &html {
+                    std::fs::write(f, page)
+                        .with_context(|| format!("writing --html {}", f.display()))?;
+                }
+                Ok(())
+            };
             let faults = faults
                 .iter()
                 .map(|f| rehearse::parse_fault(f))
@@ -452,6 +464,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                     &repo, &branch, faults, start,
                 ))?;
                 print!("{}", lockstep::plan::rehearse::text(&s, start));
+                write_html(lockstep::plan::rehearse::html(&s, start))?;
                 return Ok(if s.failed {
                     ExitCode::from(1)
                 } else {
@@ -473,6 +486,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                 );
             }
             print!("{}", rehearse::text(&r));
+            write_html(rehearse::html(&r))?;
             Ok(if r.failed {
                 ExitCode::from(1)
             } else {

@@ -59,6 +59,10 @@ pub struct Rehearsal {
     pub refused: usize,
     /// Each hop's completion, `(unit, commit) → virtual time`.
     pub completed: BTreeMap<(Key, String), Duration>,
+    /// The hops as the dashboard draws them (`--html`).
+    pub timeline: Vec<crate::view::Hop>,
+    /// Virtual time when the engine had nothing left to do.
+    pub ended: Duration,
 }
 
 /// Runs the accepted hops of the range from its base tree, every object of
@@ -166,7 +170,14 @@ fn hops(sim: &Simulation) -> Vec<Hop> {
 
 /// The timeline, per hop, with each followed object's events.
 fn render(sim: &Simulation) -> Rehearsal {
-    let mut out = Rehearsal::default();
+    let mut out = Rehearsal {
+        timeline: crate::view::timeline(
+            &crate::ui::events(sim.journal.iter(), &sim.events),
+            sim.ended.as_secs(),
+        ),
+        ended: sim.ended,
+        ..Rehearsal::default()
+    };
     let hops = hops(sim);
     out.hops = hops.len();
     out.repairs = sim
@@ -304,6 +315,34 @@ fn human(d: Duration) -> String {
         60..3600 => format!("{}m{:02}s", s / 60, s % 60),
         _ => format!("{}h{:02}m", s / 3600, (s / 60) % 60),
     }
+}
+
+/// The same timeline as one self-contained HTML page (`--html FILE`).
+pub fn html(r: &Rehearsal) -> String {
+    let mut summary = vec![format!(
+        "{} hop(s) in the simulated cluster, {} repair(s), predicted total {}{}",
+        r.hops,
+        r.repairs,
+        human(r.total),
+        if r.failed {
+            " — NOT all hops completed"
+        } else {
+            ""
+        }
+    )];
+    if r.refused > 0 {
+        summary.push(format!(
+            "{} refused commit(s) in the range are not rehearsed (see lockstep check)",
+            r.refused
+        ));
+    }
+    summary.extend(r.lines.iter().filter(|l| !l.starts_with(' ')).cloned());
+    crate::ui::html::standalone(
+        "lockstep rehearsal",
+        &summary,
+        &r.timeline,
+        r.ended.as_secs(),
+    )
 }
 
 /// The report for people.

@@ -471,6 +471,32 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
             stop_rx.clone(),
         )));
     }
+    if let Some(addr) = &config.ui.listen {
+        let listener = bind("dashboard listener", addr).await?;
+        let auth = crate::ui::Auth {
+            token: config
+                .ui
+                .token_file
+                .as_deref()
+                .map(Secret::from_file)
+                .transpose()?,
+            basic: config
+                .ui
+                .basic_auth_file
+                .as_deref()
+                .map(Secret::from_file)
+                .transpose()?,
+        };
+        let (publisher, snapshots) =
+            crate::ui::Publisher::new(&config.cluster.name, config.ui.commit_url.clone());
+        daemon.set_ui(publisher);
+        tracing::info!(%addr, auth = auth.token.is_some() || auth.basic.is_some(), "dashboard listening");
+        servers.push(tokio::spawn(serve(
+            listener,
+            crate::ui::router(snapshots, auth),
+            stop_rx.clone(),
+        )));
+    }
     let policy = RetryPolicy::default();
     let delivery = (!daemon_until_idle(&daemon)).then(|| {
         tokio::spawn(daemon::deliver_forever(

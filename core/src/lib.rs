@@ -29,4 +29,5 @@ pub mod release;
 pub mod rollout;
 pub mod status;
 pub mod verdict;
+pub mod view;
 pub mod yaml;

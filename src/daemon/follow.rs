@@ -19,6 +19,8 @@ pub(super) struct Following {
     phase: Option<(String, std::time::Duration)>,
     reported: bool,
     completed: bool,
+    /// The last observation was a failure (noted once per failure).
+    failing: bool,
 }
 
 impl Following {
@@ -76,6 +78,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         phase: None,
                         reported: false,
                         completed: false,
+                        failing: false,
                     },
                 );
             }
@@ -84,6 +87,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             };
             let p = f.tracker.observe(&obs, now);
             let mut did: Vec<Did> = Vec::new();
+            let failing = matches!(p, Progress::Failed { .. });
+            if failing && !f.failing {
+                did.push(Did::Failed {
+                    object: key.clone(),
+                    reason: p.describe(),
+                });
+            }
+            f.failing = failing;
             // Phase durations, as seen.
             let phase = obs.status.phase().map(str::to_owned);
             match (&f.phase, &phase) {

@@ -34,6 +34,9 @@ pub enum Did {
     /// Every followed object of the unit's step `sha` is complete: the
     /// engine moved past it.
     HopComplete { unit: Key, sha: String },
+    /// A followed object seen failed (a Job try that failed, a condition
+    /// the operator will not leave by itself), once per failure.
+    Failed { object: Key, reason: String },
     /// A forward repair made on an object.
     Repaired { object: Key, message: String },
     /// Something only a person can fix, first seen.

@@ -341,6 +341,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             .as_ref()
             .filter(|j| j.head == head)
             .map(|j| j.report.memory.clone());
+        if let Some(ui) = &mut self.ui {
+            ui.keep_pulls(pulls.iter().map(|(n, _)| *n));
+        }
         for (n, oid) in pulls {
             if self.pulls.get(&n) == Some(&oid) || oid == head {
                 continue;
@@ -359,6 +362,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             let r = self.judge_pull(path, opts).await;
             match r {
                 Ok(report) => {
+                    if let Some(ui) = &mut self.ui {
+                        ui.pull(n, &oid.to_string(), &report.commits);
+                    }
                     for c in &report.commits {
                         tracing::info!(pull = n, commit = %c.sha, verdict = ?c.verdict, "pull request judged");
                         let s = describe::daemon_status(

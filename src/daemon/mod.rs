@@ -266,6 +266,9 @@ pub struct Daemon<C: Cluster, R: Repo> {
     /// What the engine did, when `Options::journal` asks for it. Never read
     /// by a decision: rehearsals render it.
     journal: Vec<Entry>,
+    /// The dashboard's side (`docs/ui.md`), when one is served: read-only,
+    /// never read by a decision.
+    ui: Option<crate::ui::Publisher>,
 }
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
@@ -299,7 +302,15 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             forge: None,
             proposals: HashMap::new(),
             journal: Vec::new(),
+            ui: None,
         }
+    }
+
+    /// Publish a read-only snapshot for the dashboard at the end of every
+    /// pass (`docs/ui.md`); its recent journal is kept bounded for the hop
+    /// timelines.
+    pub fn set_ui(&mut self, publisher: crate::ui::Publisher) {
+        self.ui = Some(publisher);
     }
 
     /// The Git host plans in `mode: propose` open their pull/merge requests
@@ -395,12 +406,32 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
 
     /// Notes what the engine did, when a journal is kept.
     fn record(&mut self, what: Did) {
-        if self.opts.journal {
-            self.journal.push(Entry {
-                at: self.clock.now(),
-                what,
-            });
+        let entry = Entry {
+            at: self.clock.now(),
+            what,
+        };
+        if let Some(ui) = &mut self.ui {
+            ui.note(entry.clone());
         }
+        if self.opts.journal {
+            self.journal.push(entry);
+        }
+    }
+
+    /// The dashboard's snapshot of this pass, when one is served.
+    fn publish_ui(&mut self, out: &PassOutcome) {
+        let Some(ui) = &mut self.ui else { return };
+        let judged = self.judged.as_ref();
+        ui.publish(crate::ui::PassState {
+            cluster: &self.opts.cluster_name,
+            branch: &self.opts.branch,
+            head: judged.map(|j| j.head.to_string()),
+            report: judged.map(|j| j.report.clone()),
+            units: &self.units,
+            now: self.clock.now(),
+            wall: self.clock.wall(),
+            source_error: out.source_error.clone(),
+        });
     }
 
     /// Runs the loop until `shutdown` resolves (or, with `until_idle`, until
@@ -458,6 +489,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     pub async fn pass(&mut self) -> PassOutcome {
         let t = Instant::now();
         let out = self.pass_inner().await;
+        self.publish_ui(&out);
         self.metrics.passes.inc();
         self.metrics.pass_seconds.observe(t.elapsed().as_secs_f64());
         out

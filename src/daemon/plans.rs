@@ -13,6 +13,7 @@ use super::{Daemon, Did, PassOutcome, Repo};
 use crate::cluster::Cluster;
 use crate::forge::Status;
 use crate::kind::Key;
+use crate::rollout::Next;
 
 /// A proposal branch's last outcome.
 pub(super) struct SeenProposal {
@@ -108,6 +109,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let mut statuses = Vec::new();
         let mut failed = BTreeMap::new();
         let mut proposing = HashSet::new();
+        let mut ui_plans = Vec::new();
         for mut p in passes {
             if let Some(oid) = p.wrote {
                 out.busy = true;
@@ -116,15 +118,27 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 });
             }
             // A proposed wave waits on a person, not on time: not busy.
+            let mut proposal = None;
             let proposed = match p.propose.take() {
                 Some(req) => {
                     let o = self.propose_wave(path, &req).await;
                     p.description = req.describe(&o.what);
+                    proposal = o.proposal.as_ref().map(|r| {
+                        if r.url.is_empty() {
+                            format!("#{}", r.number)
+                        } else {
+                            r.url.clone()
+                        }
+                    });
                     proposing.insert(req.branch);
                     Some(o.state)
                 }
                 None => None,
             };
+            if self.ui.is_some() {
+                let view = self.plan_view(&plans, &p, now, proposal);
+                ui_plans.extend(view);
+            }
             if !matches!(p.decision, Decision::Complete | Decision::Held { .. }) {
                 out.busy |= matches!(
                     p.decision,
@@ -162,12 +176,52 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 },
             ));
         }
+        if let Some(ui) = &mut self.ui {
+            ui.plans(ui_plans);
+        }
         self.proposals.retain(|b, _| proposing.contains(b));
         self.plan_failed = failed;
         for (sha, s) in statuses {
             self.queue_status(sha, s).await;
         }
         false
+    }
+
+    /// A plan as the dashboard shows it.
+    fn plan_view(
+        &self,
+        plans: &crate::plan::exec::TreePlans,
+        p: &crate::plan::exec::PlanPass,
+        now: jiff::Timestamp,
+        proposal: Option<String>,
+    ) -> Option<crate::view::PlanView> {
+        let (located, _) = plans
+            .plans
+            .iter()
+            .find(|(l, _)| l.plan.metadata.name == p.name)?;
+        let plan = &located.plan;
+        let waves = crate::plan::validate::resolve(plan, &plans.units);
+        let units = &self.units;
+        let complete = |k: &Key| {
+            units.get(k).is_some_and(|r| match r.next {
+                Next::Done(i) => r
+                    .chain
+                    .steps
+                    .get(i)
+                    .is_some_and(|s| s.release.as_deref() == Some(plan.spec.to.as_str())),
+                _ => false,
+            })
+        };
+        Some(crate::view::plan_view(
+            plan,
+            &p.sha,
+            &waves,
+            &p.decision,
+            &p.description,
+            now,
+            complete,
+            proposal,
+        ))
     }
 
     /// One pass over a wave in `mode: propose` (see

@@ -30,6 +30,9 @@ pub struct Schedule {
     pub failed: bool,
     /// Each hop's completion, `(unit, commit) → virtual time`.
     pub completed: BTreeMap<(Key, String), Duration>,
+    /// The hops as the dashboard draws them (`--html`).
+    pub timeline: Vec<crate::view::Hop>,
+    pub ended: Duration,
 }
 
 fn clock(d: Duration) -> String {
@@ -103,7 +106,14 @@ pub async fn rehearse(
     let sim = daemon::simulate(source, world, opts, start).await;
     let git = crate::git::GitRepo::open(&clone)?;
     let git = git.raw();
-    let mut out = Schedule::default();
+    let mut out = Schedule {
+        timeline: crate::view::timeline(
+            &crate::ui::events(sim.journal.iter(), &sim.events),
+            sim.ended.as_secs(),
+        ),
+        ended: sim.ended,
+        ..Schedule::default()
+    };
     if !has_plans {
         out.lines.push(format!(
             "no UpgradePlan in {}: rehearsing the branch's own commits as the daemon would apply them (`lockstep plan status` lists plans)",
@@ -170,6 +180,8 @@ pub async fn rehearse(
             Did::NeedsPerson {
                 object, message, ..
             } => out.lines.push(format!("{at} {object}: {message}")),
+            // The operator's own Events say it (the text shows repairs).
+            Did::Failed { .. } => {}
             Did::PlanDecision { plan, description } => {
                 out.lines.push(format!("{at} plan {plan}: {description}"));
                 plans.insert(plan.clone(), description.clone());
@@ -193,6 +205,27 @@ pub async fn rehearse(
                 || matches!(u.next, crate::rollout::Next::Blocked(_))
         });
     Ok(out)
+}
+
+/// The schedule and its hops as one self-contained HTML page (`--html`).
+pub fn html(s: &Schedule, start: Timestamp) -> String {
+    let mut summary = vec![format!(
+        "plan rehearsal from {start}: {} plan commit(s), total {}{}",
+        s.commits,
+        clock(s.total),
+        if s.failed {
+            " — a plan held or did not finish"
+        } else {
+            ""
+        }
+    )];
+    summary.extend(s.lines.iter().cloned());
+    crate::ui::html::standalone(
+        "lockstep plan rehearsal",
+        &summary,
+        &s.timeline,
+        s.ended.as_secs(),
+    )
 }
 
 /// The report for people.

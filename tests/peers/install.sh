@@ -6,6 +6,7 @@
 #  - kube/: kube-apiserver and etcd built from the Go module proxy (versions
 #    pinned in its go.mod files; cached in ~/.cache/lockstep-kube, so only the
 #    first run builds: about 7 minutes on 2 cores);
+#  - Debian's chromium, headless, for tests/ui_browser.rs;
 #  - mariadb/: mariadb-operator's Backup CRD (the backup gate's tests), from
 #    the Go module proxy, checked against a pinned SHA-256 and cached in
 #    ~/.cache/lockstep-kube/crds (curl + unzip);
@@ -18,7 +19,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 need() { command -v "$1" >/dev/null 2>&1; }
 missing=()
 # gpg: OpenPGP-signed commits in tests/trust.rs.
-for tool in node npm curl unzip openssl kubectl ssh-keygen gpg gcc; do need "$tool" || missing+=("$tool"); done
+# chromium: the dashboard in a real browser (tests/ui_browser.rs).
+for tool in node npm curl unzip openssl kubectl ssh-keygen gpg gcc chromium; do need "$tool" || missing+=("$tool"); done
 # OpenSSH's server for Git over ssh (tests/common/sshd.rs); not on a user's PATH.
 [[ -x ${LOCKSTEP_SSHD:-/usr/sbin/sshd} ]] || missing+=(sshd)
 if ((${#missing[@]})); then
