@@ -600,7 +600,16 @@ fn the_deployment_runs_hardened_with_probes_and_its_mounts() {
             )
         })
         .collect();
-    assert_eq!(ports, [("webhook".into(), 8080), ("metrics".into(), 9090)]);
+    // The dashboard's port is declared; it answers only when `ui.listen`
+    // is set in the ConfigMap (docs/ui.md).
+    assert_eq!(
+        ports,
+        [
+            ("webhook".into(), 8080),
+            ("metrics".into(), 9090),
+            ("ui".into(), 8081)
+        ]
+    );
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["livenessProbe"]["httpGet"]["port"], "metrics");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
