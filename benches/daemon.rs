@@ -253,6 +253,9 @@ fn main() {
         std::thread::sleep(Duration::from_millis(300));
     }
     lat.sort();
+    if lat.is_empty() {
+        return; // LOCKSTEP_BENCH_PUSHES=0: start-up and idle only.
+    }
     println!(
         "push-to-first-status via webhook ({pushes} pushes): p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
         percentile(&lat, 0.5).as_secs_f64() * 1000.0,

@@ -19,6 +19,7 @@ pub use lockstep_core::{
     status, verdict, view, yaml,
 };
 
+pub mod allocator;
 pub mod cluster;
 pub mod config;
 pub mod daemon;

@@ -348,6 +348,7 @@ impl ReportArgs {
 }
 
 fn main() -> ExitCode {
+    lockstep::allocator::tune();
     let cli = Cli::parse();
     if let Command::Check { .. } = cli.command {
         // A check reads the repository; only `--push-notes` may connect,

@@ -278,6 +278,9 @@ impl World {
         if matches!(key.kind, Kind::Placement | Kind::Barbican | Kind::Neutron) {
             o.status.installed_image = Some(image.reference());
         }
+        // Room for exactly its two conditions: a pushed-into Vec takes four,
+        // and a large fleet holds one per object (benches/daemon.rs).
+        o.status.conditions.reserve_exact(2);
         set_cond(&mut o, "DatabaseReady", true, "DatabaseSynced", "");
         set_cond(
             &mut o,
