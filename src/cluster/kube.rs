@@ -60,24 +60,29 @@ impl KubeCluster {
 
     /// A failure on the record's ConfigMap, said the way a person fixes it.
     fn record_error(&self, what: &str, e: kube::Error) -> ClusterError {
-        let at = format!(
-            "cannot {what} ConfigMap {}/{RECORD_CONFIGMAP}",
-            self.client.default_namespace()
-        );
-        match e {
-            kube::Error::Api(s) if s.code == 403 => ClusterError::Other(format!(
-                "{at}: forbidden; grant get and patch on it and create on configmaps (deploy/rbac.yaml, Role lockstep-records)"
-            )),
-            kube::Error::Api(s) if matches!(s.code, 408 | 429 | 500..=599) => {
-                ClusterError::Unavailable(format!("{at}: {} {}", s.code, s.reason))
-            }
-            kube::Error::Api(s) => ClusterError::Other(format!("{at}: {} {}", s.code, s.message)),
-            other => ClusterError::Unavailable(format!("{at}: {other}")),
-        }
+        record_error(&self.client, what, e)
     }
 
     fn api(&self, key: &Key) -> Api<DynamicObject> {
         dynamic_api(&self.client, key)
+    }
+}
+
+/// A failure on the records' ConfigMap, said the way a person fixes it.
+fn record_error(client: &Client, what: &str, e: kube::Error) -> ClusterError {
+    let at = format!(
+        "cannot {what} ConfigMap {}/{RECORD_CONFIGMAP}",
+        client.default_namespace()
+    );
+    match e {
+        kube::Error::Api(s) if s.code == 403 => ClusterError::Other(format!(
+            "{at}: forbidden; grant get and patch on it and create on configmaps (deploy/rbac.yaml, Role lockstep-records)"
+        )),
+        kube::Error::Api(s) if matches!(s.code, 408 | 429 | 500..=599) => {
+            ClusterError::Unavailable(format!("{at}: {} {}", s.code, s.reason))
+        }
+        kube::Error::Api(s) => ClusterError::Other(format!("{at}: {} {}", s.code, s.message)),
+        other => ClusterError::Unavailable(format!("{at}: {other}")),
     }
 }
 
@@ -196,7 +201,65 @@ fn record_key(name: &str) -> String {
     }
 }
 
+/// The field manager of the dashboard's history: its own, not the
+/// verdict record's (`lockstep-records`). A server-side apply removes the
+/// fields its manager owned and left out, so one manager writing the two
+/// keys in turn would delete the other each time.
+const HISTORY_MANAGER: &str = "lockstep-history";
+
+/// The dashboard's history as one key of `lockstep-records`
+/// (`history.<cluster>`), next to the verdict record.
+struct KubeHistory {
+    client: Client,
+    key: String,
+}
+
+impl crate::cluster::HistoryStore for KubeHistory {
+    fn load(&self) -> futures::future::BoxFuture<'static, Result<Option<String>, ClusterError>> {
+        let (client, key) = (self.client.clone(), self.key.clone());
+        Box::pin(async move {
+            let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+            match api.get_opt(RECORD_CONFIGMAP).await {
+                Ok(Some(cm)) => Ok(cm.data.and_then(|mut d| d.remove(&key))),
+                Ok(None) => Ok(None),
+                Err(e) => Err(record_error(&client, "read", e)),
+            }
+        })
+    }
+
+    fn save(&self, text: String) -> futures::future::BoxFuture<'static, Result<(), ClusterError>> {
+        let (client, key) = (self.client.clone(), self.key.clone());
+        Box::pin(async move {
+            let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+            let body = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": RECORD_CONFIGMAP,
+                    "labels": {"app.kubernetes.io/managed-by": "lockstep"},
+                },
+                "data": { key: text },
+            });
+            let pp = PatchParams::apply(HISTORY_MANAGER).force();
+            api.patch(RECORD_CONFIGMAP, &pp, &Patch::Apply(&body))
+                .await
+                .map_err(|e| record_error(&client, "write", e))?;
+            Ok(())
+        })
+    }
+}
+
 impl Cluster for KubeCluster {
+    fn history_store(
+        &self,
+        cluster: &str,
+    ) -> Option<std::sync::Arc<dyn crate::cluster::HistoryStore>> {
+        Some(std::sync::Arc::new(KubeHistory {
+            client: self.client.clone(),
+            key: record_key(&format!("history.{cluster}")),
+        }))
+    }
+
     async fn backups(&self) -> Result<Vec<crate::preflight::Backup>, ClusterError> {
         use crate::preflight::{BACKUP_GROUP, BACKUP_KIND, BACKUP_PLURAL, BACKUP_VERSION};
         let gvk = GroupVersionKind::gvk(BACKUP_GROUP, BACKUP_VERSION, BACKUP_KIND);

@@ -12,6 +12,7 @@
 //! rendered or logged).
 
 pub mod html;
+pub mod keep;
 pub mod svg;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -47,7 +48,9 @@ pub struct Snapshot {
     pub head: Option<String>,
     /// RFC 3339, the daemon's clock.
     pub generated_at: String,
-    /// The wall time of the timelines' second 0.
+    /// The wall time of the timelines' second 0: the oldest entry kept
+    /// (history read back from the cluster included), or this process's
+    /// start.
     pub timeline_start: String,
     pub counts: view::Counts,
     /// Most urgent first.
@@ -64,6 +67,9 @@ pub struct Snapshot {
     pub report: Option<Arc<crate::history::CheckReport>>,
     #[serde(skip)]
     pub commit_url: Option<String>,
+    /// `timeline_start` as a time (for the pages' wall-clock captions).
+    #[serde(skip)]
+    pub origin: Option<jiff::Timestamp>,
 }
 
 impl Snapshot {
@@ -84,6 +90,7 @@ impl Snapshot {
             source_error: None,
             report: None,
             commit_url: None,
+            origin: None,
         }
     }
 
@@ -112,7 +119,14 @@ pub struct PassState<'a> {
 /// channel it publishes on.
 pub struct Publisher {
     tx: watch::Sender<Arc<Snapshot>>,
-    journal: VecDeque<Entry>,
+    /// The entries the timelines are drawn from, each with its wall-clock
+    /// time (history read back from the cluster first), oldest first.
+    journal: VecDeque<keep::Kept>,
+    /// How many shown entries were noted: the daemon writes the history
+    /// when this moved.
+    noted: u64,
+    /// This process's start on the wall clock (the engine clock's zero).
+    started: Option<jiff::Timestamp>,
     pulls: BTreeMap<u64, PullView>,
     plans: Vec<PlanView>,
     /// Labels per unit, kept while its document is the same text.
@@ -133,6 +147,8 @@ impl Publisher {
             Publisher {
                 tx,
                 journal: VecDeque::new(),
+                noted: 0,
+                started: None,
                 pulls: BTreeMap::new(),
                 plans: Vec::new(),
                 labels: HashMap::new(),
@@ -144,11 +160,43 @@ impl Publisher {
         )
     }
 
-    pub fn note(&mut self, e: Entry) {
+    /// Notes what the engine did at `wall` (the calendar time of `e.at`).
+    /// Only what the pages draw is kept.
+    pub fn note(&mut self, e: Entry, wall: jiff::Timestamp) {
+        if !keep::shown(&e.what) {
+            return;
+        }
         if self.journal.len() >= JOURNAL_CAP {
             self.journal.pop_front();
         }
-        self.journal.push_back(e);
+        self.journal.push_back(keep::Kept { wall, what: e.what });
+        self.noted += 1;
+    }
+
+    /// Puts the history read back from the cluster (oldest first) before
+    /// what this process noted since (anything at or before the newest
+    /// entry read back is in it already: a leader that lost and regained
+    /// the lease wrote it). The cap holds.
+    pub fn restore(&mut self, entries: Vec<keep::Kept>) {
+        let Some(last) = entries.last().map(|k| k.wall) else {
+            return;
+        };
+        let own: Vec<keep::Kept> = self.journal.drain(..).filter(|k| k.wall > last).collect();
+        self.journal.extend(entries);
+        self.journal.extend(own);
+        let extra = self.journal.len().saturating_sub(JOURNAL_CAP);
+        self.journal.drain(..extra);
+    }
+
+    /// How many shown entries were noted so far.
+    pub fn noted(&self) -> u64 {
+        self.noted
+    }
+
+    /// The history to keep in the cluster: the newest entries within
+    /// `budget` bytes (`keep::encode`), and how many.
+    pub fn history(&self, budget: usize) -> (String, usize) {
+        keep::encode(self.journal.iter(), budget)
     }
 
     pub fn pull(&mut self, number: u64, head: &str, commits: &[crate::verdict::CommitReport]) {
@@ -188,16 +236,28 @@ impl Publisher {
                 }
             }
         });
-        let events = events(self.journal.iter(), &[]);
-        let now = s.now.as_secs();
+        // The timelines count seconds from the oldest entry kept, or from
+        // this process's start: on the wall clock, so that history from an
+        // earlier process lines up with this one's (in virtual time the
+        // wall clock is the virtual one: second 0 is the world's zero).
+        let started = *self.started.get_or_insert_with(|| {
+            jiff::SignedDuration::try_from(s.now)
+                .ok()
+                .and_then(|d| s.wall.checked_sub(d).ok())
+                .unwrap_or(s.wall)
+        });
+        let start = self
+            .journal
+            .front()
+            .map_or(started, |k| k.wall.min(started));
+        let since =
+            |t: jiff::Timestamp| Duration::try_from(t.duration_since(start)).unwrap_or_default();
+        let events = events_at(self.journal.iter().map(|k| (since(k.wall), &k.what)), &[]);
+        let now = since(s.wall).as_secs();
         let mut hops = view::timeline(&events, now);
         if hops.len() > self.max_hops {
             hops.drain(..hops.len() - self.max_hops);
         }
-        let start = s
-            .wall
-            .checked_sub(jiff::SignedDuration::from_secs(now as i64))
-            .unwrap_or(s.wall);
         let pulls: Vec<PullView> = self.pulls.values().cloned().collect();
         {
             let last = self.tx.borrow();
@@ -229,6 +289,7 @@ impl Publisher {
             source_error: s.source_error,
             report: s.report,
             commit_url: self.commit_url.clone(),
+            origin: Some(start),
         };
         self.tx.send_replace(Arc::new(snap));
     }
@@ -240,9 +301,18 @@ pub fn events<'a>(
     journal: impl Iterator<Item = &'a Entry>,
     operator: &[crate::sim::Event],
 ) -> Vec<(u64, Event)> {
+    events_at(journal.map(|e| (e.at, &e.what)), operator)
+}
+
+/// [`events`] of entries timed by the caller (the dashboard: on the wall
+/// clock, from its timelines' start).
+pub fn events_at<'a>(
+    journal: impl Iterator<Item = (Duration, &'a Did)>,
+    operator: &[crate::sim::Event],
+) -> Vec<(u64, Event)> {
     let mut out: Vec<(Duration, Event)> = Vec::new();
-    for e in journal {
-        let ev = match &e.what {
+    for (at, what) in journal {
+        let ev = match what {
             Did::Applied {
                 unit,
                 sha,
@@ -284,7 +354,7 @@ pub fn events<'a>(
             },
             _ => continue,
         };
-        out.push((e.at, ev));
+        out.push((at, ev));
     }
     for e in operator.iter().filter(|e| !e.reason.starts_with("Repair")) {
         out.push((
