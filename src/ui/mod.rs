@@ -752,6 +752,83 @@ mod tests {
     use super::*;
 
     #[test]
+    fn history_read_back_comes_first_on_the_wall_clock() {
+        use crate::daemon::Did;
+        let nova = Key::new(Kind::Nova, "compute", "nova");
+        let t = |s: i64| jiff::Timestamp::from_second(1_790_000_000 + s).unwrap();
+        let (mut p, rx) = Publisher::new("kube", None);
+        // This process started at t(3600) and saw a phase at t(3610).
+        let phase = |at: u64, ph: &str| Entry {
+            at: Duration::from_secs(at),
+            what: Did::Phase {
+                object: nova.clone(),
+                phase: Some(ph.into()),
+            },
+        };
+        p.note(phase(10, "Expanding"), t(3610));
+        // Not drawn: not kept, not counted for a write.
+        p.note(
+            Entry {
+                at: Duration::from_secs(11),
+                what: Did::PlanCommit { sha: "x".into() },
+            },
+            t(3611),
+        );
+        assert_eq!(p.noted(), 1);
+        // What an earlier process kept: a hop an hour ago, and the phase
+        // above (written by this process before it lost and won the lease).
+        let sha = "a".repeat(40);
+        let kept = |s: i64, what: Did| keep::Kept { wall: t(s), what };
+        p.restore(vec![
+            kept(
+                0,
+                Did::Applied {
+                    unit: nova.clone(),
+                    sha: sha.clone(),
+                    from: Some("2026.1".into()),
+                    to: Some("2026.2".into()),
+                    reassert: false,
+                },
+            ),
+            kept(
+                60,
+                Did::Phase {
+                    object: nova.clone(),
+                    phase: Some("Expanding".into()),
+                },
+            ),
+            kept(
+                120,
+                Did::HopComplete {
+                    unit: nova.clone(),
+                    sha: sha.clone(),
+                },
+            ),
+            kept(3610, phase(0, "Expanding").what),
+        ]);
+        let (text, n) = p.history(keep::BUDGET);
+        assert_eq!(n, 4, "the phase once: {text}");
+        let units = BTreeMap::new();
+        p.publish(PassState {
+            cluster: "kube",
+            branch: "main",
+            head: None,
+            report: None,
+            units: &units,
+            now: Duration::from_secs(20),
+            wall: t(3620),
+            source_error: None,
+        });
+        let s = rx.borrow().clone();
+        assert_eq!(s.timeline_start, t(0).to_string());
+        assert_eq!(s.now, 3620);
+        assert_eq!(s.hops.len(), 1);
+        let h = &s.hops[0];
+        assert_eq!((h.started, h.ended), (0, Some(120)));
+        assert_eq!(h.lanes[0].segments[0].from, 60);
+    }
+
+    #[test]
     fn query_values_decode() {
         assert_eq!(decode("a+b%3Dc%2"), "a b=c%2");
         assert_eq!(decode("%E2%86%92"), "→");
