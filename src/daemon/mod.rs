@@ -280,6 +280,11 @@ pub struct Daemon<C: Cluster, R: Repo> {
 /// the first after the lease was won) before it is tried again next pass.
 const HISTORY_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Writes of the history are this far apart at least: a busy rollout runs
+/// a pass a second, and a value of up to 512 KiB each time would be a load
+/// on etcd for a page's sake. A killed process loses at most this long.
+const HISTORY_WRITE_EVERY: Duration = Duration::from_secs(10);
+
 /// The dashboard's history in the cluster (`docs/ui.md`, "What survives a
 /// restart"): read back before the first pass as leader, written in a task
 /// of its own after a pass that noted something new, at most one write at a
@@ -296,6 +301,8 @@ struct History {
     writing: Option<tokio::task::JoinHandle<Result<(), crate::cluster::ClusterError>>>,
     /// The last write failed: write again even if nothing new was noted.
     retry: bool,
+    /// When the last write began.
+    last_write: Option<Instant>,
 }
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
@@ -350,6 +357,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 written: 0,
                 writing: None,
                 retry: false,
+                last_write: None,
             });
     }
 
@@ -502,9 +510,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         }
     }
 
-    /// Writes the dashboard's history when this pass noted something new
-    /// (or the last write failed), in a task of its own; a write still in
-    /// flight defers it to a later pass.
+    /// Writes the dashboard's history when something new was noted (or the
+    /// last write failed), in a task of its own; a write still in flight, or
+    /// one begun less than [`HISTORY_WRITE_EVERY`] ago, defers it to a
+    /// later pass.
     fn keep_history(&mut self) {
         let (Some(h), Some(ui)) = (&mut self.history, &self.ui) else {
             return;
@@ -531,6 +540,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         if noted == h.written && !h.retry {
             return;
         }
+        if h.last_write
+            .is_some_and(|t| t.elapsed() < HISTORY_WRITE_EVERY)
+        {
+            return;
+        }
         let (text, n) = ui.history(crate::ui::keep::BUDGET);
         tracing::debug!(
             entries = n,
@@ -539,6 +553,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         );
         h.written = noted;
         h.retry = false;
+        h.last_write = Some(Instant::now());
         h.writing = Some(tokio::spawn(h.store.save(text)));
     }
 
