@@ -70,8 +70,14 @@ impl KubeCluster {
 
 /// A failure on the records' ConfigMap, said the way a person fixes it.
 fn record_error(client: &Client, what: &str, e: kube::Error) -> ClusterError {
+    configmap_error(client, RECORD_CONFIGMAP, what, e)
+}
+
+/// A failure on one of lockstep's own ConfigMaps (`name`), said the way a
+/// person fixes it.
+fn configmap_error(client: &Client, name: &str, what: &str, e: kube::Error) -> ClusterError {
     let at = format!(
-        "cannot {what} ConfigMap {}/{RECORD_CONFIGMAP}",
+        "cannot {what} ConfigMap {}/{name}",
         client.default_namespace()
     );
     match e {
@@ -201,14 +207,21 @@ fn record_key(name: &str) -> String {
     }
 }
 
+/// The ConfigMap holding the dashboard's hop history, in the client's
+/// namespace; one data key per cluster (`history.<cluster>`). Not
+/// [`RECORD_CONFIGMAP`]: a ConfigMap holds 1 MiB in all, and display data
+/// must never crowd out the verdict record (`docs/gate.md`, "Verdicts
+/// don't move") and make its write fail.
+pub const HISTORY_CONFIGMAP: &str = "lockstep-history";
+
 /// The field manager of the dashboard's history: its own, not the
 /// verdict record's (`lockstep-records`). A server-side apply removes the
-/// fields its manager owned and left out, so one manager writing the two
-/// keys in turn would delete the other each time.
+/// fields its manager owned and left out; with its own manager a history
+/// write cannot touch anything else, even in a ConfigMap shared by hand.
 const HISTORY_MANAGER: &str = "lockstep-history";
 
-/// The dashboard's history as one key of `lockstep-records`
-/// (`history.<cluster>`), next to the verdict record.
+/// The dashboard's history as one key (`history.<cluster>`) of its own
+/// ConfigMap, [`HISTORY_CONFIGMAP`].
 struct KubeHistory {
     client: Client,
     key: String,
@@ -219,10 +232,10 @@ impl crate::cluster::HistoryStore for KubeHistory {
         let (client, key) = (self.client.clone(), self.key.clone());
         Box::pin(async move {
             let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
-            match api.get_opt(RECORD_CONFIGMAP).await {
+            match api.get_opt(HISTORY_CONFIGMAP).await {
                 Ok(Some(cm)) => Ok(cm.data.and_then(|mut d| d.remove(&key))),
                 Ok(None) => Ok(None),
-                Err(e) => Err(record_error(&client, "read", e)),
+                Err(e) => Err(configmap_error(&client, HISTORY_CONFIGMAP, "read", e)),
             }
         })
     }
@@ -235,15 +248,15 @@ impl crate::cluster::HistoryStore for KubeHistory {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": {
-                    "name": RECORD_CONFIGMAP,
+                    "name": HISTORY_CONFIGMAP,
                     "labels": {"app.kubernetes.io/managed-by": "lockstep"},
                 },
                 "data": { key: text },
             });
             let pp = PatchParams::apply(HISTORY_MANAGER).force();
-            api.patch(RECORD_CONFIGMAP, &pp, &Patch::Apply(&body))
+            api.patch(HISTORY_CONFIGMAP, &pp, &Patch::Apply(&body))
                 .await
-                .map_err(|e| record_error(&client, "write", e))?;
+                .map_err(|e| configmap_error(&client, HISTORY_CONFIGMAP, "write", e))?;
             Ok(())
         })
     }

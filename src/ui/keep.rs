@@ -2,11 +2,13 @@
 //! "What survives a restart"): the journal entries the hop timelines are
 //! drawn from (applies, phases, completions, failed tries, repairs, "needs a
 //! person"), each with its wall-clock time, as one JSON text in the
-//! `lockstep-records` ConfigMap. A restarted or newly elected daemon reads
-//! it back, so the pages still show what happened before it started.
+//! `lockstep-history` ConfigMap, its own: never the verdict record's
+//! `lockstep-records`, which a large history could otherwise fill up. A
+//! restarted or newly elected daemon reads it back, so the pages still show
+//! what happened before it started.
 //!
 //! Bounded: the newest entries whose text fits [`BUDGET`] (a ConfigMap
-//! holds 1 MiB in all, shared with the verdict record). Read back as
+//! holds 1 MiB in all). Read back as
 //! untrusted input: a value that is too large or not this format is
 //! dropped whole, an entry that is malformed, too large, names no C5C3
 //! kind or lies in the future is skipped; the caller warns once. Nothing
@@ -20,7 +22,10 @@ use crate::daemon::Did;
 use crate::daemon::record::{key_of, key_text};
 
 /// At most this many bytes of history are written: the newest entries that
-/// fit. Half of what a ConfigMap may hold; the verdict record keeps the rest.
+/// fit. Half of what a ConfigMap may hold (etcd need not take a full
+/// object for a page's sake). The history has a ConfigMap of its own, so
+/// were it ever full, only the history's write would fail, never the
+/// verdict record's.
 pub const BUDGET: usize = 512 * 1024;
 
 /// A stored value longer than this is not read at all (a ConfigMap cannot
@@ -409,8 +414,8 @@ mod tests {
         assert_eq!(back.entries.len(), n);
         // The newest, in order, ending with the last thing that happened.
         assert_eq!(back.entries, j[j.len() - n..]);
-        // The real budget holds thousands of entries, under a ConfigMap's
-        // 1 MiB with room for the verdict record.
+        // The real budget holds thousands of entries, well under a
+        // ConfigMap's 1 MiB.
         let (text, n) = encode(j.iter(), BUDGET);
         assert!(text.len() <= BUDGET && n > 2_000, "{} {n}", text.len());
         // An entry larger than any page should hold is left out, not the
