@@ -68,6 +68,7 @@ fn report(key: &Key, i: usize, children: &[Key]) -> UnitReport {
         needs_person: (i % 250 == 5)
             .then(|| "expand Job failed 3 times: repair budget spent".into()),
         waiting: None,
+        cluster_release: None,
     }
 }
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use kube_lease_manager::LeaseManagerBuilder;
 use lockstep::cluster::kube::KubeCluster;
@@ -191,6 +192,8 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
         "watch leases.coordination.k8s.io/lockstep -n lockstep",
         "get configmaps/lockstep-records -n lockstep",
         "patch configmaps/lockstep-records -n lockstep",
+        "get configmaps/lockstep-history -n lockstep",
+        "patch configmaps/lockstep-history -n lockstep",
         "create configmaps -n lockstep",
     ];
     let denied = [
@@ -231,11 +234,17 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
         "list leases.coordination.k8s.io -n lockstep",
         "watch leases.coordination.k8s.io -n lockstep",
         "list leases.coordination.k8s.io --all-namespaces",
-        // Its record: only its own ConfigMap, only in its namespace.
+        // Its record and its hop history: only its own two ConfigMaps,
+        // only in its namespace.
         "get configmaps/other -n lockstep",
         "patch configmaps/other -n lockstep",
+        "update configmaps/lockstep-records -n lockstep",
         "delete configmaps/lockstep-records -n lockstep",
         "patch configmaps/lockstep-records -n kube-system",
+        "update configmaps/lockstep-history -n lockstep",
+        "delete configmaps/lockstep-history -n lockstep",
+        "get configmaps/lockstep-history -n kube-system",
+        "patch configmaps/lockstep-history -n kube-system",
         "list configmaps -n lockstep",
         // Nothing else (cluster-scoped ones with --all-namespaces: no namespace).
         "create pods -n openstack",
@@ -411,6 +420,50 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
     assert_eq!(seen, Ok(true), "the cluster-wide watch sees the Nova");
     drop(changes);
 
+    // The verdict record and the dashboard's history, each in its own
+    // ConfigMap (created by the first apply, then patched): a full history
+    // next to a record of 600 KiB, more than one ConfigMap's 1 MiB together,
+    // so the history can never make the record's write fail.
+    let history = c
+        .history_store("prod")
+        .expect("kube mode keeps the history");
+    let full = "h".repeat(lockstep::ui::keep::BUDGET);
+    history
+        .save(full.clone())
+        .await
+        .expect("the history is written");
+    let big = "r".repeat(600 * 1024);
+    c.save_record("verdicts.prod", &big)
+        .await
+        .expect("the record is written beside a full history");
+    history
+        .save(full.clone())
+        .await
+        .expect("the history is written again");
+    c.save_record("verdicts.prod", "small")
+        .await
+        .expect("the record is written again");
+    assert_eq!(history.load().await.expect("read back"), Some(full));
+    assert_eq!(
+        c.load_record("verdicts.prod").await.expect("read back"),
+        Some("small".to_owned())
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(sa_kc.0.clone(), "lockstep");
+    for (name, key) in [
+        ("lockstep-records", "verdicts.prod"),
+        ("lockstep-history", "history.prod"),
+    ] {
+        let keys: Vec<String> = cms
+            .get(name)
+            .await
+            .expect("the ConfigMap is read")
+            .data
+            .unwrap_or_default()
+            .into_keys()
+            .collect();
+        assert_eq!(keys, [key], "{name}");
+    }
+
     // Leader election on the Lease `lockstep`, and nowhere else.
     let sa_client = sa_kc.0;
     let leader = LeaseManagerBuilder::new(sa_client.clone(), "lockstep")
@@ -545,6 +598,9 @@ async fn service_account_kubeconfig(admin: &Path, token: &str) -> (kube::Client,
     let mut kc: Value = serde_saphyr::from_str(&text).unwrap();
     kc["users"] = serde_json::json!([{"name": "lockstep", "user": {"token": token}}]);
     kc["contexts"][0]["context"]["user"] = "lockstep".into();
+    // As in its pod: the client's namespace is lockstep's own, where its
+    // ConfigMaps are.
+    kc["contexts"][0]["context"]["namespace"] = "lockstep".into();
     let path = admin.with_file_name("lockstep-sa.kubeconfig");
     std::fs::write(&path, serde_json::to_vec_pretty(&kc).unwrap()).unwrap();
     (client(&path).await, path)

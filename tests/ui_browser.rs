@@ -805,6 +805,11 @@ fn a_blocked_unit_and_a_moving_hop_on_a_real_api_server() {
         "[...document.querySelectorAll('table.units tbody tr')].filter(r => r.cells[1].innerText.trim() === 'compute/nova-edge').map(r => r.className + ' | ' + r.cells[4].innerText.trim())",
     );
     assert_eq!(row, json!(["blocked | blocked"]));
+    // Its Release column says what the cluster runs, not "?".
+    let release = b.eval(
+        "[...document.querySelectorAll('table.units tbody tr')].find(r => r.cells[1].innerText.trim() === 'compute/nova-edge').cells[2].innerText.trim()"
+    );
+    assert_eq!(release, json!("2025.2 → 2026.1"));
     rules(&mut b, "kube fleet, blocked");
     // lockstep left the edited object alone: it applied each Nova once.
     assert_eq!(
@@ -945,6 +950,285 @@ fn a_blocked_unit_and_a_moving_hop_on_a_real_api_server() {
     eprintln!("total: {:.1}s", t0.elapsed().as_secs_f64());
 }
 
+/// `/api/v1/hops` as JSON, with the snapshot's `timelineStart`.
+fn api_hops(port: u16) -> Option<(Vec<Value>, jiff::Timestamp)> {
+    let (_, body) = http_get(port, "/api/v1/snapshot")?;
+    let snap: Value = serde_json::from_str(&body).ok()?;
+    let start: jiff::Timestamp = snap["timelineStart"].as_str()?.parse().ok()?;
+    let (_, body) = http_get(port, "/api/v1/hops")?;
+    Some((serde_json::from_str(&body).ok()?, start))
+}
+
+/// nova's finished hop to 2026.2 in `/api/v1/hops`: its stages (in order,
+/// each once), when it began and ended on the wall clock (whole seconds).
+fn finished_hop(port: u16) -> Option<(Vec<String>, i64, i64)> {
+    let (hops, start) = api_hops(port)?;
+    let h = hops
+        .iter()
+        .find(|h| h["unit"] == json!(kube_nova().to_string()) && h["to"] == json!("2026.2"))?;
+    let ended = h["ended"].as_i64()?;
+    let mut stages: Vec<String> = Vec::new();
+    for seg in h["lanes"][0]["segments"].as_array()? {
+        let st = seg["stage"].as_str()?.to_owned();
+        if stages.last() != Some(&st) {
+            stages.push(st);
+        }
+    }
+    let t0 = start.as_second();
+    Some((stages, t0 + h["started"].as_i64()?, t0 + ended))
+}
+
+/// The dashboard's history survives a restart (`docs/ui.md`, "What
+/// survives a restart"): a Nova's hop completes on a real API server,
+/// lockstep is killed and started again, and the new process shows the
+/// finished hop, with its phases at the wall-clock times the first one saw,
+/// in `/api/v1/hops` and on the unit's page in the browser, though it
+/// applied nothing and saw none of it. Then the kept value is replaced with
+/// garbage: the next start warns once, runs, and writes it anew.
+#[test]
+fn the_hop_history_survives_a_restart_on_a_real_api_server() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+
+    let t0 = Instant::now();
+    let server = common::ApiServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let repo = FleetRepo::new();
+    repo.write(
+        "standalone/compute/nova.yaml",
+        nova("nova", "2026.1", "2026.1"),
+    );
+    repo.commit("nova at 2026.1");
+    let (mut fleet, records) = rt.block_on(async {
+        let cluster = lockstep::cluster::kube::KubeCluster::from_kubeconfig(&server.kubeconfig())
+            .await
+            .expect("the kubeconfig");
+        let client = cluster.client().clone();
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "compute"}}))
+                    .expect("namespace"),
+            )
+            .await
+            .expect("create the namespace");
+        let records: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        (
+            KubeFleet {
+                cluster,
+                op: common::sim_kube::KubeOperator::new(client, common::kube::world()),
+                adopted: Default::default(),
+                rounds: 0,
+                pace: Duration::ZERO,
+                phase: None,
+            },
+            records,
+        )
+    });
+    let kept = || -> Option<String> {
+        let cm = rt.block_on(records.get_opt("lockstep-history")).ok()??;
+        cm.data?
+            .remove(&format!("history.{}", common::kube::CLUSTER))
+    };
+    let logs = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut first = common::kube::Daemon::start(
+        "lockstep",
+        &server,
+        repo.path(),
+        logs.path(),
+        &["--ui-listen", &listen],
+        &[],
+    );
+    let done =
+        |port: u16| api_unit(port, &kube_nova()).is_some_and(|u| u["attention"] == json!("done"));
+    fleet.drive(&rt, "nova installed", Duration::from_secs(45), |_, f| {
+        !f.adopted.is_empty() && done(port)
+    });
+    repo.write(
+        "standalone/compute/nova.yaml",
+        nova("nova", "2026.2", "2026.2"),
+    );
+    repo.commit("nova to 2026.2");
+    // Each phase lasts past a second, so each has its bar.
+    fleet.pace = Duration::from_millis(1500);
+    let before = std::cell::RefCell::new(None);
+    fleet.drive(
+        &rt,
+        "nova's hop complete",
+        Duration::from_secs(60),
+        |_, _| {
+            *before.borrow_mut() = finished_hop(port);
+            before.borrow().is_some()
+        },
+    );
+    let before = before.into_inner().expect("the finished hop");
+    let (stages, began, ended) = before.clone();
+    eprintln!("hop before the restart: {before:?}");
+    assert_eq!(
+        stages[..4],
+        ["expand", "migrate", "roll", "contract"],
+        "{before:?}"
+    );
+    assert!(ended - began >= 6, "{before:?}");
+    // Written by the first process, within a pass or two.
+    let wait_kept = |what: &str, ok: &dyn Fn(&str) -> bool| {
+        let t = Instant::now();
+        loop {
+            if kept().is_some_and(|k| ok(&k)) {
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(40),
+                "{what}: {:?}",
+                kept()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_kept("the hop complete, kept", &|k| {
+        k.contains("\"did\":\"hopComplete\"")
+    });
+    // In a ConfigMap of its own: the verdict record's (if one was written)
+    // holds no history, so a large history can never make its write fail.
+    let in_records = rt
+        .block_on(records.get_opt("lockstep-records"))
+        .expect("read lockstep-records")
+        .and_then(|cm| cm.data)
+        .unwrap_or_default();
+    assert!(
+        in_records.keys().all(|k| !k.starts_with("history.")),
+        "{:?}",
+        in_records.keys().collect::<Vec<_>>()
+    );
+    first.kill();
+    let hops_of_first = first.applied_sorted();
+
+    // A new process, on a new port: it never saw the hop.
+    let port2 = free_port();
+    let listen2 = format!("127.0.0.1:{port2}");
+    let second = common::kube::Daemon::start(
+        "lockstep-2",
+        &server,
+        repo.path(),
+        logs.path(),
+        &["--ui-listen", &listen2],
+        &[],
+    );
+    let t = Instant::now();
+    let after = loop {
+        if let Some(h) = finished_hop(port2) {
+            break h;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the restarted dashboard shows no finished hop: {:?}",
+            http_get(port2, "/api/v1/hops")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The same hop: its phases, and its times to the second (kept in whole
+    // seconds; each process counts from its own second 0).
+    assert_eq!(after.0, before.0, "{after:?} {before:?}");
+    assert!(
+        (after.1 - before.1).abs() <= 1 && (after.2 - before.2).abs() <= 1,
+        "{after:?} {before:?}"
+    );
+    assert!(
+        second
+            .records()
+            .iter()
+            .any(|r| r["fields"]["message"] == "dashboard history read back"
+                && r["fields"]["entries"].as_u64().is_some_and(|n| n >= 6)),
+        "{}",
+        second.text()
+    );
+    // The unit's page in the browser: the hop complete, every stage drawn,
+    // the time it began on the calendar.
+    let mut b = Browser::start();
+    b.open(&format!("http://127.0.0.1:{port2}/unit/Nova/compute/nova"));
+    b.wait_for(
+        "[...document.querySelectorAll('figure.hop figcaption')].some(c => c.innerText.includes('2026.1 → 2026.2') && c.innerText.includes('complete after'))",
+    );
+    let stages = b.eval(
+        "[...new Set([...document.querySelectorAll('svg.timeline rect[data-stage]')].map(r => r.dataset.stage))]",
+    );
+    let stages: Vec<String> = serde_json::from_value(stages).expect("stages");
+    for s in ["expand", "migrate", "roll", "contract"] {
+        assert!(stages.contains(&s.to_owned()), "{s} in {stages:?}");
+    }
+    let when = b.eval(
+        "[...document.querySelectorAll('figure.hop figcaption')].find(c => c.innerText.includes('2026.1 → 2026.2')).querySelector('time').dateTime",
+    );
+    let want = jiff::Timestamp::from_second(after.1)
+        .unwrap()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    assert_eq!(when, json!(want));
+    rules(&mut b, "kube unit, after a restart");
+    b.screenshot("kube-unit-after-restart");
+    drop(b);
+    // It showed the hop without doing it again.
+    assert!(second.applied().is_empty(), "{:?}", second.applied());
+    assert_eq!(hops_of_first.len(), 2, "{hops_of_first:?}");
+    drop(second);
+
+    // Garbage in the kept value (not lockstep's writing): one warning, the
+    // daemon runs and the dashboard answers (a write of something new would
+    // replace the value).
+    rt.block_on(records.patch(
+        "lockstep-history",
+        &PatchParams::apply("someone-else").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "lockstep-history"},
+            "data": {format!("history.{}", common::kube::CLUSTER): "{\"version\":1,\"entries\":[{\"did\":\"phase\",\"t\":\"<b>\"}"}
+        })),
+    ))
+    .expect("corrupt the kept history");
+    let port3 = free_port();
+    let listen3 = format!("127.0.0.1:{port3}");
+    let mut third = common::kube::Daemon::start(
+        "lockstep-3",
+        &server,
+        repo.path(),
+        logs.path(),
+        &["--ui-listen", &listen3],
+        &[],
+    );
+    let t = Instant::now();
+    while !done(port3) {
+        assert!(t.elapsed() < Duration::from_secs(60), "{}", third.text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(third.alive());
+    let warned: Vec<Value> = third
+        .records()
+        .into_iter()
+        .filter(|r| {
+            r["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("kept history cannot be read"))
+        })
+        .collect();
+    assert_eq!(warned.len(), 1, "{}", third.text());
+    assert!(!third.text().contains("<b>"), "nothing read is logged");
+    // Nothing to show from before (the value was dropped), nothing new.
+    assert_eq!(
+        api_hops(port3).map(|(h, _)| h.len()),
+        Some(0),
+        "{:?}",
+        http_get(port3, "/api/v1/hops")
+    );
+    drop(third);
+    eprintln!("total: {:.1}s", t0.elapsed().as_secs_f64());
+}
+
 #[test]
 fn hostile_strings_render_inert_and_auth_is_asked() {
     use lockstep::kind::{Key, Kind};
@@ -979,6 +1263,7 @@ fn hostile_strings_render_inert_and_auth_is_asked() {
             progress: BTreeMap::new(),
             needs_person: None,
             waiting: None,
+            cluster_release: None,
         },
     );
     let (mut publisher, rx) = lockstep::ui::Publisher::new(hostile, None);

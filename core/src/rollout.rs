@@ -592,6 +592,11 @@ pub struct UnitReport {
     /// The hop to apply waits on a pre-flight gate (`core/src/preflight.rs`):
     /// why, as its pending status says it.
     pub waiting: Option<String>,
+    /// The release the unit's spec names in the cluster, as read this pass
+    /// (`None`: not in the cluster, not read, or a kind without a release
+    /// field). A blocked unit is off Git's chain, so only the cluster can
+    /// say where it is.
+    pub cluster_release: Option<String>,
 }
 
 /// Every status the state implies, `(sha, status)`, oldest commit first:
@@ -1280,6 +1285,7 @@ mod tests {
             progress: [(nova(), p)].into_iter().collect(),
             needs_person: None,
             waiting: None,
+            cluster_release: None,
         };
         let find = |list: &[(String, Status)], sha: &str, ctx: &str| {
             list.iter()
@@ -1483,7 +1489,7 @@ mod tests {
             for (c, next, p) in walk {
                 let units: BTreeMap<Key, UnitReport> = [(
                     nova(),
-                    UnitReport { chain: c, next, progress: [(nova(), p)].into_iter().collect(), needs_person: None, waiting: None },
+                    UnitReport { chain: c, next, progress: [(nova(), p)].into_iter().collect(), needs_person: None, waiting: None, cluster_release: None },
                 )]
                 .into_iter()
                 .collect();

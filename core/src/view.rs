@@ -127,7 +127,9 @@ pub fn unit_view(key: &Key, r: &UnitReport, labels: BTreeMap<String, String>) ->
                 .or(chain.from.clone()),
             step_at(*i).map(|s| s.sha.clone()),
         ),
-        Next::Blocked(_) => (None, last.map(|s| s.sha.clone())),
+        // Off Git's chain: the chain cannot say where the unit is, the
+        // cluster can (the release its spec names, read this pass).
+        Next::Blocked(_) => (r.cluster_release.clone(), last.map(|s| s.sha.clone())),
     };
     let children: Vec<ChildView> = r
         .progress
@@ -981,8 +983,33 @@ mod tests {
                 progress,
                 needs_person: needs.map(str::to_owned),
                 waiting: None,
+                cluster_release: None,
             },
         )
+    }
+
+    #[test]
+    fn a_blocked_unit_shows_the_release_the_cluster_runs() {
+        let (key, mut r) = report(
+            Kind::Nova,
+            "edge",
+            Next::Blocked("is at 2025.2 in the cluster".into()),
+            None,
+        );
+        // Not read (the unit is not in the cluster): nothing is guessed.
+        assert_eq!(unit_view(&key, &r, BTreeMap::new()).installed, None);
+        r.cluster_release = Some("2025.2".into());
+        let v = unit_view(&key, &r, BTreeMap::new());
+        assert_eq!(v.attention, Attention::Blocked);
+        assert_eq!(v.installed.as_deref(), Some("2025.2"));
+        assert_eq!(v.target.as_deref(), Some("2026.1"));
+        // A unit on its chain reads the chain, not the cluster's spec.
+        r.next = Next::Follow(1);
+        r.cluster_release = Some("2026.1".into());
+        assert_eq!(
+            unit_view(&key, &r, BTreeMap::new()).installed.as_deref(),
+            Some("2025.2")
+        );
     }
 
     #[test]

@@ -60,24 +60,35 @@ impl KubeCluster {
 
     /// A failure on the record's ConfigMap, said the way a person fixes it.
     fn record_error(&self, what: &str, e: kube::Error) -> ClusterError {
-        let at = format!(
-            "cannot {what} ConfigMap {}/{RECORD_CONFIGMAP}",
-            self.client.default_namespace()
-        );
-        match e {
-            kube::Error::Api(s) if s.code == 403 => ClusterError::Other(format!(
-                "{at}: forbidden; grant get and patch on it and create on configmaps (deploy/rbac.yaml, Role lockstep-records)"
-            )),
-            kube::Error::Api(s) if matches!(s.code, 408 | 429 | 500..=599) => {
-                ClusterError::Unavailable(format!("{at}: {} {}", s.code, s.reason))
-            }
-            kube::Error::Api(s) => ClusterError::Other(format!("{at}: {} {}", s.code, s.message)),
-            other => ClusterError::Unavailable(format!("{at}: {other}")),
-        }
+        record_error(&self.client, what, e)
     }
 
     fn api(&self, key: &Key) -> Api<DynamicObject> {
         dynamic_api(&self.client, key)
+    }
+}
+
+/// A failure on the records' ConfigMap, said the way a person fixes it.
+fn record_error(client: &Client, what: &str, e: kube::Error) -> ClusterError {
+    configmap_error(client, RECORD_CONFIGMAP, what, e)
+}
+
+/// A failure on one of lockstep's own ConfigMaps (`name`), said the way a
+/// person fixes it.
+fn configmap_error(client: &Client, name: &str, what: &str, e: kube::Error) -> ClusterError {
+    let at = format!(
+        "cannot {what} ConfigMap {}/{name}",
+        client.default_namespace()
+    );
+    match e {
+        kube::Error::Api(s) if s.code == 403 => ClusterError::Other(format!(
+            "{at}: forbidden; grant get and patch on it and create on configmaps (deploy/rbac.yaml, Role lockstep-records)"
+        )),
+        kube::Error::Api(s) if matches!(s.code, 408 | 429 | 500..=599) => {
+            ClusterError::Unavailable(format!("{at}: {} {}", s.code, s.reason))
+        }
+        kube::Error::Api(s) => ClusterError::Other(format!("{at}: {} {}", s.code, s.message)),
+        other => ClusterError::Unavailable(format!("{at}: {other}")),
     }
 }
 
@@ -196,7 +207,72 @@ fn record_key(name: &str) -> String {
     }
 }
 
+/// The ConfigMap holding the dashboard's hop history, in the client's
+/// namespace; one data key per cluster (`history.<cluster>`). Not
+/// [`RECORD_CONFIGMAP`]: a ConfigMap holds 1 MiB in all, and display data
+/// must never crowd out the verdict record (`docs/gate.md`, "Verdicts
+/// don't move") and make its write fail.
+pub const HISTORY_CONFIGMAP: &str = "lockstep-history";
+
+/// The field manager of the dashboard's history: its own, not the
+/// verdict record's (`lockstep-records`). A server-side apply removes the
+/// fields its manager owned and left out; with its own manager a history
+/// write cannot touch anything else, even in a ConfigMap shared by hand.
+const HISTORY_MANAGER: &str = "lockstep-history";
+
+/// The dashboard's history as one key (`history.<cluster>`) of its own
+/// ConfigMap, [`HISTORY_CONFIGMAP`].
+struct KubeHistory {
+    client: Client,
+    key: String,
+}
+
+impl crate::cluster::HistoryStore for KubeHistory {
+    fn load(&self) -> futures::future::BoxFuture<'static, Result<Option<String>, ClusterError>> {
+        let (client, key) = (self.client.clone(), self.key.clone());
+        Box::pin(async move {
+            let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+            match api.get_opt(HISTORY_CONFIGMAP).await {
+                Ok(Some(cm)) => Ok(cm.data.and_then(|mut d| d.remove(&key))),
+                Ok(None) => Ok(None),
+                Err(e) => Err(configmap_error(&client, HISTORY_CONFIGMAP, "read", e)),
+            }
+        })
+    }
+
+    fn save(&self, text: String) -> futures::future::BoxFuture<'static, Result<(), ClusterError>> {
+        let (client, key) = (self.client.clone(), self.key.clone());
+        Box::pin(async move {
+            let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+            let body = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": HISTORY_CONFIGMAP,
+                    "labels": {"app.kubernetes.io/managed-by": "lockstep"},
+                },
+                "data": { key: text },
+            });
+            let pp = PatchParams::apply(HISTORY_MANAGER).force();
+            api.patch(HISTORY_CONFIGMAP, &pp, &Patch::Apply(&body))
+                .await
+                .map_err(|e| configmap_error(&client, HISTORY_CONFIGMAP, "write", e))?;
+            Ok(())
+        })
+    }
+}
+
 impl Cluster for KubeCluster {
+    fn history_store(
+        &self,
+        cluster: &str,
+    ) -> Option<std::sync::Arc<dyn crate::cluster::HistoryStore>> {
+        Some(std::sync::Arc::new(KubeHistory {
+            client: self.client.clone(),
+            key: record_key(&format!("history.{cluster}")),
+        }))
+    }
+
     async fn backups(&self) -> Result<Vec<crate::preflight::Backup>, ClusterError> {
         use crate::preflight::{BACKUP_GROUP, BACKUP_KIND, BACKUP_PLURAL, BACKUP_VERSION};
         let gvk = GroupVersionKind::gvk(BACKUP_GROUP, BACKUP_VERSION, BACKUP_KIND);

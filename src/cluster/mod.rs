@@ -150,6 +150,15 @@ impl ClusterError {
     }
 }
 
+/// The dashboard's history in the cluster: one text value, read at start
+/// and replaced by the daemon (`ui::keep` says what is in it). Never read
+/// by a decision. Its futures own what they need, so a write can run in a
+/// task of its own while passes go on.
+pub trait HistoryStore: Send + Sync {
+    fn load(&self) -> futures::future::BoxFuture<'static, Result<Option<String>, ClusterError>>;
+    fn save(&self, text: String) -> futures::future::BoxFuture<'static, Result<(), ClusterError>>;
+}
+
 pub trait Cluster: Send + Sync {
     fn get(
         &self,
@@ -204,6 +213,16 @@ pub trait Cluster: Send + Sync {
         name: &str,
         text: &str,
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
+
+    /// Where the dashboard's history is kept between processes
+    /// (`docs/ui.md`, "What survives a restart"), under the cluster name
+    /// `cluster`: a handle a pass hands a write to without waiting for it.
+    /// `None`, the default: nothing is kept (the memory cluster of sim mode
+    /// and the rehearsals starts empty every time).
+    fn history_store(&self, cluster: &str) -> Option<std::sync::Arc<dyn HistoryStore>> {
+        let _ = cluster;
+        None
+    }
 
     /// Writes lockstep's repair record on the object: the one annotation
     /// `repair::RECORD_ANNOTATION` set to `record`, by the field manager

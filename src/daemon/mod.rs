@@ -11,11 +11,13 @@
 //! | statuses | `statuses.rs` | the judgment, the unit reports | statuses queued |
 //! | delivery | `delivery.rs` | the queue | statuses on the Git host (its own task) |
 //!
-//! Nothing here survives a restart and nothing needs to: Git (the accepted
+//! Nothing here survives a restart that a decision needs: Git (the accepted
 //! chain, the notes) and the cluster (specs lockstep applied, the operators'
 //! status, the repair records on the objects, lockstep's record of live
 //! verdicts) hold the whole story, so a new process
-//! picks up where a killed one stopped. Time comes from a [`Clock`]: the
+//! picks up where a killed one stopped. (The dashboard's history is kept in
+//! the cluster too, for people: [`History`]; no decision reads it.) Time
+//! comes from a [`Clock`]: the
 //! system's for a real cluster, the simulator's for `run` in sim mode and
 //! the rehearsals ([`simulate`]), which run this same engine.
 
@@ -269,6 +271,38 @@ pub struct Daemon<C: Cluster, R: Repo> {
     /// The dashboard's side (`docs/ui.md`), when one is served: read-only,
     /// never read by a decision.
     ui: Option<crate::ui::Publisher>,
+    /// Where the dashboard's history is kept between processes, when the
+    /// cluster keeps it and a dashboard is served.
+    history: Option<History>,
+}
+
+/// How long reading the kept history may hold up a pass (the first one, or
+/// the first after the lease was won) before it is tried again next pass.
+const HISTORY_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Writes of the history are this far apart at least: a busy rollout runs
+/// a pass a second, and a value of up to 512 KiB each time would be a load
+/// on etcd for a page's sake. A killed process loses at most this long.
+const HISTORY_WRITE_EVERY: Duration = Duration::from_secs(10);
+
+/// The dashboard's history in the cluster (`docs/ui.md`, "What survives a
+/// restart"): read back before the first pass as leader, written in a task
+/// of its own after a pass that noted something new, at most one write at a
+/// time. A failed read or write is logged and tried again next pass; the
+/// pass never waits on a write and never fails for either.
+struct History {
+    store: Arc<dyn crate::cluster::HistoryStore>,
+    /// Read back since this process last became leader (nothing is written
+    /// before: it would replace the stored history with this process's).
+    loaded: bool,
+    /// `Publisher::noted` when the last write began.
+    written: u64,
+    /// The write in flight.
+    writing: Option<tokio::task::JoinHandle<Result<(), crate::cluster::ClusterError>>>,
+    /// The last write failed: write again even if nothing new was noted.
+    retry: bool,
+    /// When the last write began.
+    last_write: Option<Instant>,
 }
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
@@ -303,14 +337,28 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             proposals: HashMap::new(),
             journal: Vec::new(),
             ui: None,
+            history: None,
         }
     }
 
     /// Publish a read-only snapshot for the dashboard at the end of every
     /// pass (`docs/ui.md`); its recent journal is kept bounded for the hop
     /// timelines.
+    /// With a cluster that keeps it (`Cluster::history_store`: kube mode),
+    /// the timelines' history is kept there and read back on start.
     pub fn set_ui(&mut self, publisher: crate::ui::Publisher) {
         self.ui = Some(publisher);
+        self.history = self
+            .cluster
+            .history_store(&self.opts.cluster_name)
+            .map(|store| History {
+                store,
+                loaded: false,
+                written: 0,
+                writing: None,
+                retry: false,
+                last_write: None,
+            });
     }
 
     /// The Git host plans in `mode: propose` open their pull/merge requests
@@ -411,11 +459,102 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             what,
         };
         if let Some(ui) = &mut self.ui {
-            ui.note(entry.clone());
+            ui.note(entry.clone(), self.clock.wall());
         }
         if self.opts.journal {
             self.journal.push(entry);
         }
+    }
+
+    /// Reads the kept history back into the dashboard, once per leadership.
+    /// What cannot be read is dropped with one warning (then the next write
+    /// replaces it); a cluster that does not answer is asked again next
+    /// pass.
+    async fn load_history(&mut self) {
+        let (Some(h), Some(ui)) = (&mut self.history, &mut self.ui) else {
+            return;
+        };
+        if h.loaded {
+            return;
+        }
+        let text = match tokio::time::timeout(HISTORY_READ_TIMEOUT, h.store.load()).await {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the dashboard's kept history; next pass");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("reading the dashboard's kept history took too long; next pass");
+                return;
+            }
+        };
+        h.loaded = true;
+        let Some(text) = text else { return };
+        match crate::ui::keep::decode(&text, self.clock.wall()) {
+            Ok(r) => {
+                if r.skipped > 0 {
+                    tracing::warn!(
+                        skipped = r.skipped,
+                        kept = r.entries.len(),
+                        "entries of the dashboard's kept history are malformed, too large or in the future; skipped"
+                    );
+                }
+                tracing::info!(entries = r.entries.len(), "dashboard history read back");
+                ui.restore(r.entries);
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                bytes = text.len(),
+                "the dashboard's kept history cannot be read and is dropped; it is written anew"
+            ),
+        }
+    }
+
+    /// Writes the dashboard's history when something new was noted (or the
+    /// last write failed), in a task of its own; a write still in flight, or
+    /// one begun less than [`HISTORY_WRITE_EVERY`] ago, defers it to a
+    /// later pass.
+    fn keep_history(&mut self) {
+        let (Some(h), Some(ui)) = (&mut self.history, &self.ui) else {
+            return;
+        };
+        if !h.loaded {
+            return;
+        }
+        if let Some(w) = &h.writing {
+            if !w.is_finished() {
+                return;
+            }
+            let failed = match h.writing.take().and_then(|w| w.now_or_never()) {
+                Some(Ok(Ok(()))) => None,
+                Some(Ok(Err(e))) => Some(e.to_string()),
+                Some(Err(e)) => Some(e.to_string()),
+                None => None,
+            };
+            if let Some(e) = failed {
+                tracing::warn!(error = %e, "cannot write the dashboard's history; next pass");
+                h.retry = true;
+            }
+        }
+        let noted = ui.noted();
+        if noted == h.written && !h.retry {
+            return;
+        }
+        if h.last_write
+            .is_some_and(|t| t.elapsed() < HISTORY_WRITE_EVERY)
+        {
+            return;
+        }
+        let (text, n) = ui.history(crate::ui::keep::BUDGET);
+        tracing::debug!(
+            entries = n,
+            bytes = text.len(),
+            "writing the dashboard's history"
+        );
+        h.written = noted;
+        h.retry = false;
+        h.last_write = Some(Instant::now());
+        h.writing = Some(tokio::spawn(h.store.save(text)));
     }
 
     /// The dashboard's snapshot of this pass, when one is served.
@@ -456,6 +595,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 last = self.pass().await;
                 self.metrics.set_ready();
             } else {
+                // Another process writes the history meanwhile: read it
+                // again before writing as leader.
+                if let Some(h) = &mut self.history {
+                    h.loaded = false;
+                }
                 self.metrics.leader.set(0);
                 self.metrics.set_ready();
             }
@@ -488,8 +632,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// One pass over source, gate, cluster and statuses.
     pub async fn pass(&mut self) -> PassOutcome {
         let t = Instant::now();
+        self.load_history().await;
         let out = self.pass_inner().await;
         self.publish_ui(&out);
+        self.keep_history();
         self.metrics.passes.inc();
         self.metrics.pass_seconds.observe(t.elapsed().as_secs_f64());
         out

@@ -88,11 +88,11 @@ fn kind_of(s: &str) -> Option<Kind> {
     Kind::ALL.into_iter().find(|k| k.as_str() == s)
 }
 
-fn key_text(k: &Key) -> String {
+pub(crate) fn key_text(k: &Key) -> String {
     format!("{}/{}/{}", k.kind.as_str(), k.namespace, k.name)
 }
 
-fn key_of(s: &str) -> Option<Key> {
+pub(crate) fn key_of(s: &str) -> Option<Key> {
     let mut it = s.splitn(3, '/');
     let kind = kind_of(it.next()?)?;
     let ns = it.next()?;

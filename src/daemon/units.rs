@@ -147,6 +147,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     progress: BTreeMap::new(),
                     needs_person: Some(format!("cluster unavailable: {e}")),
                     waiting: None,
+                    cluster_release: None,
                 };
             }
         };
@@ -196,6 +197,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             progress: BTreeMap::new(),
             needs_person: None,
             waiting: None,
+            cluster_release: state.spec.as_ref().and_then(|s| s.release.clone()),
         };
         let held = match next {
             Next::Apply(i) => self.preflight(chain, i, &state, gates).await,

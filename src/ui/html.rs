@@ -283,7 +283,7 @@ pub fn unit(s: &Snapshot, key: &Key) -> Markup {
                 }
             }
             h2 { "Hops" }
-            @if d.hops.is_empty() { p { "No hop seen by this process yet." } }
+            @if d.hops.is_empty() { p { "No hop recorded yet." } }
             @for h in d.hops.iter().rev() { (hop_figure(s, h)) }
             h2 { "History" }
             @if d.history.is_empty() { p { "No judged commit names this unit." } }
@@ -331,10 +331,19 @@ pub fn hop_figure(s: &Snapshot, h: &Hop) -> Markup {
         ),
         None => "in flight or stopped".to_owned(),
     };
+    // When it began, on the calendar (second precision, UTC).
+    let began = s.origin.and_then(|o| {
+        o.checked_add(jiff::SignedDuration::from_secs(h.started as i64))
+            .ok()
+    });
     html! {
         figure.hop {
             figcaption {
-                a href=(unit_href(&h.kind, &h.namespace, &h.name)) { (h.unit) } " " (range) " · commit " (commit(s, &h.sha)) " · " (state)
+                a href=(unit_href(&h.kind, &h.namespace, &h.name)) { (h.unit) } " " (range) " · commit " (commit(s, &h.sha))
+                @if let Some(b) = began {
+                    " · began " time datetime=(b.strftime("%Y-%m-%dT%H:%M:%SZ")) { (b.strftime("%Y-%m-%d %H:%M:%S UTC")) }
+                }
+                " · " (state)
             }
             (super::svg::hop(h, s.now))
         }
@@ -346,9 +355,9 @@ pub fn hops(s: &Snapshot) -> Markup {
     let body = html! {
         main #live data-seq=(s.seq) {
             h1 { "Hops" }
-            p { "Time is seconds on the engine's clock from " (s.timeline_start) "." }
+            p { "Time is seconds from " (s.timeline_start) " (UTC), the oldest entry kept; hops from before a restart are read back from the cluster in kube mode." }
             (super::svg::legend())
-            @if s.hops.is_empty() { p { "No hop seen by this process yet." } }
+            @if s.hops.is_empty() { p { "No hop recorded yet." } }
             @for h in s.hops.iter().rev() { (hop_figure(s, h)) }
         }
     };

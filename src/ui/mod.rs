@@ -12,6 +12,7 @@
 //! rendered or logged).
 
 pub mod html;
+pub mod keep;
 pub mod svg;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -47,7 +48,9 @@ pub struct Snapshot {
     pub head: Option<String>,
     /// RFC 3339, the daemon's clock.
     pub generated_at: String,
-    /// The wall time of the timelines' second 0.
+    /// The wall time of the timelines' second 0: the oldest entry kept
+    /// (history read back from the cluster included), or this process's
+    /// start.
     pub timeline_start: String,
     pub counts: view::Counts,
     /// Most urgent first.
@@ -64,6 +67,9 @@ pub struct Snapshot {
     pub report: Option<Arc<crate::history::CheckReport>>,
     #[serde(skip)]
     pub commit_url: Option<String>,
+    /// `timeline_start` as a time (for the pages' wall-clock captions).
+    #[serde(skip)]
+    pub origin: Option<jiff::Timestamp>,
 }
 
 impl Snapshot {
@@ -84,6 +90,7 @@ impl Snapshot {
             source_error: None,
             report: None,
             commit_url: None,
+            origin: None,
         }
     }
 
@@ -112,7 +119,14 @@ pub struct PassState<'a> {
 /// channel it publishes on.
 pub struct Publisher {
     tx: watch::Sender<Arc<Snapshot>>,
-    journal: VecDeque<Entry>,
+    /// The entries the timelines are drawn from, each with its wall-clock
+    /// time (history read back from the cluster first), oldest first.
+    journal: VecDeque<keep::Kept>,
+    /// How many shown entries were noted: the daemon writes the history
+    /// when this moved.
+    noted: u64,
+    /// This process's start on the wall clock (the engine clock's zero).
+    started: Option<jiff::Timestamp>,
     pulls: BTreeMap<u64, PullView>,
     plans: Vec<PlanView>,
     /// Labels per unit, kept while its document is the same text.
@@ -133,6 +147,8 @@ impl Publisher {
             Publisher {
                 tx,
                 journal: VecDeque::new(),
+                noted: 0,
+                started: None,
                 pulls: BTreeMap::new(),
                 plans: Vec::new(),
                 labels: HashMap::new(),
@@ -144,11 +160,43 @@ impl Publisher {
         )
     }
 
-    pub fn note(&mut self, e: Entry) {
+    /// Notes what the engine did at `wall` (the calendar time of `e.at`).
+    /// Only what the pages draw is kept.
+    pub fn note(&mut self, e: Entry, wall: jiff::Timestamp) {
+        if !keep::shown(&e.what) {
+            return;
+        }
         if self.journal.len() >= JOURNAL_CAP {
             self.journal.pop_front();
         }
-        self.journal.push_back(e);
+        self.journal.push_back(keep::Kept { wall, what: e.what });
+        self.noted += 1;
+    }
+
+    /// Puts the history read back from the cluster (oldest first) before
+    /// what this process noted since (anything at or before the newest
+    /// entry read back is in it already: a leader that lost and regained
+    /// the lease wrote it). The cap holds.
+    pub fn restore(&mut self, entries: Vec<keep::Kept>) {
+        let Some(last) = entries.last().map(|k| k.wall) else {
+            return;
+        };
+        let own: Vec<keep::Kept> = self.journal.drain(..).filter(|k| k.wall > last).collect();
+        self.journal.extend(entries);
+        self.journal.extend(own);
+        let extra = self.journal.len().saturating_sub(JOURNAL_CAP);
+        self.journal.drain(..extra);
+    }
+
+    /// How many shown entries were noted so far.
+    pub fn noted(&self) -> u64 {
+        self.noted
+    }
+
+    /// The history to keep in the cluster: the newest entries within
+    /// `budget` bytes (`keep::encode`), and how many.
+    pub fn history(&self, budget: usize) -> (String, usize) {
+        keep::encode(self.journal.iter(), budget)
     }
 
     pub fn pull(&mut self, number: u64, head: &str, commits: &[crate::verdict::CommitReport]) {
@@ -188,16 +236,28 @@ impl Publisher {
                 }
             }
         });
-        let events = events(self.journal.iter(), &[]);
-        let now = s.now.as_secs();
+        // The timelines count seconds from the oldest entry kept, or from
+        // this process's start: on the wall clock, so that history from an
+        // earlier process lines up with this one's (in virtual time the
+        // wall clock is the virtual one: second 0 is the world's zero).
+        let started = *self.started.get_or_insert_with(|| {
+            jiff::SignedDuration::try_from(s.now)
+                .ok()
+                .and_then(|d| s.wall.checked_sub(d).ok())
+                .unwrap_or(s.wall)
+        });
+        let start = self
+            .journal
+            .front()
+            .map_or(started, |k| k.wall.min(started));
+        let since =
+            |t: jiff::Timestamp| Duration::try_from(t.duration_since(start)).unwrap_or_default();
+        let events = events_at(self.journal.iter().map(|k| (since(k.wall), &k.what)), &[]);
+        let now = since(s.wall).as_secs();
         let mut hops = view::timeline(&events, now);
         if hops.len() > self.max_hops {
             hops.drain(..hops.len() - self.max_hops);
         }
-        let start = s
-            .wall
-            .checked_sub(jiff::SignedDuration::from_secs(now as i64))
-            .unwrap_or(s.wall);
         let pulls: Vec<PullView> = self.pulls.values().cloned().collect();
         {
             let last = self.tx.borrow();
@@ -229,6 +289,7 @@ impl Publisher {
             source_error: s.source_error,
             report: s.report,
             commit_url: self.commit_url.clone(),
+            origin: Some(start),
         };
         self.tx.send_replace(Arc::new(snap));
     }
@@ -240,9 +301,18 @@ pub fn events<'a>(
     journal: impl Iterator<Item = &'a Entry>,
     operator: &[crate::sim::Event],
 ) -> Vec<(u64, Event)> {
+    events_at(journal.map(|e| (e.at, &e.what)), operator)
+}
+
+/// [`events`] of entries timed by the caller (the dashboard: on the wall
+/// clock, from its timelines' start).
+pub fn events_at<'a>(
+    journal: impl Iterator<Item = (Duration, &'a Did)>,
+    operator: &[crate::sim::Event],
+) -> Vec<(u64, Event)> {
     let mut out: Vec<(Duration, Event)> = Vec::new();
-    for e in journal {
-        let ev = match &e.what {
+    for (at, what) in journal {
+        let ev = match what {
             Did::Applied {
                 unit,
                 sha,
@@ -284,7 +354,7 @@ pub fn events<'a>(
             },
             _ => continue,
         };
-        out.push((e.at, ev));
+        out.push((at, ev));
     }
     for e in operator.iter().filter(|e| !e.reason.starts_with("Repair")) {
         out.push((
@@ -680,6 +750,83 @@ async fn api_pulls(State(app): State<App>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn history_read_back_comes_first_on_the_wall_clock() {
+        use crate::daemon::Did;
+        let nova = Key::new(Kind::Nova, "compute", "nova");
+        let t = |s: i64| jiff::Timestamp::from_second(1_790_000_000 + s).unwrap();
+        let (mut p, rx) = Publisher::new("kube", None);
+        // This process started at t(3600) and saw a phase at t(3610).
+        let phase = |at: u64, ph: &str| Entry {
+            at: Duration::from_secs(at),
+            what: Did::Phase {
+                object: nova.clone(),
+                phase: Some(ph.into()),
+            },
+        };
+        p.note(phase(10, "Expanding"), t(3610));
+        // Not drawn: not kept, not counted for a write.
+        p.note(
+            Entry {
+                at: Duration::from_secs(11),
+                what: Did::PlanCommit { sha: "x".into() },
+            },
+            t(3611),
+        );
+        assert_eq!(p.noted(), 1);
+        // What an earlier process kept: a hop an hour ago, and the phase
+        // above (written by this process before it lost and won the lease).
+        let sha = "a".repeat(40);
+        let kept = |s: i64, what: Did| keep::Kept { wall: t(s), what };
+        p.restore(vec![
+            kept(
+                0,
+                Did::Applied {
+                    unit: nova.clone(),
+                    sha: sha.clone(),
+                    from: Some("2026.1".into()),
+                    to: Some("2026.2".into()),
+                    reassert: false,
+                },
+            ),
+            kept(
+                60,
+                Did::Phase {
+                    object: nova.clone(),
+                    phase: Some("Expanding".into()),
+                },
+            ),
+            kept(
+                120,
+                Did::HopComplete {
+                    unit: nova.clone(),
+                    sha: sha.clone(),
+                },
+            ),
+            kept(3610, phase(0, "Expanding").what),
+        ]);
+        let (text, n) = p.history(keep::BUDGET);
+        assert_eq!(n, 4, "the phase once: {text}");
+        let units = BTreeMap::new();
+        p.publish(PassState {
+            cluster: "kube",
+            branch: "main",
+            head: None,
+            report: None,
+            units: &units,
+            now: Duration::from_secs(20),
+            wall: t(3620),
+            source_error: None,
+        });
+        let s = rx.borrow().clone();
+        assert_eq!(s.timeline_start, t(0).to_string());
+        assert_eq!(s.now, 3620);
+        assert_eq!(s.hops.len(), 1);
+        let h = &s.hops[0];
+        assert_eq!((h.started, h.ended), (0, Some(120)));
+        assert_eq!(h.lanes[0].segments[0].from, 60);
+    }
 
     #[test]
     fn query_values_decode() {

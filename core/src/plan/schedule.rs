@@ -660,6 +660,7 @@ mod tests {
             progress: BTreeMap::new(),
             needs_person: None,
             waiting: None,
+            cluster_release: None,
         };
         let done = report(Next::Done(0));
         assert!(complete_at(Some("2026.1"), Some(&done), None));
