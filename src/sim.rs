@@ -56,7 +56,8 @@ pub enum JobKind {
 }
 
 impl JobKind {
-    fn suffix(self) -> &'static str {
+    /// The Job's name after the object's (`<name>-db-sync`, ...).
+    pub fn suffix(self) -> &'static str {
         match self {
             JobKind::Sync => "db-sync",
             JobKind::Expand => "db-expand",
@@ -164,6 +165,17 @@ pub struct World {
     /// Objects a reconcile changed since whoever watches last took them:
     /// a watch without a copy of every status to compare against.
     pub changed: std::collections::BTreeSet<Key>,
+    /// Objects whose reconcile may have work at the current time: written
+    /// to, a Job deleted, a Job or a roll just finished. With `rolling`,
+    /// what lets [`World::step_due`] touch only what is in flight instead of
+    /// every object (a large fleet's daemon steps the world between every
+    /// two passes). Kept by this type's own methods; whoever changes the
+    /// fields directly calls `settle` or `advance_to` next, which look at
+    /// everything and rebuild it.
+    due: std::collections::BTreeSet<Key>,
+    /// Objects with a Deployment mid-roll: with the running Jobs, all that
+    /// can fall due later.
+    rolling: std::collections::BTreeSet<Key>,
 }
 
 fn roles(kind: Kind, name: &str) -> Vec<(String, bool)> {
@@ -301,6 +313,7 @@ impl World {
                 failed_tries: 0,
             },
         );
+        self.due.insert(key.clone());
         self.objects.insert(key, o);
     }
 
@@ -323,6 +336,7 @@ impl World {
                     let plane = plane_of(desired, plane, &d.key);
                     if let Some(o) = self.objects.get_mut(&d.key) {
                         o.projected_by = Some(plane);
+                        self.due.insert(d.key.clone());
                     }
                 }
             } else if let Some(image) = &d.image
@@ -365,6 +379,7 @@ impl World {
             o.release = release;
             o.image = image;
             o.generation += 1;
+            self.due.insert(key.clone());
         }
         Ok(())
     }
@@ -402,6 +417,7 @@ impl World {
                 o.release = rel;
                 o.image = image.clone();
                 o.generation += 1;
+                self.due.insert(child.clone());
             }
         }
         Ok(())
@@ -409,9 +425,13 @@ impl World {
 
     /// Deleting a Job (background propagation): the operator re-creates it.
     pub fn delete_job(&mut self, namespace: &str, name: &str) -> bool {
-        self.jobs
-            .remove(&(namespace.to_owned(), name.to_owned()))
-            .is_some()
+        match self.jobs.remove(&(namespace.to_owned(), name.to_owned())) {
+            Some(j) => {
+                self.due.insert(j.owner);
+                true
+            }
+            None => false,
+        }
     }
 
     pub fn job(&self, namespace: &str, name: &str) -> Option<&Job> {
@@ -488,6 +508,101 @@ impl World {
                 break;
             }
         }
+        // Everything was looked at: nothing is due, rolls are found again
+        // (whoever changed the fields directly may have started one).
+        self.due.clear();
+        self.rolling = self
+            .objects
+            .values()
+            .filter(|o| o.deployments.iter().any(|d| d.rolling_until.is_some()))
+            .map(|o| o.key.clone())
+            .collect();
+    }
+
+    /// `settle` for the objects that are due only. Objects reconcile
+    /// independently (each reads itself, its own Jobs and the clock), so
+    /// one that is not due would change nothing: the world ends exactly as
+    /// `settle` leaves it (`tests/sim_due.rs` compares the two over random
+    /// histories). Jobs are named after their object, as the operators name
+    /// them, so two kinds' objects of one namespace and name would share
+    /// Jobs (a conflict in a real cluster too); such a world is outside
+    /// that promise.
+    fn settle_due(&mut self) {
+        let mut keys: Vec<Key> = std::mem::take(&mut self.due).into_iter().collect();
+        for _ in 0..64 {
+            if keys.is_empty() {
+                return;
+            }
+            keys.retain(|k| self.reconcile(k));
+        }
+        // Still changing after as many rounds as `settle` allows: the next
+        // step goes on with them.
+        self.due.extend(keys);
+    }
+
+    /// `settle`, then `advance_to` the next due time (at most `max_wait`
+    /// ahead) for what is due and in flight only; the world ends exactly as
+    /// those two leave it. Returns whether anything was due.
+    pub fn step_due(&mut self, max_wait: Duration) -> bool {
+        self.settle_due();
+        match self.next_due_indexed() {
+            Some(t) => {
+                let t = t.min(self.now + max_wait);
+                self.advance_due(t);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `advance_to` for what is in flight only.
+    pub fn advance_due(&mut self, t: Duration) {
+        self.now = self.now.max(t);
+        let now = self.now;
+        let limit = self.params.backoff_limit;
+        for j in self.jobs.values_mut() {
+            if j.state == JobState::Running && j.done_at <= now {
+                j.state = if j.failed_tries > limit {
+                    JobState::Failed
+                } else {
+                    JobState::Complete
+                };
+                self.due.insert(j.owner.clone());
+            }
+        }
+        let rolling = std::mem::take(&mut self.rolling);
+        for k in rolling {
+            let Some(o) = self.objects.get_mut(&k) else {
+                continue;
+            };
+            let mut still = false;
+            for d in &mut o.deployments {
+                if d.rolling_until.is_some_and(|u| u <= now) {
+                    d.rolling_until = None;
+                    self.due.insert(k.clone());
+                }
+                still |= d.rolling_until.is_some();
+            }
+            if still {
+                self.rolling.insert(k);
+            }
+        }
+        self.settle_due();
+    }
+
+    /// `next_due` from the running Jobs and the rolls in flight.
+    fn next_due_indexed(&self) -> Option<Duration> {
+        let jobs = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Running)
+            .map(|j| j.done_at);
+        let rolls = self
+            .rolling
+            .iter()
+            .filter_map(|k| self.objects.get(k))
+            .flat_map(|o| o.deployments.iter().filter_map(|d| d.rolling_until));
+        jobs.chain(rolls).filter(|t| *t > self.now).min()
     }
 
     /// The next time something is due, if anything is.
@@ -629,6 +744,7 @@ impl World {
                     d.annotation = want_ann;
                 }
                 d.rolling_until = Some(now + roll + extra);
+                self.rolling.insert(key.clone());
                 return false;
             }
         }
