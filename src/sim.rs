@@ -10,7 +10,7 @@
 //! behind the `Cluster` trait, so the daemon's own engine runs against it
 //! (`run` in sim mode, `rehearse`, `rehearse --plan`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::follow::Observation;
@@ -204,21 +204,41 @@ fn roles(kind: Kind, name: &str) -> Vec<(String, bool)> {
     }
 }
 
-/// The release an object's spec asks for (Keystone: its tag).
-/// The key of the plane named `plane` that projects `child`: the plane
-/// defined in the child's file (a plane's children come from its document).
-fn plane_of(desired: &[crate::desired::Desired], plane: &str, child: &Key) -> Key {
-    let file = desired
-        .iter()
-        .find(|c| &c.key == child)
-        .map_or("", |c| &*c.file);
-    desired
-        .iter()
-        .find(|d| d.key.kind == Kind::ControlPlane && d.key.name == plane && &*d.file == file)
-        .map(|d| d.key.clone())
-        .unwrap_or_else(|| Key::new(Kind::ControlPlane, child.namespace.clone(), plane))
+/// Where each child's plane is defined, found once for a whole list of
+/// desired objects: the key of the plane named `plane` that projects
+/// `child` is the plane defined in the child's file (a plane's children
+/// come from its document). A search of the list per child made seeding
+/// quadratic (32 s for the 84,000 objects of a 20,000-file fleet).
+struct PlaneIndex<'a> {
+    /// The file that first defines each key.
+    file_of: HashMap<&'a Key, &'a str>,
+    /// The first plane of each (name, file).
+    planes: HashMap<(&'a str, &'a str), &'a Key>,
 }
 
+impl<'a> PlaneIndex<'a> {
+    fn new(desired: &'a [crate::desired::Desired]) -> Self {
+        let mut file_of = HashMap::with_capacity(desired.len());
+        let mut planes = HashMap::new();
+        for d in desired {
+            file_of.entry(&d.key).or_insert(&*d.file);
+            if d.key.kind == Kind::ControlPlane {
+                planes.entry((&*d.key.name, &*d.file)).or_insert(&d.key);
+            }
+        }
+        Self { file_of, planes }
+    }
+
+    fn plane_of(&self, plane: &str, child: &Key) -> Key {
+        let file = self.file_of.get(child).copied().unwrap_or("");
+        self.planes
+            .get(&(plane, file))
+            .map(|k| (*k).clone())
+            .unwrap_or_else(|| Key::new(Kind::ControlPlane, child.namespace.clone(), plane))
+    }
+}
+
+/// The release an object's spec asks for (Keystone: its tag).
 fn spec_release(o: &Object) -> Option<String> {
     match o.key.kind.release_source() {
         ReleaseSource::Field => o.release.clone(),
@@ -324,6 +344,7 @@ impl World {
     /// over, as the operator does (server-side apply with force): from then
     /// on the plane re-asserts it.
     pub fn seed(&mut self, desired: &[crate::desired::Desired]) {
+        let index = PlaneIndex::new(desired);
         for d in desired {
             if d.key.kind == Kind::ControlPlane {
                 if !self.planes.contains_key(&d.key) {
@@ -333,7 +354,7 @@ impl World {
                 (&d.projected_by, self.objects.get(&d.key))
             {
                 if existing.projected_by.is_none() {
-                    let plane = plane_of(desired, plane, &d.key);
+                    let plane = index.plane_of(plane, &d.key);
                     if let Some(o) = self.objects.get_mut(&d.key) {
                         o.projected_by = Some(plane);
                         self.due.insert(d.key.clone());
@@ -342,10 +363,7 @@ impl World {
             } else if let Some(image) = &d.image
                 && !self.objects.contains_key(&d.key)
             {
-                let plane = d
-                    .projected_by
-                    .as_ref()
-                    .map(|p| plane_of(desired, p, &d.key));
+                let plane = d.projected_by.as_ref().map(|p| index.plane_of(p, &d.key));
                 let release = (d.key.kind.release_source() == ReleaseSource::Field)
                     .then(|| d.release.clone())
                     .flatten();
