@@ -529,6 +529,10 @@ impl World {
         // Everything was looked at: nothing is due, rolls are found again
         // (whoever changed the fields directly may have started one).
         self.due.clear();
+        self.find_rolls();
+    }
+
+    fn find_rolls(&mut self) {
         self.rolling = self
             .objects
             .values()
@@ -575,6 +579,13 @@ impl World {
 
     /// `advance_to` for what is in flight only.
     pub fn advance_due(&mut self, t: Duration) {
+        self.finish_until(t);
+        self.settle_due();
+    }
+
+    /// Moves the clock to `t`; Jobs and rolls (of `rolling`) due by then
+    /// finish, and their objects become due.
+    fn finish_until(&mut self, t: Duration) {
         self.now = self.now.max(t);
         let now = self.now;
         let limit = self.params.backoff_limit;
@@ -605,57 +616,34 @@ impl World {
                 self.rolling.insert(k);
             }
         }
-        self.settle_due();
     }
 
     /// `next_due` from the running Jobs and the rolls in flight.
     fn next_due_indexed(&self) -> Option<Duration> {
-        let jobs = self
-            .jobs
-            .values()
-            .filter(|j| j.state == JobState::Running)
-            .map(|j| j.done_at);
-        let rolls = self
-            .rolling
-            .iter()
-            .filter_map(|k| self.objects.get(k))
-            .flat_map(|o| o.deployments.iter().filter_map(|d| d.rolling_until));
-        jobs.chain(rolls).filter(|t| *t > self.now).min()
+        self.earliest(self.rolling.iter().filter_map(|k| self.objects.get(k)))
     }
 
     /// The next time something is due, if anything is.
     pub fn next_due(&self) -> Option<Duration> {
+        self.earliest(self.objects.values())
+    }
+
+    /// The earliest end after now of a running Job or of a roll of `objects`.
+    fn earliest<'a>(&'a self, objects: impl Iterator<Item = &'a Object>) -> Option<Duration> {
         let jobs = self
             .jobs
             .values()
             .filter(|j| j.state == JobState::Running)
             .map(|j| j.done_at);
-        let rolls = self
-            .objects
-            .values()
-            .flat_map(|o| o.deployments.iter().filter_map(|d| d.rolling_until));
+        let rolls = objects.flat_map(|o| o.deployments.iter().filter_map(|d| d.rolling_until));
         jobs.chain(rolls).filter(|t| *t > self.now).min()
     }
 
     /// Moves the clock to `t` and lets everything due by then happen.
     pub fn advance_to(&mut self, t: Duration) {
-        self.now = self.now.max(t);
-        for j in self.jobs.values_mut() {
-            if j.state == JobState::Running && j.done_at <= self.now {
-                j.state = if j.failed_tries > self.params.backoff_limit {
-                    JobState::Failed
-                } else {
-                    JobState::Complete
-                };
-            }
-        }
-        for o in self.objects.values_mut() {
-            for d in &mut o.deployments {
-                if d.rolling_until.is_some_and(|u| u <= self.now) {
-                    d.rolling_until = None;
-                }
-            }
-        }
+        // Every roll, wherever it was started.
+        self.find_rolls();
+        self.finish_until(t);
         self.settle();
     }
 

@@ -10,16 +10,7 @@ use lockstep::release::ImageRef;
 use lockstep::sim::{Fault, JobKind, Params, World};
 use proptest::prelude::*;
 
-const KINDS: [Kind; 8] = [
-    Kind::Keystone,
-    Kind::Horizon,
-    Kind::Glance,
-    Kind::Placement,
-    Kind::Barbican,
-    Kind::Neutron,
-    Kind::Cinder,
-    Kind::Nova,
-];
+const KINDS: [Kind; 8] = Kind::SERVICES;
 const RELEASES: [&str; 4] = ["2025.2", "2026.1", "2026.2", "2027.1"];
 const JOBS: [JobKind; 4] = [
     JobKind::Sync,
