@@ -43,7 +43,7 @@
 //! `LOCKSTEP_BENCH_PUSHES=N` (default 5), `LOCKSTEP_BENCH_IDLE=SECONDS`
 //! (default 30), `LOCKSTEP_BENCH_RACE=lockstep` or `flux` (one side only),
 //! `LOCKSTEP_BENCH_FILES=500,5000`, `LOCKSTEP_BENCH_KEEP=DIR` (keep the
-//! logs). It asserts nothing about the figures.
+//! logs), `LOCKSTEP_BENCH_LOG_LEVEL=debug` (lockstep's log level). It asserts nothing about the figures.
 
 #[path = "support/fleet.rs"]
 mod fleet;
@@ -347,6 +347,12 @@ struct Lockstep {
     secret: String,
 }
 
+/// lockstep's log level (`LOCKSTEP_BENCH_LOG_LEVEL`, default `info`):
+/// `debug` logs each pass's times, for profiling a start-up.
+fn log_level() -> String {
+    std::env::var("LOCKSTEP_BENCH_LOG_LEVEL").unwrap_or_else(|_| "info".into())
+}
+
 impl Lockstep {
     fn start(url: &str, kubeconfig: &Path, tmp: &Path, logs: &Path) -> Lockstep {
         let secret = "race-secret".to_owned();
@@ -372,7 +378,7 @@ impl Lockstep {
             .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
             .arg("--github-webhook-secret-file")
             .arg(&secret_file)
-            .args(["--log-level", "info", "--log-format", "json"])
+            .args(["--log-level", &log_level(), "--log-format", "json"])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(logs.join("lockstep.log")).expect("log"))
             .spawn()

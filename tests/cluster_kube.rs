@@ -279,6 +279,23 @@ async fn kube_cluster_against_a_real_api_server() {
         lockstep::follow::Progress::Failed { .. } | lockstep::follow::Progress::Settling { .. }
     ));
 
+    // The snapshot a full pass reads (a paged LIST per kind and of the
+    // Deployments) holds what the reads one by one give, the Deployments
+    // matched to their service the same way; kinds with no object and
+    // names nobody has are absent.
+    let snap = c.snapshot().await.unwrap().expect("the kube cluster lists");
+    assert_eq!(snap.get(&nova), c.get(&nova).await.unwrap());
+    assert!(snap.get(&nova).is_some());
+    assert_eq!(snap.deployments(&nova), c.deployments(&nova).await.unwrap());
+    assert_eq!(snap.deployments(&nova).len(), 2);
+    let ghost = Key::new(Kind::Cinder, "compute", "nova");
+    assert_eq!(snap.get(&ghost), None);
+    assert_eq!(
+        lockstep::cluster::observation(&nova, snap.get(&nova).unwrap(), &snap.deployments(&nova)),
+        obs,
+        "the tracker sees the same from either read"
+    );
+
     // Jobs: the failed phase Job is found and deleted (background propagation).
     let jobs: Api<Job> = Api::namespaced(client.clone(), "compute");
     for name in ["nova-db-expand", "nova-db-sync", "unrelated"] {

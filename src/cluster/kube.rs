@@ -13,8 +13,8 @@ use kube::api::{
 };
 
 use super::{
-    ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentInfo, EventInfo, FIELD_MANAGER,
-    JobInfo, apply_body,
+    ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentFacts, DeploymentInfo, EventInfo,
+    FIELD_MANAGER, JobInfo, Snapshot, apply_body,
 };
 use crate::kind::{Key, Kind, VERSION};
 use crate::live::{Condition, LiveStatus};
@@ -108,6 +108,66 @@ pub fn spec_image(spec: &serde_json::Value) -> Option<ImageRef> {
         i.get("digest").and_then(|v| v.as_str()),
     )
     .ok()
+}
+
+/// Every object of `api`, a page of 500 at a time (each page handed to
+/// `each` and dropped, so a large cluster is never held as JSON at once).
+async fn list_pages<K>(
+    api: &Api<K>,
+    what: &str,
+    mut each: impl FnMut(K),
+) -> Result<(), ClusterError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = match api.list(&params).await {
+            // A kind whose CRD is not installed has no objects, as a GET
+            // of one finds none.
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            r => r,
+        };
+        let page = page.map_err(|e| match e {
+            kube::Error::Api(s) => ClusterError::Unavailable(format!(
+                "listing {what}: {} {}: {}",
+                s.code, s.reason, s.message
+            )),
+            other => ClusterError::Unavailable(format!("listing {what}: {other}")),
+        })?;
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        page.items.into_iter().for_each(&mut each);
+        match next {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(()),
+        }
+    }
+}
+
+/// What [`super::deployments_of`] reads of a Deployment.
+fn deployment_facts(d: &Deployment) -> Option<DeploymentFacts> {
+    let name = d.metadata.name.clone()?;
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let st = d.status.clone().unwrap_or_default();
+    let rolled_out = st.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0)
+        && st.updated_replicas.unwrap_or(0) == want
+        && st.ready_replicas.unwrap_or(0) == want
+        && st.replicas.unwrap_or(0) == want;
+    let template = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref());
+    let annotations = [Kind::Nova, Kind::Cinder]
+        .iter()
+        .filter_map(|k| super::second_roll_annotation(*k))
+        .filter_map(|a| Some((a, template?.get(a)?.clone())))
+        .collect();
+    Some(DeploymentFacts {
+        name,
+        rolled_out,
+        annotations,
+    })
 }
 
 /// Maps kube-rs errors onto what lockstep does about them.
@@ -388,45 +448,44 @@ impl Cluster for KubeCluster {
             .list(&ListParams::default())
             .await
             .map_err(|e| classify(key, e))?;
-        let role_prefix = format!("{}-", key.name);
-        let annotation = super::second_roll_annotation(key.kind);
-        Ok(list
-            .items
-            .into_iter()
-            .filter_map(|d| {
-                let name = d.metadata.name.clone()?;
-                // `<name>-db-…` are Jobs' names, never Deployments'; roles are `<name>-<role>`.
-                if name != key.name && !name.starts_with(&role_prefix) {
-                    return None;
-                }
-                let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-                let st = d.status.clone().unwrap_or_default();
-                let rolled_out = st.observed_generation.unwrap_or(0)
-                    >= d.metadata.generation.unwrap_or(0)
-                    && st.updated_replicas.unwrap_or(0) == want
-                    && st.ready_replicas.unwrap_or(0) == want
-                    && st.replicas.unwrap_or(0) == want;
-                let installed_release = annotation.and_then(|a| {
-                    d.spec
-                        .as_ref()?
-                        .template
-                        .metadata
-                        .as_ref()?
-                        .annotations
-                        .as_ref()?
-                        .get(a)
-                        .cloned()
-                });
-                Some(DeploymentInfo {
-                    name,
-                    rolled_out,
-                    installed_release,
-                })
+        let facts: Vec<DeploymentFacts> = list.items.iter().filter_map(deployment_facts).collect();
+        Ok(super::deployments_of(key, &facts))
+    }
+
+    async fn snapshot(&self) -> Result<Option<Snapshot>, ClusterError> {
+        let mut snap = Snapshot::default();
+        for kind in std::iter::once(Kind::ControlPlane).chain(Kind::SERVICES) {
+            let gvk = GroupVersionKind::gvk(kind.group(), VERSION, kind.as_str());
+            let ar = ApiResource::from_gvk_with_plural(&gvk, kind.plural());
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+            list_pages(&api, kind.plural(), |o: DynamicObject| {
+                let key = Key::new(
+                    kind,
+                    o.metadata.namespace.clone().unwrap_or_default(),
+                    o.metadata.name.clone().unwrap_or_default(),
+                );
+                let obj = to_object(&key, &o);
+                snap.objects.insert(key, obj);
             })
-            .collect())
+            .await?;
+        }
+        let api: Api<Deployment> = Api::all(self.client.clone());
+        list_pages(&api, "deployments", |d: Deployment| {
+            if let Some(f) = deployment_facts(&d) {
+                let ns = d.metadata.namespace.unwrap_or_default();
+                snap.deployments.entry(ns).or_default().push(f);
+            }
+        })
+        .await?;
+        Ok(Some(snap))
     }
 
     fn watch(&self) -> futures::stream::BoxStream<'static, Key> {
+        use futures::StreamExt;
+        self.watch_versions().map(|(k, _)| k).boxed()
+    }
+
+    fn watch_versions(&self) -> futures::stream::BoxStream<'static, (Key, Option<String>)> {
         use futures::StreamExt;
         use kube::ResourceExt;
         use kube::runtime::{WatchStreamExt, watcher};
@@ -443,7 +502,10 @@ impl Cluster for KubeCluster {
                     .applied_objects()
                     .filter_map(move |r| async move {
                         r.ok().map(|o| {
-                            Key::new(kind, o.namespace().unwrap_or_default(), o.name_any())
+                            let version = o.resource_version();
+                            let key =
+                                Key::new(kind, o.namespace().unwrap_or_default(), o.name_any());
+                            (key, version)
                         })
                     })
                     .boxed()

@@ -256,6 +256,9 @@ pub struct Daemon<C: Cluster, R: Repo> {
     walked: Option<Oid>,
     /// Objects the cluster announced as changed since the last pass.
     dirty: HashSet<Key>,
+    /// The `resourceVersion` at which a unit's read last saw each object:
+    /// a watch event at that same version is no change (`mark_changed`).
+    seen: HashMap<Key, Box<str>>,
     last_full: Option<Instant>,
     /// When each plan wave was first seen complete (soak); lost on restart,
     /// which only makes a soak longer.
@@ -335,6 +338,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             tally: units::Tally::default(),
             walked: None,
             dirty: HashSet::new(),
+            seen: HashMap::new(),
             last_full: None,
             plan_completed: BTreeMap::new(),
             plan_last: BTreeMap::new(),
@@ -588,13 +592,13 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         leader: tokio::sync::watch::Receiver<bool>,
         shutdown: impl std::future::Future<Output = ()>,
     ) -> PassOutcome {
-        let mut changes = self.cluster.watch();
+        let mut changes = self.cluster.watch_versions();
         tokio::pin!(shutdown);
         let mut leader = leader;
         let mut last = PassOutcome::default();
         loop {
-            while let Some(Some(k)) = changes.next().now_or_never() {
-                self.dirty.insert(k);
+            while let Some(Some((k, v))) = changes.next().now_or_never() {
+                self.mark_changed(k, v);
             }
             if *leader.borrow() {
                 self.metrics.leader.set(1);
@@ -625,14 +629,28 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 _ = poll => {}
                 Some(()) = triggers.recv() => {}
                 _ = leader.changed() => {}
-                Some(k) = changes.next() => {
+                Some((k, v)) = changes.next() => {
                     // A burst of watch events is one pass.
-                    self.dirty.insert(k);
+                    self.mark_changed(k, v);
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
         }
         last
+    }
+
+    /// Notes that the cluster announced `key` at `version`. A watch's first
+    /// listing, and each re-list, announces every object: one the last read
+    /// saw at this very version is unchanged (the version moves on every
+    /// write), so its unit is not read again for it. Without a version, or
+    /// at another one, the unit is read on the next pass.
+    fn mark_changed(&mut self, key: Key, version: Option<String>) {
+        let unchanged = version
+            .as_deref()
+            .is_some_and(|v| !v.is_empty() && self.seen.get(&key).is_some_and(|s| **s == *v));
+        if !unchanged {
+            self.dirty.insert(key);
+        }
     }
 
     /// One pass over source, gate, cluster and statuses.

@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::StreamExt;
 use tracing::Instrument;
 
 use super::judge::Judgment;
 use super::{Daemon, Did, PassOutcome, Repo};
-use crate::cluster::{Cluster, ClusterError, observe};
+use crate::cluster::{Cluster, ClusterError, Snapshot, observation, observe_object};
 use crate::follow::{Progress, assess};
 use crate::kind::{Key, Kind};
 use crate::metrics::{KindLabels, Metrics};
@@ -56,6 +57,13 @@ pub(super) struct Walked {
     pub read: usize,
 }
 
+/// How many units a pass reads ahead of its decisions, and how many of
+/// those reads are in flight at once: enough to hide the API server's round
+/// trips, few enough that a pass never holds much state read long before it
+/// decides, nor floods the API server.
+const READ_BATCH: usize = 64;
+const READS_IN_FLIGHT: usize = 8;
+
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     pub(super) async fn reconcile_units(
         &mut self,
@@ -68,6 +76,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             .is_none_or(|t| t.elapsed() >= self.opts.resync);
         if full {
             self.units.retain(|k, _| chains.contains_key(k));
+            // Every unit is read again below, each refilling what it saw.
+            self.seen.clear();
             self.tally = Tally::of(self.units.values());
             self.last_full = Some(Instant::now());
         }
@@ -104,17 +114,54 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }
         }
         let read = wanted.len();
-        for (key, chain) in wanted {
-            let span = tracing::info_span!("unit", object = %key);
-            let u = self
-                .reconcile(&chain, &judgment.gates, out)
-                .instrument(span)
+        // Units are read a batch ahead, several reads in flight (each is a
+        // round trip to the API server: one at a time, 5,000 units took
+        // 27 s), and decided one by one in order, as before: a unit's
+        // objects are its own, so no decision changes another unit's read.
+        // A pass that reads every unit reads the cluster at once, a LIST per
+        // kind; when that fails, object by object as any other pass.
+        let snapshot = if full && !wanted.is_empty() {
+            let t = Instant::now();
+            let s = self.cluster.snapshot().await;
+            Metrics::observe(
+                &self.metrics.cluster_seconds,
+                "snapshot",
+                s.is_ok(),
+                t.elapsed(),
+            );
+            s.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "listing the cluster failed; reading object by object");
+                None
+            })
+        } else {
+            None
+        };
+        let snapshot = snapshot.as_ref();
+        for batch in wanted.chunks(READ_BATCH) {
+            let states: Vec<_> = futures::stream::iter(batch)
+                .map(|(key, chain)| {
+                    let span = tracing::info_span!("unit", object = %key);
+                    self.read_unit(chain, snapshot).instrument(span)
+                })
+                .buffered(READS_IN_FLIGHT)
+                .collect()
                 .await;
-            if self.units.get(&key) != Some(&u) {
-                changed = true;
-                self.tally.add(&u, 1);
-                if let Some(old) = self.units.insert(key, u) {
-                    self.tally.add(&old, -1);
+            for ((key, chain), state) in batch.iter().zip(states) {
+                let span = tracing::info_span!("unit", object = %key);
+                let state = state.map(|(state, versions)| {
+                    self.seen.extend(versions);
+                    state
+                });
+                let u = self
+                    .reconcile(chain, state, &judgment.gates, out)
+                    .instrument(span)
+                    .await;
+                if self.units.get(key) != Some(&u) {
+                    changed = true;
+                    self.tally.add(&u, 1);
+                    if let Some(old) = self.units.insert(key.clone(), u) {
+                        self.tally.add(&old, -1);
+                    }
                 }
             }
         }
@@ -133,10 +180,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     async fn reconcile(
         &mut self,
         chain: &Arc<Chain>,
+        state: Result<UnitState, ClusterError>,
         gates: &crate::preflight::Gates,
         out: &mut PassOutcome,
     ) -> UnitReport {
-        let state = match self.read_unit(chain).await {
+        let state = match state {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "reading the unit failed; next pass");
@@ -344,16 +392,34 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         )
     }
 
-    async fn read_unit(&self, chain: &Chain) -> Result<UnitState, ClusterError> {
-        let t = Instant::now();
-        let unit = self.cluster.get(&chain.unit).await;
-        Metrics::observe(
-            &self.metrics.cluster_seconds,
-            "get",
-            unit.is_ok(),
-            t.elapsed(),
-        );
-        let unit = unit?;
+    /// The unit's state, and the `resourceVersion` of each object read.
+    async fn read_unit(
+        &self,
+        chain: &Chain,
+        snapshot: Option<&Snapshot>,
+    ) -> Result<(UnitState, Vec<(Key, Box<str>)>), ClusterError> {
+        let get = async |k: &Key| match snapshot {
+            Some(s) => Ok(s.get(k)),
+            None => self.cluster.get(k).await,
+        };
+        let unit = match snapshot {
+            Some(s) => s.get(&chain.unit),
+            None => {
+                let t = Instant::now();
+                let unit = self.cluster.get(&chain.unit).await;
+                Metrics::observe(
+                    &self.metrics.cluster_seconds,
+                    "get",
+                    unit.is_ok(),
+                    t.elapsed(),
+                );
+                unit?
+            }
+        };
+        let mut versions: Vec<(Key, Box<str>)> = Vec::new();
+        if let Some(o) = &unit {
+            versions.push((o.key.clone(), o.resource_version.as_str().into()));
+        }
         let mut state = UnitState {
             spec: unit.as_ref().map(|o| Target {
                 release: rollout::spec_release(o.key.kind, o.release.as_deref(), o.image.as_ref()),
@@ -379,21 +445,29 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             let obj = if k == chain.unit {
                 unit.clone()
             } else {
-                self.cluster.get(&k).await?
+                get(&k).await?
             };
             let Some(obj) = obj else { continue };
-            let t = Instant::now();
-            let obs = observe(&self.cluster, &k).await;
-            Metrics::observe(
-                &self.metrics.cluster_seconds,
-                "observe",
-                obs.is_ok(),
-                t.elapsed(),
-            );
-            let Some(obs) = obs? else { continue };
+            if k != chain.unit {
+                versions.push((k.clone(), obj.resource_version.as_str().into()));
+            }
             let spec = Target {
                 release: rollout::spec_release(k.kind, obj.release.as_deref(), obj.image.as_ref()),
                 image: obj.image.as_ref().map(ImageRef::reference),
+            };
+            let obs = match snapshot {
+                Some(s) => observation(&k, obj, &s.deployments(&k)),
+                None => {
+                    let t = Instant::now();
+                    let obs = observe_object(&self.cluster, &k, obj).await;
+                    Metrics::observe(
+                        &self.metrics.cluster_seconds,
+                        "observe",
+                        obs.is_ok(),
+                        t.elapsed(),
+                    );
+                    obs?
+                }
             };
             // Stateless here; the tracker adds stall detection when followed.
             let to = Target {
@@ -404,6 +478,6 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             let progress = assess(&to, &obs);
             state.objects.insert(k, ObjectState { spec, progress });
         }
-        Ok(state)
+        Ok((state, versions))
     }
 }
