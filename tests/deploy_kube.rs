@@ -181,6 +181,7 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
         "delete jobs.batch/nova-db-expand -n compute",
         "get deployments.apps -n openstack",
         "list deployments.apps -n openstack",
+        "list deployments.apps --all-namespaces",
         "watch deployments.apps -n openstack",
         "create events.events.k8s.io -n openstack",
         "list events.events.k8s.io -n openstack",
@@ -395,6 +396,14 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
             .expect("deployments are listed")
             .is_empty()
     );
+    // A pass that reads every unit lists each kind and the Deployments
+    // cluster-wide: allowed, and it finds the Nova.
+    let snap = c
+        .snapshot()
+        .await
+        .expect("the cluster is listed")
+        .expect("the kube cluster lists");
+    assert_eq!(snap.get(&nova), c.get(&nova).await.unwrap());
     c.record_event(&nova, "RepairRetriedJob", "deploy test", false)
         .await
         .expect("an Event is recorded");
