@@ -180,10 +180,31 @@ fn output(bin: &str, args: &[&str]) -> (Option<i32>, Vec<u8>) {
 /// `LOCKSTEP_BENCH_BEFORE` the older binary is timed in the same rounds and
 /// its output compared with this build's.
 fn measure_paired(label: &str, reps: usize, args: &[&str], repo: &Path, yard: &[&str]) {
+    measure_paired_with(label, reps, args, repo, yard, &|| {});
+}
+
+/// [`measure_paired`], with `prepare` run (untimed) before each run of
+/// lockstep: how the names index is removed for a cold run. An older
+/// build is given the same arguments without `--no-cache`.
+fn measure_paired_with(
+    label: &str,
+    reps: usize,
+    args: &[&str],
+    repo: &Path,
+    yard: &[&str],
+    prepare: &dyn Fn(),
+) {
     let before = std::env::var("LOCKSTEP_BENCH_BEFORE").ok();
+    let old_args: Vec<&str> = args
+        .iter()
+        .copied()
+        .filter(|a| *a != "--no-cache")
+        .collect();
+    let old_args = old_args.as_slice();
     if let Some(old) = &before {
+        prepare();
         let (new_code, new_out) = output(BIN, args);
-        let (old_code, old_out) = output(old, args);
+        let (old_code, old_out) = output(old, old_args);
         assert_eq!(new_code, old_code, "{label}: exit codes differ");
         assert!(
             new_out == old_out,
@@ -195,9 +216,10 @@ fn measure_paired(label: &str, reps: usize, args: &[&str], repo: &Path, yard: &[
     let (mut ours, mut theirs, mut olds) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..reps {
         theirs.push(run("git", yard, Some(repo)));
+        prepare();
         ours.push(run(BIN, args, None));
         if let Some(old) = &before {
-            olds.push(run(old, args, None));
+            olds.push(run(old, old_args, None));
         }
     }
     let (ours, theirs) = (summarize(ours), summarize(theirs));
@@ -320,8 +342,32 @@ fn main() {
             &fleet.path,
             &["diff", "HEAD~2", "HEAD~1"],
         );
+        // The names index (`src/names.rs`): without it, cold (the first
+        // check of a fresh clone builds and saves it) and warm.
+        let index = fleet.path.join(".git/lockstep").join(lockstep::names::FILE);
+        let forget = || {
+            let _ = std::fs::remove_file(&index);
+        };
         measure_paired(
-            "check, one-file PR adding a new object",
+            "check, one-file PR adding a new object, --no-cache",
+            reps,
+            &["check", "--repo", &repo, "-o", "json", "--no-cache"],
+            &fleet.path,
+            &["diff", "HEAD~1", "HEAD"],
+        );
+        measure_paired_with(
+            "  the same, cold (builds the names index)",
+            reps,
+            &["check", "--repo", &repo, "-o", "json"],
+            &fleet.path,
+            &["diff", "HEAD~1", "HEAD"],
+            &forget,
+        );
+        if let Ok(len) = std::fs::metadata(&index).map(|m| m.len()) {
+            println!("    names index: {:.2} MiB", len as f64 / (1 << 20) as f64);
+        }
+        measure_paired(
+            "  the same, warm (the names index saved)",
             reps,
             &["check", "--repo", &repo, "-o", "json"],
             &fleet.path,

@@ -46,6 +46,10 @@ pub struct CheckOptions {
     /// whole document ([`Sources`]): the daemon applies what was judged
     /// without parsing the file again. `None`: nothing is kept.
     pub sources: Option<Arc<Sources>>,
+    /// The names index (`src/names.rs`): which directories can hold a name,
+    /// so that a commit adding an object reads only those. `None`: every
+    /// file of the tree is searched. The caller saves it after the check.
+    pub names: Option<Arc<crate::names::NameIndex>>,
 }
 
 impl Default for CheckOptions {
@@ -60,6 +64,7 @@ impl Default for CheckOptions {
             trust: None,
             recorded: None,
             sources: None,
+            names: None,
         }
     }
 }
@@ -480,6 +485,23 @@ struct TreePolicies {
 /// is often that same tree.
 type Mentions = (BTreeSet<String>, HashMap<Oid, bool>);
 
+/// What a names-index walk looks for: the needles, their searchers, and the
+/// paths it skips (the files the commit changed).
+struct Needles<'q> {
+    needles: &'q BTreeSet<String>,
+    finders: &'q [memchr::memmem::Finder<'q>],
+    changed: &'q BTreeSet<&'q str>,
+}
+
+/// What a directory holds as far as names go, while its names-index entry
+/// is built.
+#[derive(Default)]
+struct Built {
+    windows: crate::names::Windows,
+    disguised: bool,
+    files: usize,
+}
+
 /// One commit's judgment, with the two sides the memory needs.
 struct Judged {
     objects: Vec<ObjectVerdict>,
@@ -704,6 +726,114 @@ impl Walker<'_> {
             finders.iter().any(|f| f.find(bytes).is_some()) || may_spell_names_in_disguise(bytes);
         self.mentions.1.insert(oid, m);
         Ok(m)
+    }
+
+    /// Appends to `out` the manifest files of directory `tree` (at `dir`,
+    /// under the prefixes, in the order of `GitRepo::files`) that may
+    /// mention a needle: what `mentions` says of each, except that a
+    /// directory the names index proves free of every needle is skipped
+    /// unread. A directory the index lacks is read whole and its entry
+    /// built; with `build`, what it holds is returned for its parent's.
+    #[allow(clippy::too_many_arguments)]
+    fn scan(
+        &mut self,
+        index: &crate::names::NameIndex,
+        tree: Oid,
+        dir: &str,
+        q: &Needles<'_>,
+        build: bool,
+        out: &mut Vec<(String, Oid)>,
+    ) -> Result<Option<Built>, GitError> {
+        if let Some(e) = index.get(tree) {
+            let built = build.then(|| {
+                let mut windows = crate::names::Windows::default();
+                e.add_to(&mut windows);
+                Built {
+                    windows,
+                    disguised: e.disguised,
+                    files: e.files as usize,
+                }
+            });
+            if !e.excludes(q.needles.iter().map(|n| n.as_bytes())) {
+                self.scan_entries(index, tree, dir, q, false, out)?;
+            }
+            return Ok(built);
+        }
+        let built = self.scan_entries(index, tree, dir, q, true, out)?;
+        if let Some(b) = &built
+            && b.files >= crate::names::MIN_FILES
+        {
+            index.put(
+                tree,
+                crate::names::Entry::new(&b.windows, b.disguised, b.files),
+            );
+        }
+        Ok(built)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn scan_entries(
+        &mut self,
+        index: &crate::names::NameIndex,
+        tree: Oid,
+        dir: &str,
+        q: &Needles<'_>,
+        build: bool,
+        out: &mut Vec<(String, Oid)>,
+    ) -> Result<Option<Built>, GitError> {
+        let mut built = build.then(Built::default);
+        for (name, oid, mode) in self.repo.tree_entries(tree)? {
+            match mode {
+                0o040000 => {
+                    let sub = format!("{dir}{name}/");
+                    let s = self.scan(index, oid, &sub, q, build, out)?;
+                    if let (Some(b), Some(s)) = (built.as_mut(), s) {
+                        b.windows.add(&s.windows);
+                        b.disguised |= s.disguised;
+                        b.files += s.files;
+                    }
+                }
+                // Links and submodules define nothing (`lookup` skips them).
+                0o120000 | 0o160000 => {}
+                _ => {
+                    if !manifest::is_manifest_path(&name) {
+                        continue;
+                    }
+                    let path = format!("{dir}{name}");
+                    // A file the commit changed is judged as a change, not
+                    // looked up; it is read only to build the entry.
+                    let changed = q.changed.contains(path.as_str());
+                    if changed && built.is_none() {
+                        continue;
+                    }
+                    let m = match built.as_mut() {
+                        Some(b) => {
+                            let blob = self.repo.blob(oid)?;
+                            let bytes = blob.content();
+                            let disguised = may_spell_names_in_disguise(bytes);
+                            b.windows.add_text(bytes);
+                            b.disguised |= disguised;
+                            b.files += 1;
+                            index.note_read();
+                            if changed {
+                                continue;
+                            }
+                            let m = disguised || q.finders.iter().any(|f| f.find(bytes).is_some());
+                            if self.mentions.0 != *q.needles {
+                                self.mentions = (q.needles.clone(), HashMap::new());
+                            }
+                            self.mentions.1.insert(oid, m);
+                            m
+                        }
+                        None => self.mentions(q.needles, q.finders, oid)?,
+                    };
+                    if m && crate::git::under_prefixes(&path, &self.opts.prefixes) {
+                        out.push((path, oid));
+                    }
+                }
+            }
+        }
+        Ok(built)
     }
 
     fn parse(&mut self, path: &str, oid: Oid) -> Result<Arc<ParsedFile>, GitError> {
@@ -932,6 +1062,31 @@ impl Walker<'_> {
                 .map(|p| self.repo.commit(p))
                 .transpose()?
                 .map(|c| c.tree);
+            // A root commit changed every file of its tree: the names
+            // index skips the directories that cannot hold a needle.
+            if parent_tree.is_none()
+                && let Some(index) = self.opts.names.clone()
+            {
+                let mut files = Vec::new();
+                let none = BTreeSet::new();
+                let needles = Needles {
+                    needles: &needles,
+                    finders: &finders,
+                    changed: &none,
+                };
+                self.scan(&index, tree, "", &needles, false, &mut files)?;
+                for (path, oid) in files {
+                    let parsed = self.parse(&path, oid)?;
+                    if expand(&parsed.documents)
+                        .iter()
+                        .any(|d| wanted.contains(&d.key))
+                    {
+                        return Ok(true);
+                    }
+                }
+                cur = parent;
+                continue;
+            }
             for ch in self.repo.changed_files_walk(
                 parent_tree,
                 tree,
@@ -1079,6 +1234,24 @@ impl Walker<'_> {
             .map(|n| memchr::memmem::Finder::new(n.as_bytes()))
             .collect();
         let mut out = Vec::new();
+        if let Some(index) = self.opts.names.clone() {
+            let mut files = Vec::new();
+            let q = Needles {
+                needles,
+                finders: &finders,
+                changed,
+            };
+            self.scan(&index, tree, "", &q, false, &mut files)?;
+            for (path, oid) in files {
+                let parsed = self.parse(&path, oid)?;
+                out.extend(
+                    expand(&parsed.documents)
+                        .into_iter()
+                        .filter(|d| wanted.contains(&d.key)),
+                );
+            }
+            return Ok(out);
+        }
         for (path, entry) in
             self.repo
                 .files(tree, &self.opts.prefixes, manifest::is_manifest_path)?

@@ -83,6 +83,12 @@ enum Command {
         /// (armored *.asc files) with a user ID of the committer's email.
         #[arg(long, value_name = "DIR")]
         trusted_keys: Option<PathBuf>,
+        /// Neither read nor write the names index ($GIT_DIR/lockstep/names-v1,
+        /// derived data that lets a commit adding an object skip the
+        /// directories that cannot hold its name; safe to delete): search
+        /// every file of the tree instead. The verdicts are the same.
+        #[arg(long)]
+        no_cache: bool,
         #[command(flatten)]
         report: ReportArgs,
     },
@@ -397,6 +403,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
             max_live_bytes,
             allowed_signers,
             trusted_keys,
+            no_cache,
             report: report_args,
         } => {
             let spec = report_args.spec(&repo)?;
@@ -408,6 +415,8 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                 .map(|path| lockstep::file::read_live(&path, max_live_bytes))
                 .transpose()?;
             let git = GitRepo::open(&repo)?;
+            let names = (!no_cache)
+                .then(|| std::sync::Arc::new(lockstep::names::NameIndex::new(git.common_dir())));
             let report = check(
                 &git,
                 &CheckOptions {
@@ -420,8 +429,16 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                     trust,
                     recorded: None,
                     sources: None,
+                    names: names.clone(),
                 },
             )?;
+            // Derived data: a repository lockstep cannot write to is
+            // checked all the same, only without keeping the index.
+            if let Some(names) = names
+                && let Err(e) = names.save()
+            {
+                tracing::debug!(file = %names.path().display(), error = %e, "names index not saved");
+            }
             print(&report, output);
             if let Some(spec) = spec {
                 post_statuses(&spec, &report_args, &report, rt)?;

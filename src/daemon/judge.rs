@@ -155,6 +155,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             trust: self.opts.trust.clone(),
             recorded: super::record::shared(&record),
             sources: None,
+            names: None,
         };
         let t = Instant::now();
         let r = self
@@ -358,6 +359,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 trust: self.opts.trust.clone(),
                 recorded: None,
                 sources: None,
+                names: None,
             };
             let r = self.judge_pull(path, opts).await;
             match r {
@@ -893,6 +895,7 @@ mod tests {
             trust: None,
             recorded: None,
             sources: None,
+            names: None,
         };
         let Ok((j, _, _)) = judge_blocking(dir.path(), head, None, &opts, None) else {
             panic!("judging the demo repository failed");
