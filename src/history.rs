@@ -500,6 +500,8 @@ struct Built {
     windows: crate::names::Windows,
     disguised: bool,
     files: usize,
+    /// Some file was not read (the commit changed it): no entry is kept.
+    partial: bool,
 }
 
 /// One commit's judgment, with the two sides the memory needs.
@@ -752,6 +754,7 @@ impl Walker<'_> {
                     windows,
                     disguised: e.disguised,
                     files: e.files as usize,
+                    partial: false,
                 }
             });
             if !e.excludes(q.needles.iter().map(|n| n.as_bytes())) {
@@ -761,6 +764,7 @@ impl Walker<'_> {
         }
         let built = self.scan_entries(index, tree, dir, q, true, out)?;
         if let Some(b) = &built
+            && !b.partial
             && b.files >= crate::names::MIN_FILES
         {
             index.put(
@@ -791,6 +795,7 @@ impl Walker<'_> {
                         b.windows.add(&s.windows);
                         b.disguised |= s.disguised;
                         b.files += s.files;
+                        b.partial |= s.partial;
                     }
                 }
                 // Links and submodules define nothing (`lookup` skips them).
@@ -801,9 +806,13 @@ impl Walker<'_> {
                     }
                     let path = format!("{dir}{name}");
                     // A file the commit changed is judged as a change, not
-                    // looked up; it is read only to build the entry.
-                    let changed = q.changed.contains(path.as_str());
-                    if changed && built.is_none() {
+                    // looked up, and not read here: the directory's entry
+                    // is left to a run that reads it anyway (a whole tree
+                    // judged from nothing builds no entry at all).
+                    if q.changed.contains(path.as_str()) {
+                        if let Some(b) = built.as_mut() {
+                            b.partial = true;
+                        }
                         continue;
                     }
                     let m = match built.as_mut() {
@@ -815,9 +824,6 @@ impl Walker<'_> {
                             b.disguised |= disguised;
                             b.files += 1;
                             index.note_read();
-                            if changed {
-                                continue;
-                            }
                             let m = disguised || q.finders.iter().any(|f| f.find(bytes).is_some());
                             if self.mentions.0 != *q.needles {
                                 self.mentions = (q.needles.clone(), HashMap::new());

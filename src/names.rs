@@ -44,7 +44,7 @@ pub const FILE: &str = "names-v1";
 
 /// Directories with fewer manifest files than this are not kept: reading
 /// their few blobs costs about what reading their entry would.
-pub const MIN_FILES: usize = 16;
+pub const MIN_FILES: usize = 4;
 /// A run saves only when it read at least this many blobs to build entries
 /// (a cold fill, or a part of the fleet rewritten since), so a check of a
 /// small change does not rewrite the file every time.
