@@ -10,7 +10,8 @@
 //!   commit's status is written (p50/p90/p99 over the runs).
 //!
 //! Run: `cargo bench --bench daemon` (`-- --quick`: a 10x smaller fleet and
-//! fewer pushes). It asserts nothing about the figures.
+//! fewer pushes; `LOCKSTEP_BENCH_FLEET=8000,12000`: the 20,000-file fleet).
+//! It asserts nothing about the figures.
 
 #[path = "support/fleet.rs"]
 mod fleet;
@@ -59,11 +60,20 @@ fn cpu_ticks(pid: u32) -> u64 {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (planes, standalone, mut pushes) = if quick {
+    let (mut planes, mut standalone, mut pushes) = if quick {
         (200, 300, 10)
     } else {
         (2000, 3000, 30)
     };
+    // LOCKSTEP_BENCH_FLEET=PLANES,STANDALONE: another fleet size (the
+    // 20,000-file fleet is 8000,12000).
+    if let Ok(v) = std::env::var("LOCKSTEP_BENCH_FLEET") {
+        let sizes: Vec<usize> = v.split(',').filter_map(|n| n.trim().parse().ok()).collect();
+        let [p, s] = sizes[..] else {
+            panic!("LOCKSTEP_BENCH_FLEET={v}: give PLANES,STANDALONE, e.g. 8000,12000");
+        };
+        (planes, standalone) = (p, s);
+    }
     // For profiling: LOCKSTEP_BENCH_PUSHES=N, LOCKSTEP_BENCH_IDLE=SECONDS,
     // LOCKSTEP_BENCH_LOG=FILE (the daemon's debug log),
     // LOCKSTEP_BENCH_REMOTE=file,

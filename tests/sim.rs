@@ -249,3 +249,49 @@ fn a_database_outage_costs_failed_tries() {
         "tries at 0, 207, 414 fail; 621 succeeds"
     );
 }
+
+/// A projected child belongs to the plane defined in its own file: two
+/// planes of one name (in two namespaces, two files) each get their own
+/// children, whatever the order of the list (the seed indexes the list
+/// once instead of searching it per child).
+#[test]
+fn seeding_gives_each_child_the_plane_of_its_own_file() {
+    use lockstep::desired::Desired;
+    let d = |key: Key, file: &str, plane: Option<&str>| Desired {
+        image: (key.kind != Kind::ControlPlane).then(|| img(key.kind.service(), "2026.1")),
+        key,
+        file: file.into(),
+        line: 1,
+        projected_by: plane.map(str::to_owned),
+        release: Some("2026.1".into()),
+        release_line: 1,
+        lockstep_release: Some("2026.1".into()),
+        image_line: 1,
+        image_overridden: false,
+        recreate_below: None,
+    };
+    let plane_a = Key::new(Kind::ControlPlane, "a", "prod");
+    let plane_b = Key::new(Kind::ControlPlane, "b", "prod");
+    let nova_a = Key::new(Kind::Nova, "a-compute", "nova");
+    let nova_b = Key::new(Kind::Nova, "b-compute", "nova");
+    // Children listed before, between and after the planes.
+    let desired = vec![
+        d(nova_b.clone(), "b.yaml", Some("prod")),
+        d(plane_a.clone(), "a.yaml", None),
+        d(nova_a.clone(), "a.yaml", Some("prod")),
+        d(plane_b.clone(), "b.yaml", None),
+    ];
+    let mut w = World::new(Params::default());
+    w.seed(&desired);
+    assert_eq!(w.objects[&nova_a].projected_by.as_ref(), Some(&plane_a));
+    assert_eq!(w.objects[&nova_b].projected_by.as_ref(), Some(&plane_b));
+    assert_eq!(w.planes.len(), 2);
+    // A child whose file defines no such plane: the plane of that name in
+    // the child's namespace.
+    let lone = Key::new(Kind::Glance, "c", "glance");
+    w.seed(&[d(lone.clone(), "c.yaml", Some("edge"))]);
+    assert_eq!(
+        w.objects[&lone].projected_by,
+        Some(Key::new(Kind::ControlPlane, "c", "edge"))
+    );
+}

@@ -17,6 +17,10 @@ pub struct MemoryCluster {
     /// has nothing to do (an idle daemon does not re-run the operator over
     /// every object on every loop).
     quiet: Arc<std::sync::atomic::AtomicBool>,
+    /// Someone changed the world's fields directly (`world()`): its index of
+    /// what is in flight may be wrong, so the next step looks at every
+    /// object once (`World::settle`) before stepping only what is due.
+    stale: Arc<std::sync::atomic::AtomicBool>,
     /// lockstep's records (`Cluster::save_record`), kept with the world so
     /// a restarted daemon on the same cluster reads them back.
     records: Arc<Mutex<std::collections::BTreeMap<String, String>>>,
@@ -31,6 +35,7 @@ impl MemoryCluster {
             world: Arc::new(Mutex::new(world)),
             changes: tokio::sync::broadcast::channel(4096).0,
             quiet: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            stale: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             records: Arc::default(),
             backups: Arc::default(),
         }
@@ -53,15 +58,11 @@ impl MemoryCluster {
             return Ok(false);
         }
         let mut w = self.world_ro()?;
-        w.settle();
-        let busy = match w.next_due() {
-            Some(t) => {
-                let t = t.min(w.now + max_wait);
-                w.advance_to(t);
-                true
-            }
-            None => false,
-        };
+        if self.stale.swap(false, Ordering::SeqCst) {
+            w.settle();
+        }
+        // Only what is in flight: the rest of a large fleet is steady.
+        let busy = w.step_due(max_wait);
         for k in std::mem::take(&mut w.changed) {
             let _ = self.changes.send(k);
         }
@@ -72,17 +73,24 @@ impl MemoryCluster {
     }
 
     /// The world, for driving the simulation (advancing its clock). Whoever
-    /// takes it may change it: the next step looks again.
+    /// takes it may change any field: the next step looks at everything.
     pub fn world(&self) -> Result<MutexGuard<'_, World>, ClusterError> {
+        self.stale.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.world_tracked()
+    }
+
+    /// The world for a change through its own methods, which keep its index
+    /// of what is in flight: the next step looks at what is due only.
+    fn world_tracked(&self) -> Result<MutexGuard<'_, World>, ClusterError> {
         self.quiet.store(false, std::sync::atomic::Ordering::SeqCst);
         self.world_ro()
     }
 
     /// Moves the simulated clock forward by `d` (everything due happens).
     pub fn advance(&self, d: std::time::Duration) {
-        if let Ok(mut w) = self.world() {
+        if let Ok(mut w) = self.world_tracked() {
             let t = w.now + d;
-            w.advance_to(t);
+            w.advance_due(t);
         }
     }
 
@@ -166,7 +174,7 @@ impl Cluster for MemoryCluster {
 
     async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
         {
-            let mut w = self.world()?;
+            let mut w = self.world_tracked()?;
             // The simulated operator installs what lockstep creates: whatever
             // the document holds that the world lacks is there, steady.
             if let Some(doc) = &req.document {
@@ -289,11 +297,12 @@ impl Cluster for MemoryCluster {
     }
 
     async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
-        Ok(self.world()?.delete_job(namespace, name))
+        Ok(self.world_tracked()?.delete_job(namespace, name))
     }
 
     async fn set_repair_record(&self, key: &Key, record: &str) -> Result<(), ClusterError> {
-        let mut w = self.world()?;
+        // The operator never reads lockstep's annotations.
+        let mut w = self.world_tracked()?;
         if !w.objects.contains_key(key) && !w.planes.contains_key(key) {
             return Err(ClusterError::NotFound(key.clone()));
         }
