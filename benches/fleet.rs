@@ -184,8 +184,8 @@ fn measure_paired(label: &str, reps: usize, args: &[&str], repo: &Path, yard: &[
 }
 
 /// [`measure_paired`], with `prepare` run (untimed) before each run of
-/// lockstep: how the names index is removed for a cold run. An older
-/// build is given the same arguments without `--no-cache`.
+/// lockstep. An older build is given the same arguments without
+/// `--names-index` (builds before it have no such flag, and no index).
 fn measure_paired_with(
     label: &str,
     reps: usize,
@@ -198,7 +198,7 @@ fn measure_paired_with(
     let old_args: Vec<&str> = args
         .iter()
         .copied()
-        .filter(|a| *a != "--no-cache")
+        .filter(|a| *a != "--names-index")
         .collect();
     let old_args = old_args.as_slice();
     if let Some(old) = &before {
@@ -237,6 +237,48 @@ fn measure_paired_with(
     println!(
         "    lockstep / yardstick (paired medians): {:.1}x",
         ms(ours.med) / ms(theirs.med)
+    );
+}
+
+/// Two ways of running the same check timed in the same rounds (`prepare`
+/// run untimed before each run of `b`): how a cold `--names-index` run,
+/// the index removed before it, is compared with the plain search. Prints
+/// both rows, the ratio of the medians and the median of the per-round
+/// ratios (each round's two runs saw the same load).
+fn measure_two(
+    label_a: &str,
+    a: &[&str],
+    label_b: &str,
+    b: &[&str],
+    reps: usize,
+    prepare: &dyn Fn(),
+) {
+    let (mut xs, mut ys, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..reps {
+        // Alternate which goes first, so neither always follows the other.
+        let (x, y) = if i % 2 == 0 {
+            let x = run(BIN, a, None);
+            prepare();
+            (x, run(BIN, b, None))
+        } else {
+            prepare();
+            let y = run(BIN, b, None);
+            (run(BIN, a, None), y)
+        };
+        ratios.push(ms(y.wall) / ms(x.wall));
+        xs.push(x);
+        ys.push(y);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let (xs, ys) = (summarize(xs), summarize(ys));
+    print_row(label_a, &xs, reps);
+    print_row(label_b, &ys, reps);
+    println!(
+        "    second / first: {:.2}x (medians), {:.2}x (median of paired rounds; min {:.2}, max {:.2})",
+        ms(ys.med) / ms(xs.med),
+        ratios[ratios.len() / 2],
+        ratios[0],
+        ratios[ratios.len() - 1],
     );
 }
 
@@ -342,36 +384,40 @@ fn main() {
             &fleet.path,
             &["diff", "HEAD~2", "HEAD~1"],
         );
-        // The names index (`src/names.rs`): without it, cold (the first
-        // check of a fresh clone builds and saves it) and warm.
+        // The names index (`src/names.rs`, `--names-index`): the plain
+        // search (the default), the first check with the flag (it builds
+        // and saves the index) paired with it, and the checks after it.
         let index = fleet.path.join(".git/lockstep").join(lockstep::names::FILE);
         let forget = || {
             let _ = std::fs::remove_file(&index);
         };
+        let plain = ["check", "--repo", &repo, "-o", "json"];
+        let with_index = ["check", "--repo", &repo, "-o", "json", "--names-index"];
         measure_paired(
-            "check, one-file PR adding a new object, --no-cache",
+            "check, one-file PR adding a new object",
             reps,
-            &["check", "--repo", &repo, "-o", "json", "--no-cache"],
+            &plain,
             &fleet.path,
             &["diff", "HEAD~1", "HEAD"],
         );
-        measure_paired_with(
-            "  the same, cold (builds the names index)",
+        measure_two(
+            "  the same again (paired with the next)",
+            &plain,
+            "  --names-index, cold (builds the index)",
+            &with_index,
             reps,
-            &["check", "--repo", &repo, "-o", "json"],
-            &fleet.path,
-            &["diff", "HEAD~1", "HEAD"],
             &forget,
         );
         if let Ok(len) = std::fs::metadata(&index).map(|m| m.len()) {
             println!("    names index: {:.2} MiB", len as f64 / (1 << 20) as f64);
         }
-        measure_paired(
-            "  the same, warm (the names index saved)",
+        measure_paired_with(
+            "  --names-index, warm (the index saved)",
             reps,
-            &["check", "--repo", &repo, "-o", "json"],
+            &with_index,
             &fleet.path,
             &["diff", "HEAD~1", "HEAD"],
+            &|| {},
         );
         measure_paired(
             "full judgment of the whole tree",

@@ -494,10 +494,9 @@ struct Needles<'q> {
 }
 
 /// What a directory holds as far as names go, while its names-index entry
-/// is built.
+/// is built (its windows are gathered on the index's builder thread).
 #[derive(Default)]
 struct Built {
-    windows: crate::names::Windows,
     disguised: bool,
     files: usize,
     /// Some file was not read (the commit changed it): no entry is kept.
@@ -735,7 +734,8 @@ impl Walker<'_> {
     /// mention a needle: what `mentions` says of each, except that a
     /// directory the names index proves free of every needle is skipped
     /// unread. A directory the index lacks is read whole and its entry
-    /// built; with `build`, what it holds is returned for its parent's.
+    /// built; with `build` (its parent is being built), what it holds is
+    /// returned and its windows join the parent's.
     #[allow(clippy::too_many_arguments)]
     fn scan(
         &mut self,
@@ -748,10 +748,8 @@ impl Walker<'_> {
     ) -> Result<Option<Built>, GitError> {
         if let Some(e) = index.get(tree) {
             let built = build.then(|| {
-                let mut windows = crate::names::Windows::default();
-                e.add_to(&mut windows);
+                index.add_entry(&e);
                 Built {
-                    windows,
                     disguised: e.disguised,
                     files: e.files as usize,
                     partial: false,
@@ -762,17 +760,18 @@ impl Walker<'_> {
             }
             return Ok(built);
         }
-        let built = self.scan_entries(index, tree, dir, q, true, out)?;
-        if let Some(b) = &built
-            && !b.partial
-            && b.files >= crate::names::MIN_FILES
-        {
-            index.put(
-                tree,
-                crate::names::Entry::new(&b.windows, b.disguised, b.files),
-            );
-        }
-        Ok(built)
+        index.open_dir();
+        let built = self.scan_entries(index, tree, dir, q, true, out);
+        // Closed on failure too (the builder's directories stay nested);
+        // a directory that failed is not kept, nor is any above it.
+        let keep = match &built {
+            Ok(Some(b)) if !b.partial && b.files >= crate::names::MIN_FILES => {
+                Some((tree, b.disguised, b.files))
+            }
+            _ => None,
+        };
+        index.close_dir(keep, build);
+        built
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -792,7 +791,6 @@ impl Walker<'_> {
                     let sub = format!("{dir}{name}/");
                     let s = self.scan(index, oid, &sub, q, build, out)?;
                     if let (Some(b), Some(s)) = (built.as_mut(), s) {
-                        b.windows.add(&s.windows);
                         b.disguised |= s.disguised;
                         b.files += s.files;
                         b.partial |= s.partial;
@@ -820,10 +818,9 @@ impl Walker<'_> {
                             let blob = self.repo.blob(oid)?;
                             let bytes = blob.content();
                             let disguised = may_spell_names_in_disguise(bytes);
-                            b.windows.add_text(bytes);
+                            index.add_file(bytes);
                             b.disguised |= disguised;
                             b.files += 1;
-                            index.note_read();
                             let m = disguised || q.finders.iter().any(|f| f.find(bytes).is_some());
                             if self.mentions.0 != *q.needles {
                                 self.mentions = (q.needles.clone(), HashMap::new());
@@ -1080,6 +1077,7 @@ impl Walker<'_> {
                     finders: &finders,
                     changed: &none,
                 };
+                index.sync();
                 self.scan(&index, tree, "", &needles, false, &mut files)?;
                 for (path, oid) in files {
                     let parsed = self.parse(&path, oid)?;
@@ -1247,6 +1245,7 @@ impl Walker<'_> {
                 finders: &finders,
                 changed,
             };
+            index.sync();
             self.scan(&index, tree, "", &q, false, &mut files)?;
             for (path, oid) in files {
                 let parsed = self.parse(&path, oid)?;

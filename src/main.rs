@@ -83,12 +83,14 @@ enum Command {
         /// (armored *.asc files) with a user ID of the committer's email.
         #[arg(long, value_name = "DIR")]
         trusted_keys: Option<PathBuf>,
-        /// Neither read nor write the names index ($GIT_DIR/lockstep/names-v1,
-        /// derived data that lets a commit adding an object skip the
-        /// directories that cannot hold its name; safe to delete): search
-        /// every file of the tree instead. The verdicts are the same.
+        /// Keep and use a names index in $GIT_DIR/lockstep/names-v1 (off by
+        /// default: check then writes nothing into the repository). A
+        /// commit adding an object skips the directories that cannot hold
+        /// its name. Only where no one else's job can write this .git: a
+        /// forged index can hide a duplicate name from the check (never
+        /// from `run`, which does not use it). See docs/names-index.md.
         #[arg(long)]
-        no_cache: bool,
+        names_index: bool,
         #[command(flatten)]
         report: ReportArgs,
     },
@@ -403,7 +405,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
             max_live_bytes,
             allowed_signers,
             trusted_keys,
-            no_cache,
+            names_index,
             report: report_args,
         } => {
             let spec = report_args.spec(&repo)?;
@@ -415,7 +417,9 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                 .map(|path| lockstep::file::read_live(&path, max_live_bytes))
                 .transpose()?;
             let git = GitRepo::open(&repo)?;
-            let names = (!no_cache)
+            // Off by default: a read-only check reads and writes nothing
+            // under the Git directory; the daemon never builds one.
+            let names = names_index
                 .then(|| std::sync::Arc::new(lockstep::names::NameIndex::new(git.common_dir())));
             let report = check(
                 &git,

@@ -57,9 +57,11 @@ const MAX_ENTRIES: usize = 200_000;
 const ALPHABET: usize = 38;
 /// Number of distinct windows (38^3 = 54,872, fits a u16).
 const WINDOWS: usize = ALPHABET * ALPHABET * ALPHABET;
+/// The code of every byte that is not a name character.
+const OTHER: u8 = ALPHABET as u8;
 
 const fn code_table() -> [u8; 256] {
-    let mut t = [u8::MAX; 256];
+    let mut t = [OTHER; 256];
     let mut i = 0;
     while i < 26 {
         t[b'a' as usize + i] = i as u8;
@@ -76,6 +78,11 @@ const fn code_table() -> [u8; 256] {
 }
 static CODE: [u8; 256] = code_table();
 
+/// The id of a window of three name-character codes.
+fn window_id(a: u8, b: u8, c: u8) -> usize {
+    (a as usize * ALPHABET + b as usize) * ALPHABET + c as usize
+}
+
 /// The windows of a text, as a bit set being built (one per directory).
 #[derive(Clone)]
 pub struct Windows(Vec<u64>);
@@ -87,14 +94,25 @@ impl Default for Windows {
 }
 
 impl Windows {
-    /// Adds every window of three name characters in `bytes`.
+    /// Adds every window of three name characters in `bytes`. About a
+    /// nanosecond a byte (a branch-free variant that also set bits for
+    /// windows with other bytes was slower: runs of spaces hit one word
+    /// again and again), which is why a check builds entries on a thread of
+    /// their own (`Builder`).
     pub fn add_text(&mut self, bytes: &[u8]) {
-        let (mut a, mut b) = (u8::MAX, u8::MAX);
+        let (mut a, mut b, mut run) = (0u8, 0u8, 0u32);
         for &byte in bytes {
             let c = CODE[byte as usize];
-            if a != u8::MAX && b != u8::MAX && c != u8::MAX {
-                let id = (a as usize * ALPHABET + b as usize) * ALPHABET + c as usize;
-                self.0[id / 64] |= 1 << (id % 64);
+            if c == OTHER {
+                run = 0;
+                continue;
+            }
+            run += 1;
+            if run >= 3 {
+                let id = window_id(a, b, c);
+                if let Some(w) = self.0.get_mut(id / 64) {
+                    *w |= 1 << (id % 64);
+                }
             }
             a = b;
             b = c;
@@ -114,6 +132,10 @@ impl Windows {
                 *w |= 1 << (id % 64);
             }
         }
+    }
+
+    fn clear(&mut self) {
+        self.0.fill(0);
     }
 
     fn ids(&self) -> Vec<u16> {
@@ -163,13 +185,15 @@ impl Entry {
     }
 
     fn lacks(&self, needle: &[u8]) -> bool {
-        if needle.len() < 3 || needle.iter().any(|&b| CODE[b as usize] == u8::MAX) {
+        if needle.len() < 3 || needle.iter().any(|&b| CODE[b as usize] == OTHER) {
             return false;
         }
         needle.windows(3).any(|w| {
-            let id = (CODE[w[0] as usize] as usize * ALPHABET + CODE[w[1] as usize] as usize)
-                * ALPHABET
-                + CODE[w[2] as usize] as usize;
+            let id = window_id(
+                CODE[w[0] as usize],
+                CODE[w[1] as usize],
+                CODE[w[2] as usize],
+            );
             self.windows.binary_search(&(id as u16)).is_err()
         })
     }
@@ -177,7 +201,20 @@ impl Entry {
 
 /// The index of one repository, loaded on first use and saved by
 /// [`NameIndex::save`]; shared by every walk of one run.
+///
+/// Entries are built on a thread of their own: the walk (`history.rs`,
+/// `Walker::scan`) reads each blob anyway for its substring search and hands
+/// a copy to the builder with [`NameIndex::add_file`], between
+/// [`NameIndex::open_dir`] and [`NameIndex::close_dir`]. Recording the
+/// windows costs about as much as the search itself; on a second core it
+/// overlaps with it, so the first check with the index is not slower than
+/// one without (README, fleet figures).
 pub struct NameIndex {
+    shared: Arc<Shared>,
+    producer: Mutex<Producer>,
+}
+
+struct Shared {
     file: PathBuf,
     state: Mutex<State>,
 }
@@ -194,21 +231,7 @@ struct State {
     blobs_read: usize,
 }
 
-impl NameIndex {
-    /// The index of the repository whose (common) Git directory is
-    /// `git_dir`; nothing is read until it is used.
-    pub fn new(git_dir: &Path) -> Self {
-        Self {
-            file: git_dir.join("lockstep").join(FILE),
-            state: Mutex::new(State::default()),
-        }
-    }
-
-    /// The file the index is kept in.
-    pub fn path(&self) -> &Path {
-        &self.file
-    }
-
+impl Shared {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if !s.loaded {
@@ -227,9 +250,192 @@ impl NameIndex {
         s
     }
 
-    /// The entry of directory `tree`, if known.
-    pub fn get(&self, tree: Oid) -> Option<Entry> {
+    fn put(&self, tree: Oid, entry: Entry) {
         let mut s = self.state();
+        s.built += 1;
+        s.touched.insert(tree);
+        s.entries.insert(tree, entry);
+    }
+}
+
+/// One step of building, in the walk's order.
+enum Op {
+    /// A directory without an entry: its set starts empty.
+    Open,
+    /// A file of the open directory: `text[start..end]` of the batch.
+    File(usize, usize),
+    /// A subdirectory with an entry: its windows join the open set.
+    Ids(Arc<[u16]>),
+    /// The open directory is done: kept as an entry when `keep` says so
+    /// (its id, whether a file could spell names in disguise, how many
+    /// files), and joined to the directory below it when `merge`.
+    Close {
+        keep: Option<(Oid, bool, usize)>,
+        merge: bool,
+    },
+    /// Everything before it is recorded: tell the walk.
+    Synced(std::sync::mpsc::Sender<()>),
+}
+
+/// Steps batched with the bytes they refer to: one message per ~256 KiB
+/// of text rather than one per file or directory.
+#[derive(Default)]
+struct Batch {
+    ops: Vec<Op>,
+    text: Vec<u8>,
+}
+
+const BATCH_BYTES: usize = 256 << 10;
+/// Batches in flight: bounds the copies held (a few MiB) when the builder
+/// falls behind; the walk then waits for it.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+#[derive(Default)]
+struct Producer {
+    batch: Batch,
+    to: Option<std::sync::mpsc::SyncSender<Batch>>,
+    /// Batches the builder is done with, to fill again: fresh memory for
+    /// every batch cost more in page faults than building took.
+    back: Option<std::sync::mpsc::Receiver<Batch>>,
+    builder: Option<std::thread::JoinHandle<()>>,
+    /// The builder could not be started or has stopped: nothing more is
+    /// built this run (the check itself is unaffected).
+    gone: bool,
+}
+
+impl Producer {
+    fn push(&mut self, shared: &Arc<Shared>, op: Op) {
+        if self.gone {
+            return;
+        }
+        self.batch.ops.push(op);
+        if self.batch.text.len() >= BATCH_BYTES {
+            self.send(shared);
+        }
+    }
+
+    fn send(&mut self, shared: &Arc<Shared>) {
+        if self.batch.ops.is_empty() || self.gone {
+            return;
+        }
+        if self.to.is_none() {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
+            let (back_tx, back_rx) = std::sync::mpsc::channel::<Batch>();
+            let shared = shared.clone();
+            match std::thread::Builder::new()
+                .name("names-index".into())
+                .spawn(move || build(&shared, &rx, &back_tx))
+            {
+                Ok(h) => {
+                    self.to = Some(tx);
+                    self.back = Some(back_rx);
+                    self.builder = Some(h);
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "names index builder not started: nothing built");
+                    self.gone = true;
+                    return;
+                }
+            }
+        }
+        let next = match self.back.as_ref().and_then(|b| b.try_recv().ok()) {
+            Some(b) => b,
+            None => Batch {
+                ops: Vec::with_capacity(1024),
+                text: Vec::with_capacity(BATCH_BYTES + (BATCH_BYTES >> 2)),
+            },
+        };
+        let batch = std::mem::replace(&mut self.batch, next);
+        if let Some(to) = &self.to
+            && to.send(batch).is_err()
+        {
+            self.gone = true;
+        }
+    }
+
+    /// Sends what is left and waits until the builder is done.
+    fn finish(&mut self, shared: &Arc<Shared>) {
+        self.send(shared);
+        self.to = None;
+        if let Some(h) = self.builder.take()
+            && h.join().is_err()
+        {
+            tracing::debug!("names index builder stopped: what it built is kept");
+        }
+    }
+}
+
+/// The builder thread: the sets of the open directories, innermost last.
+fn build(
+    shared: &Shared,
+    from: &std::sync::mpsc::Receiver<Batch>,
+    back: &std::sync::mpsc::Sender<Batch>,
+) {
+    let mut open: Vec<Windows> = Vec::new();
+    let mut spare: Vec<Windows> = Vec::new();
+    while let Ok(mut batch) = from.recv() {
+        for op in batch.ops.drain(..) {
+            match op {
+                Op::Open => open.push(spare.pop().unwrap_or_default()),
+                Op::File(start, end) => {
+                    if let (Some(w), Some(text)) = (open.last_mut(), batch.text.get(start..end)) {
+                        w.add_text(text);
+                    }
+                }
+                Op::Ids(ids) => {
+                    if let Some(w) = open.last_mut() {
+                        w.add_ids(&ids);
+                    }
+                }
+                Op::Close { keep, merge } => {
+                    let Some(mut w) = open.pop() else { continue };
+                    if let Some((tree, disguised, files)) = keep {
+                        shared.put(tree, Entry::new(&w, disguised, files));
+                    }
+                    if merge && let Some(below) = open.last_mut() {
+                        below.add(&w);
+                    }
+                    w.clear();
+                    spare.push(w);
+                }
+                Op::Synced(tell) => {
+                    let _ = tell.send(());
+                }
+            }
+        }
+        batch.text.clear();
+        // The walk may be done and gone: then the batch is dropped here.
+        let _ = back.send(batch);
+    }
+}
+
+impl NameIndex {
+    /// The index of the repository whose (common) Git directory is
+    /// `git_dir`; nothing is read until it is used.
+    pub fn new(git_dir: &Path) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                file: git_dir.join("lockstep").join(FILE),
+                state: Mutex::new(State::default()),
+            }),
+            producer: Mutex::new(Producer::default()),
+        }
+    }
+
+    /// The file the index is kept in.
+    pub fn path(&self) -> &Path {
+        &self.shared.file
+    }
+
+    fn producer(&self) -> std::sync::MutexGuard<'_, Producer> {
+        self.producer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The entry of directory `tree`, if known. (An entry still being
+    /// built on the builder thread is not known yet: the directory is read
+    /// again, as without the index.)
+    pub fn get(&self, tree: Oid) -> Option<Entry> {
+        let mut s = self.shared.state();
         let e = s.entries.get(&tree).cloned();
         if e.is_some() {
             s.touched.insert(tree);
@@ -237,34 +443,88 @@ impl NameIndex {
         e
     }
 
-    /// Records the entry of `tree`.
-    pub fn put(&self, tree: Oid, entry: Entry) {
-        let mut s = self.state();
-        s.built += 1;
-        s.touched.insert(tree);
-        s.entries.insert(tree, entry);
+    /// Starts building the set of a directory the index lacks (nested in
+    /// the one open before, if any).
+    pub fn open_dir(&self) {
+        self.producer().push(&self.shared, Op::Open);
+    }
+
+    /// A manifest file of the open directory (copied for the builder).
+    pub fn add_file(&self, bytes: &[u8]) {
+        {
+            let mut s = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            s.blobs_read += 1;
+        }
+        let mut p = self.producer();
+        if p.gone {
+            return;
+        }
+        let start = p.batch.text.len();
+        p.batch.text.extend_from_slice(bytes);
+        let end = p.batch.text.len();
+        p.push(&self.shared, Op::File(start, end));
+    }
+
+    /// A subdirectory of the open directory whose entry is known.
+    pub fn add_entry(&self, entry: &Entry) {
+        self.producer()
+            .push(&self.shared, Op::Ids(entry.windows.clone()));
+    }
+
+    /// Ends the open directory: `keep` records its entry (its id, whether
+    /// any file could spell names in disguise, how many files it holds);
+    /// `merge` adds its windows to the directory opened before it.
+    pub fn close_dir(&self, keep: Option<(Oid, bool, usize)>, merge: bool) {
+        self.producer()
+            .push(&self.shared, Op::Close { keep, merge });
     }
 
     /// How many blobs this run read to build entries (for tests and the
     /// debug log).
     pub fn blobs_read(&self) -> usize {
-        self.state
+        self.shared
+            .state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .blobs_read
     }
 
-    /// Counts a blob read to build entries.
-    pub fn note_read(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.blobs_read += 1;
+    /// Waits until every entry handed to the builder so far is recorded:
+    /// called before a walk, so that a second walk of the same run (a
+    /// look back through history after a lookup, another commit of the
+    /// range) finds the entries the first built instead of reading those
+    /// directories again. The builder has mostly kept up by then.
+    pub fn sync(&self) {
+        let mut p = self.producer();
+        if p.gone || (p.to.is_none() && p.batch.ops.is_empty()) {
+            return;
+        }
+        let (tell, told) = std::sync::mpsc::channel();
+        p.batch.ops.push(Op::Synced(tell));
+        p.send(&self.shared);
+        if p.gone {
+            // Not sent (no builder): nothing to wait for.
+            p.batch = Batch::default();
+            return;
+        }
+        drop(p);
+        // An error: the builder is gone, nothing more will be recorded.
+        let _ = told.recv();
+    }
+
+    /// Waits until every entry handed to the builder is recorded, and
+    /// stops it.
+    pub fn finish(&self) {
+        self.producer().finish(&self.shared);
     }
 
     /// Writes the index when this run built enough of it to be worth
-    /// keeping (a temporary file renamed into place). `Ok(false)`: nothing
-    /// to save. An error is for the caller to log; the check stands.
+    /// keeping (a temporary file renamed into place), after the builder
+    /// finished. `Ok(false)`: nothing to save. An error is for the caller
+    /// to log; the check stands.
     pub fn save(&self) -> std::io::Result<bool> {
-        let s = self.state();
+        self.finish();
+        let s = self.shared.state();
         if s.built == 0 || s.blobs_read < SAVE_AFTER_BLOBS {
             return Ok(false);
         }
@@ -277,12 +537,26 @@ impl NameIndex {
             s.entries.iter().collect()
         };
         let bytes = encode(keep);
-        let dir = self.file.parent().unwrap_or(Path::new("."));
+        let dir = self.shared.file.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
         tmp.write_all(&bytes)?;
-        tmp.persist(&self.file).map_err(|e| e.error)?;
+        tmp.persist(&self.shared.file).map_err(|e| e.error)?;
         Ok(true)
+    }
+}
+
+impl Drop for NameIndex {
+    /// The builder holds no lock a caller waits on; it is told to stop
+    /// and joined, so no thread outlives the index.
+    fn drop(&mut self) {
+        let p = self.producer.get_mut().unwrap_or_else(|e| e.into_inner());
+        p.batch = Batch::default();
+        p.to = None;
+        p.back = None;
+        if let Some(h) = p.builder.take() {
+            let _ = h.join();
+        }
     }
 }
 
@@ -426,6 +700,71 @@ mod tests {
         let mut d = e.clone();
         d.disguised = true;
         assert!(!d.excludes([&b"nova-new"[..]].into_iter()));
+    }
+
+    /// What `add_text` must compute, written the obvious way.
+    fn reference(bytes: &[u8]) -> Vec<u16> {
+        let mut ids: Vec<u16> = bytes
+            .windows(3)
+            .filter(|w| w.iter().all(|&b| CODE[b as usize] != OTHER))
+            .map(|w| {
+                window_id(
+                    CODE[w[0] as usize],
+                    CODE[w[1] as usize],
+                    CODE[w[2] as usize],
+                ) as u16
+            })
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    #[test]
+    fn the_windows_are_those_of_three_name_characters() {
+        let mut texts: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"ab".to_vec(),
+            b"abc".to_vec(),
+            b"..-".to_vec(),
+            b"zz9".to_vec(),
+            b"9.-z".to_vec(),
+            b"metadata:\n  name: nova-00001\n  namespace: Compute_001 \xff\x00".to_vec(),
+            (0..=255u8).collect(),
+        ];
+        // Pseudo-random bytes biased towards name characters.
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        for len in [3usize, 17, 300, 5000] {
+            let mut t = Vec::with_capacity(len);
+            for _ in 0..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let b = (x >> 24) as u8;
+                t.push(if b.is_multiple_of(4) {
+                    b
+                } else {
+                    b"az09-.:x "[(b % 9) as usize]
+                });
+            }
+            texts.push(t);
+        }
+        let mut all = Windows::default();
+        let mut union = Vec::new();
+        for t in &texts {
+            let mut w = Windows::default();
+            w.add_text(t);
+            assert_eq!(w.ids(), reference(t), "{:?}", String::from_utf8_lossy(t));
+            all.add_text(t);
+            union.extend(reference(t));
+        }
+        union.sort_unstable();
+        union.dedup();
+        assert_eq!(all.ids(), union);
+        // Stored ids come back as the same windows.
+        let mut back = Windows::default();
+        back.add_ids(&union);
+        assert_eq!(back.ids(), union);
     }
 
     #[test]

@@ -371,26 +371,80 @@ fn an_index_that_cannot_be_written_or_read_changes_nothing() {
     assert!(idx.save().is_err());
 }
 
+/// `lockstep check` on `dir` (head `main`, JSON): exit code and stdout.
+fn cli(dir: &Path, extra: &[&str]) -> (Option<i32>, Vec<u8>) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args(["check", "--repo"])
+        .arg(dir)
+        .args(["--head", "main", "-o", "json"])
+        .args(extra)
+        .output()
+        .expect("run lockstep");
+    (out.status.code(), out.stdout)
+}
+
 #[test]
-fn the_cli_keeps_the_index_unless_told_not_to() {
+fn a_default_check_writes_nothing_into_the_git_directory() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (git, _) = duplicate_fleet(dir.path());
+    let lockdir = git.common_dir().join("lockstep");
+    // This check reads 80 untouched files, more than enough for an index
+    // to be saved if one were kept.
+    let off = cli(dir.path(), &[]);
+    assert_eq!(off.0, Some(1), "the duplicate is refused");
+    assert!(
+        !lockdir.exists(),
+        "a check without --names-index leaves {} absent",
+        lockdir.display()
+    );
+}
+
+#[test]
+fn names_index_creates_the_index_and_answers_the_same() {
     let dir = tempfile::tempdir().expect("tmp");
     let (git, _) = duplicate_fleet(dir.path());
     let file = index_file(&git);
-    let run = |extra: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockstep"))
-            .args(["check", "--repo"])
-            .arg(dir.path())
-            .args(["--head", "main", "-o", "json"])
-            .args(extra)
-            .output()
-            .expect("run lockstep");
-        (out.status.code(), out.stdout)
-    };
-    let off = run(&["--no-cache"]);
-    assert_eq!(off.0, Some(1), "the duplicate is refused");
-    assert!(!file.exists(), "--no-cache writes nothing");
-    let on = run(&[]);
-    assert!(file.exists(), "a check keeps the index");
-    assert_eq!(on, off);
-    assert_eq!(run(&[]), off, "and answers the same with it");
+    let off = cli(dir.path(), &[]);
+    let cold = cli(dir.path(), &["--names-index"]);
+    assert!(file.is_file(), "--names-index keeps {}", file.display());
+    assert!(
+        decode_file(&file).is_some_and(|e| !e.is_empty()),
+        "a whole index file with entries"
+    );
+    assert_eq!(cold, off, "cold: the same answer");
+    assert_eq!(cli(dir.path(), &["--names-index"]), off, "warm: the same");
+}
+
+fn decode_file(file: &Path) -> Option<std::collections::HashMap<Oid, lockstep::names::Entry>> {
+    lockstep::names::decode(&std::fs::read(file).ok()?)
+}
+
+/// The threat `docs/names-index.md` describes, shown rather than told: an
+/// index forged with a valid checksum, claiming d3 holds no name windows,
+/// hides d3's definition from `check --names-index` (the duplicate is
+/// accepted), and changes nothing for a default check, which never reads it.
+#[test]
+fn a_forged_index_fools_only_the_checks_that_opt_in() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (git, _) = duplicate_fleet(dir.path());
+    let repo = Repository::open(dir.path()).expect("open");
+    let d3 = repo.revparse_single("main:d3").expect("d3 in main").id();
+    let empty = lockstep::names::Entry::new(&lockstep::names::Windows::default(), false, 99);
+    let forged = lockstep::names::encode([(&d3, &empty)]);
+    let file = index_file(&git);
+    std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&file, &forged).expect("write");
+
+    let plain = cli(dir.path(), &[]);
+    assert_eq!(plain.0, Some(1), "a default check ignores the file");
+    assert!(
+        String::from_utf8_lossy(&plain.1).contains("d3/act-0-0.yaml"),
+        "and names the other definition"
+    );
+    let fooled = cli(dir.path(), &["--names-index"]);
+    assert_eq!(
+        fooled.0,
+        Some(0),
+        "the forged entry hides the duplicate (why the index is opt-in)"
+    );
 }
