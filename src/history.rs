@@ -491,6 +491,12 @@ struct Needles<'q> {
     needles: &'q BTreeSet<String>,
     finders: &'q [memchr::memmem::Finder<'q>],
     changed: &'q BTreeSet<&'q str>,
+    /// Build entries for the directories the index lacks. The look back
+    /// does not: the trees of older commits are mostly those the lookup
+    /// just handed to the builder, and their files' answers are known
+    /// (`Walker::mentions`), so it neither waits for the builder nor reads
+    /// them again.
+    grow: bool,
 }
 
 /// What a directory holds as far as names go, while its names-index entry
@@ -759,6 +765,10 @@ impl Walker<'_> {
                 self.scan_entries(index, tree, dir, q, false, out)?;
             }
             return Ok(built);
+        }
+        if !q.grow {
+            self.scan_entries(index, tree, dir, q, false, out)?;
+            return Ok(None);
         }
         index.open_dir();
         let built = self.scan_entries(index, tree, dir, q, true, out);
@@ -1076,8 +1086,8 @@ impl Walker<'_> {
                     needles: &needles,
                     finders: &finders,
                     changed: &none,
+                    grow: false,
                 };
-                index.sync();
                 self.scan(&index, tree, "", &needles, false, &mut files)?;
                 for (path, oid) in files {
                     let parsed = self.parse(&path, oid)?;
@@ -1244,6 +1254,7 @@ impl Walker<'_> {
                 needles,
                 finders: &finders,
                 changed,
+                grow: true,
             };
             index.sync();
             self.scan(&index, tree, "", &q, false, &mut files)?;

@@ -18,9 +18,13 @@
 //! anything. A tree id names its content forever, so an entry never goes
 //! stale.
 //!
+//! Only `lockstep check --names-index` uses it (off by default: a forged
+//! file can hide a duplicate from such a check; `docs/names-index.md`,
+//! "Threat model"); the daemon never does.
+//!
 //! Where it lives: `$GIT_DIR/lockstep/names-v1` (the common directory of
 //! worktrees), derived data like Git's own commit-graph: safe to delete,
-//! rebuilt by the next check. Written to a temporary file and renamed into
+//! rebuilt by the next check with the flag. Written to a temporary file and renamed into
 //! place; versioned and checksummed. A file that is missing, truncated,
 //! corrupt, of another version or unreadable is ignored (and replaced when
 //! the run has something worth saving); a repository lockstep cannot write
@@ -301,6 +305,10 @@ struct Producer {
     /// The builder could not be started or has stopped: nothing more is
     /// built this run (the check itself is unaffected).
     gone: bool,
+    /// Until a batch fills, no thread is started: what a sync or the end
+    /// finds (a warm run's few directories) is built here, on the walk's
+    /// thread, between two walks (no directory is open then).
+    inline: Build,
 }
 
 impl Producer {
@@ -353,8 +361,20 @@ impl Producer {
         }
     }
 
+    fn build_here(&mut self, shared: &Arc<Shared>) {
+        if !self.gone {
+            let mut batch = std::mem::take(&mut self.batch);
+            self.inline.apply(shared, &mut batch);
+            self.batch = batch;
+        }
+    }
+
     /// Sends what is left and waits until the builder is done.
     fn finish(&mut self, shared: &Arc<Shared>) {
+        if self.to.is_none() {
+            self.build_here(shared);
+            return;
+        }
         self.send(shared);
         self.to = None;
         if let Some(h) = self.builder.take()
@@ -365,38 +385,42 @@ impl Producer {
     }
 }
 
-/// The builder thread: the sets of the open directories, innermost last.
-fn build(
-    shared: &Shared,
-    from: &std::sync::mpsc::Receiver<Batch>,
-    back: &std::sync::mpsc::Sender<Batch>,
-) {
-    let mut open: Vec<Windows> = Vec::new();
-    let mut spare: Vec<Windows> = Vec::new();
-    while let Ok(mut batch) = from.recv() {
+/// The sets of the open directories, innermost last.
+#[derive(Default)]
+struct Build {
+    open: Vec<Windows>,
+    spare: Vec<Windows>,
+}
+
+impl Build {
+    fn apply(&mut self, shared: &Shared, batch: &mut Batch) {
         for op in batch.ops.drain(..) {
             match op {
-                Op::Open => open.push(spare.pop().unwrap_or_default()),
+                Op::Open => self.open.push(self.spare.pop().unwrap_or_default()),
                 Op::File(start, end) => {
-                    if let (Some(w), Some(text)) = (open.last_mut(), batch.text.get(start..end)) {
+                    if let (Some(w), Some(text)) =
+                        (self.open.last_mut(), batch.text.get(start..end))
+                    {
                         w.add_text(text);
                     }
                 }
                 Op::Ids(ids) => {
-                    if let Some(w) = open.last_mut() {
+                    if let Some(w) = self.open.last_mut() {
                         w.add_ids(&ids);
                     }
                 }
                 Op::Close { keep, merge } => {
-                    let Some(mut w) = open.pop() else { continue };
+                    let Some(mut w) = self.open.pop() else {
+                        continue;
+                    };
                     if let Some((tree, disguised, files)) = keep {
                         shared.put(tree, Entry::new(&w, disguised, files));
                     }
-                    if merge && let Some(below) = open.last_mut() {
+                    if merge && let Some(below) = self.open.last_mut() {
                         below.add(&w);
                     }
                     w.clear();
-                    spare.push(w);
+                    self.spare.push(w);
                 }
                 Op::Synced(tell) => {
                     let _ = tell.send(());
@@ -404,6 +428,18 @@ fn build(
             }
         }
         batch.text.clear();
+    }
+}
+
+/// The builder thread.
+fn build(
+    shared: &Shared,
+    from: &std::sync::mpsc::Receiver<Batch>,
+    back: &std::sync::mpsc::Sender<Batch>,
+) {
+    let mut b = Build::default();
+    while let Ok(mut batch) = from.recv() {
+        b.apply(shared, &mut batch);
         // The walk may be done and gone: then the batch is dropped here.
         let _ = back.send(batch);
     }
@@ -496,7 +532,11 @@ impl NameIndex {
     /// directories again. The builder has mostly kept up by then.
     pub fn sync(&self) {
         let mut p = self.producer();
-        if p.gone || (p.to.is_none() && p.batch.ops.is_empty()) {
+        if p.gone {
+            return;
+        }
+        if p.to.is_none() {
+            p.build_here(&self.shared);
             return;
         }
         let (tell, told) = std::sync::mpsc::channel();

@@ -5,6 +5,8 @@
 //! index built in the run, and with the index saved by an earlier run. A
 //! damaged index file is ignored, so it cannot hide a duplicate; a
 //! repository where the index cannot be written is checked all the same.
+//! The index is opt-in: a check without `--names-index` leaves the Git
+//! directory as it was and ignores a forged index that fools one with it.
 //!
 //! Histories are written with libgit2 in process (real repositories);
 //! `PROPTEST_CASES` sets the number of cases (default 48).
