@@ -84,7 +84,7 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         trusted_keys: Option<PathBuf>,
         /// Keep and use a names index in $GIT_DIR/lockstep/names-v1 (off by
-        /// default: check then writes nothing into the repository). A
+        /// default: check then neither reads nor writes anything there). A
         /// commit adding an object skips the directories that cannot hold
         /// its name. Only where no one else's job can write this .git: a
         /// forged index can hide a duplicate name from the check (never
