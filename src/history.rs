@@ -44,7 +44,9 @@ pub struct CheckOptions {
     pub recorded: Option<Arc<HashMap<String, Live>>>,
     /// Where to keep the files the judgment parsed, each object with its
     /// whole document ([`Sources`]): the daemon applies what was judged
-    /// without parsing the file again. `None`: nothing is kept.
+    /// without parsing the file again. `None`: nothing is kept. Files it
+    /// holds already are not parsed again: whoever filled it did so under
+    /// these same options (`prefixes` aside, which only choose files).
     pub sources: Option<Arc<Sources>>,
     /// The names index (`src/names.rs`): which directories can hold a name,
     /// so that a commit adding an object reads only those. `None`: every
@@ -75,6 +77,12 @@ impl Default for CheckOptions {
 /// blob is parsed once per judgment, and what is applied is what was judged.
 #[derive(Default)]
 pub struct Sources(std::sync::Mutex<HashMap<CacheKey, Arc<ParsedFile>>>);
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sources({} files)", self.len())
+    }
+}
 
 impl Sources {
     fn absorb(&self, parsed: HashMap<CacheKey, Arc<ParsedFile>>) {
@@ -416,6 +424,9 @@ pub fn tree_desired(
     let mut skipped = Vec::new();
     for (path, entry) in &files {
         desired.extend(walker.side(path, Some(entry), &mut problems, &mut skipped)?);
+    }
+    if let Some(sources) = &opts.sources {
+        sources.absorb(std::mem::take(&mut walker.cache));
     }
     Ok((desired, problems))
 }
@@ -849,10 +860,20 @@ impl Walker<'_> {
         Ok(built)
     }
 
+    /// A file parsed before this walk under the same options
+    /// ([`CheckOptions::sources`]).
+    fn kept(&self, oid: Oid, path: &str) -> Option<Arc<ParsedFile>> {
+        self.opts.sources.as_ref().and_then(|s| s.file(oid, path))
+    }
+
     fn parse(&mut self, path: &str, oid: Oid) -> Result<Arc<ParsedFile>, GitError> {
         let path: Arc<str> = Arc::from(path);
         if let Some(p) = self.cache.get(&(oid, path.clone())) {
             return Ok(p.clone());
+        }
+        if let Some(p) = self.kept(oid, &path) {
+            self.cache.insert((oid, path), p.clone());
+            return Ok(p);
         }
         let blob = self.repo.blob(oid)?;
         let parsed = Arc::new(manifest::parse_file_keeping(
@@ -881,6 +902,10 @@ impl Walker<'_> {
             let blob = self.repo.blob(oid)?;
             if memchr::memmem::find(blob.content(), crate::plan::KIND.as_bytes()).is_none() {
                 self.without_plans.insert(oid);
+            }
+            if let Some(p) = self.kept(oid, &path) {
+                self.cache.insert((oid, path), p);
+                continue;
             }
             todo.push((path, oid, blob.content().to_vec()));
         }

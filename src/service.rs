@@ -270,6 +270,9 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
             let mem = MemoryCluster::new(world);
             // The simulated cluster runs what the first judged commit says,
             // "taken as given"; the engine applies what follows.
+            // The seed's parse of the first tree is the first judgment's.
+            let mut opts = opts;
+            opts.parsed = Some(Arc::default());
             if let Some(head) = Repo::head(&source) {
                 let (m, p, o) = (mem.clone(), repo_path.clone(), opts.clone());
                 tokio::task::spawn_blocking(move || daemon::seed_simulation(&m, &p, head, &o))

@@ -154,7 +154,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             memory: None,
             trust: self.opts.trust.clone(),
             recorded: super::record::shared(&record),
-            sources: None,
+            // The seed's parse of the first tree, on the first judgment only.
+            sources: self.opts.parsed.take(),
             names: None,
         };
         let t = Instant::now();
@@ -451,7 +452,8 @@ fn judge_blocking(
         Err(e) => return Err((e.into(), prev)),
     };
     // The judgment keeps what it parsed: steps take their documents from it.
-    let sources = Arc::new(history::Sources::default());
+    // Files parsed before under the same options (the seed's) are reused.
+    let sources = opts.sources.clone().unwrap_or_default();
     let opts = &CheckOptions {
         sources: Some(sources.clone()),
         ..opts.clone()

@@ -77,11 +77,20 @@ pub fn seed_tree(
     let check = CheckOptions {
         prefixes: opts.paths.clone(),
         max_file_bytes: opts.max_file_bytes,
+        // What the seed parses, the first judgment reads (`Options::parsed`).
+        sources: opts.parsed.clone(),
         ..CheckOptions::default()
     };
+    let t = std::time::Instant::now();
     let (desired, _) = history::tree_desired(repo, tree, &check)?;
+    let parse_ms = t.elapsed().as_secs_f64() * 1e3;
     world.world()?.seed(&desired);
-    tracing::info!(objects = desired.len(), "simulated cluster seeded");
+    tracing::info!(
+        objects = desired.len(),
+        parse_ms,
+        seed_ms = t.elapsed().as_secs_f64() * 1e3 - parse_ms,
+        "simulated cluster seeded"
+    );
     Ok(desired.len())
 }
 
