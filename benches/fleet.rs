@@ -180,10 +180,31 @@ fn output(bin: &str, args: &[&str]) -> (Option<i32>, Vec<u8>) {
 /// `LOCKSTEP_BENCH_BEFORE` the older binary is timed in the same rounds and
 /// its output compared with this build's.
 fn measure_paired(label: &str, reps: usize, args: &[&str], repo: &Path, yard: &[&str]) {
+    measure_paired_with(label, reps, args, repo, yard, &|| {});
+}
+
+/// [`measure_paired`], with `prepare` run (untimed) before each run of
+/// lockstep. An older build is given the same arguments without
+/// `--names-index` (builds before it have no such flag, and no index).
+fn measure_paired_with(
+    label: &str,
+    reps: usize,
+    args: &[&str],
+    repo: &Path,
+    yard: &[&str],
+    prepare: &dyn Fn(),
+) {
     let before = std::env::var("LOCKSTEP_BENCH_BEFORE").ok();
+    let old_args: Vec<&str> = args
+        .iter()
+        .copied()
+        .filter(|a| *a != "--names-index")
+        .collect();
+    let old_args = old_args.as_slice();
     if let Some(old) = &before {
+        prepare();
         let (new_code, new_out) = output(BIN, args);
-        let (old_code, old_out) = output(old, args);
+        let (old_code, old_out) = output(old, old_args);
         assert_eq!(new_code, old_code, "{label}: exit codes differ");
         assert!(
             new_out == old_out,
@@ -195,9 +216,10 @@ fn measure_paired(label: &str, reps: usize, args: &[&str], repo: &Path, yard: &[
     let (mut ours, mut theirs, mut olds) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..reps {
         theirs.push(run("git", yard, Some(repo)));
+        prepare();
         ours.push(run(BIN, args, None));
         if let Some(old) = &before {
-            olds.push(run(old, args, None));
+            olds.push(run(old, old_args, None));
         }
     }
     let (ours, theirs) = (summarize(ours), summarize(theirs));
@@ -215,6 +237,48 @@ fn measure_paired(label: &str, reps: usize, args: &[&str], repo: &Path, yard: &[
     println!(
         "    lockstep / yardstick (paired medians): {:.1}x",
         ms(ours.med) / ms(theirs.med)
+    );
+}
+
+/// Two ways of running the same check timed in the same rounds (`prepare`
+/// run untimed before each run of `b`): how a cold `--names-index` run,
+/// the index removed before it, is compared with the plain search. Prints
+/// both rows, the ratio of the medians and the median of the per-round
+/// ratios (each round's two runs saw the same load).
+fn measure_two(
+    label_a: &str,
+    a: &[&str],
+    label_b: &str,
+    b: &[&str],
+    reps: usize,
+    prepare: &dyn Fn(),
+) {
+    let (mut xs, mut ys, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..reps {
+        // Alternate which goes first, so neither always follows the other.
+        let (x, y) = if i % 2 == 0 {
+            let x = run(BIN, a, None);
+            prepare();
+            (x, run(BIN, b, None))
+        } else {
+            prepare();
+            let y = run(BIN, b, None);
+            (run(BIN, a, None), y)
+        };
+        ratios.push(ms(y.wall) / ms(x.wall));
+        xs.push(x);
+        ys.push(y);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let (xs, ys) = (summarize(xs), summarize(ys));
+    print_row(label_a, &xs, reps);
+    print_row(label_b, &ys, reps);
+    println!(
+        "    second / first: {:.2}x (medians), {:.2}x (median of paired rounds; min {:.2}, max {:.2})",
+        ms(ys.med) / ms(xs.med),
+        ratios[ratios.len() / 2],
+        ratios[0],
+        ratios[ratios.len() - 1],
     );
 }
 
@@ -320,12 +384,40 @@ fn main() {
             &fleet.path,
             &["diff", "HEAD~2", "HEAD~1"],
         );
+        // The names index (`src/names.rs`, `--names-index`): the plain
+        // search (the default), the first check with the flag (it builds
+        // and saves the index) paired with it, and the checks after it.
+        let index = fleet.path.join(".git/lockstep").join(lockstep::names::FILE);
+        let forget = || {
+            let _ = std::fs::remove_file(&index);
+        };
+        let plain = ["check", "--repo", &repo, "-o", "json"];
+        let with_index = ["check", "--repo", &repo, "-o", "json", "--names-index"];
         measure_paired(
             "check, one-file PR adding a new object",
             reps,
-            &["check", "--repo", &repo, "-o", "json"],
+            &plain,
             &fleet.path,
             &["diff", "HEAD~1", "HEAD"],
+        );
+        measure_two(
+            "  the same again (paired with the next)",
+            &plain,
+            "  --names-index, cold (builds the index)",
+            &with_index,
+            reps,
+            &forget,
+        );
+        if let Ok(len) = std::fs::metadata(&index).map(|m| m.len()) {
+            println!("    names index: {:.2} MiB", len as f64 / (1 << 20) as f64);
+        }
+        measure_paired_with(
+            "  --names-index, warm (the index saved)",
+            reps,
+            &with_index,
+            &fleet.path,
+            &["diff", "HEAD~1", "HEAD"],
+            &|| {},
         );
         measure_paired(
             "full judgment of the whole tree",

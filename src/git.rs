@@ -723,6 +723,28 @@ impl GitRepo {
         Ok(out)
     }
 
+    /// The entries of one tree, in Git's order: name, id and file mode.
+    pub fn tree_entries(&self, tree: Oid) -> Result<Vec<(String, Oid, i32)>, Error> {
+        let t = self
+            .repo
+            .find_tree(tree)
+            .map_err(self.fail(format!("tree {tree}")))?;
+        Ok(t.iter()
+            .map(|e| {
+                (
+                    String::from_utf8_lossy(e.name_bytes()).into_owned(),
+                    e.id(),
+                    e.filemode(),
+                )
+            })
+            .collect())
+    }
+
+    /// The Git directory shared by all worktrees (where objects live).
+    pub fn common_dir(&self) -> &Path {
+        self.repo.commondir()
+    }
+
     /// Whether a tree has an entry (file or directory) at `path`.
     pub fn has_path(&self, tree: Oid, path: &str) -> Result<bool, Error> {
         let tree = self

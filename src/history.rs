@@ -48,6 +48,10 @@ pub struct CheckOptions {
     /// holds already are not parsed again: whoever filled it did so under
     /// these same options (`prefixes` aside, which only choose files).
     pub sources: Option<Arc<Sources>>,
+    /// The names index (`src/names.rs`): which directories can hold a name,
+    /// so that a commit adding an object reads only those. `None`: every
+    /// file of the tree is searched. The caller saves it after the check.
+    pub names: Option<Arc<crate::names::NameIndex>>,
 }
 
 impl Default for CheckOptions {
@@ -62,6 +66,7 @@ impl Default for CheckOptions {
             trust: None,
             recorded: None,
             sources: None,
+            names: None,
         }
     }
 }
@@ -491,6 +496,30 @@ struct TreePolicies {
 /// is often that same tree.
 type Mentions = (BTreeSet<String>, HashMap<Oid, bool>);
 
+/// What a names-index walk looks for: the needles, their searchers, and the
+/// paths it skips (the files the commit changed).
+struct Needles<'q> {
+    needles: &'q BTreeSet<String>,
+    finders: &'q [memchr::memmem::Finder<'q>],
+    changed: &'q BTreeSet<&'q str>,
+    /// Build entries for the directories the index lacks. The look back
+    /// does not: the trees of older commits are mostly those the lookup
+    /// just handed to the builder, and their files' answers are known
+    /// (`Walker::mentions`), so it neither waits for the builder nor reads
+    /// them again.
+    grow: bool,
+}
+
+/// What a directory holds as far as names go, while its names-index entry
+/// is built (its windows are gathered on the index's builder thread).
+#[derive(Default)]
+struct Built {
+    disguised: bool,
+    files: usize,
+    /// Some file was not read (the commit changed it): no entry is kept.
+    partial: bool,
+}
+
 /// One commit's judgment, with the two sides the memory needs.
 struct Judged {
     objects: Vec<ObjectVerdict>,
@@ -715,6 +744,120 @@ impl Walker<'_> {
             finders.iter().any(|f| f.find(bytes).is_some()) || may_spell_names_in_disguise(bytes);
         self.mentions.1.insert(oid, m);
         Ok(m)
+    }
+
+    /// Appends to `out` the manifest files of directory `tree` (at `dir`,
+    /// under the prefixes, in the order of `GitRepo::files`) that may
+    /// mention a needle: what `mentions` says of each, except that a
+    /// directory the names index proves free of every needle is skipped
+    /// unread. A directory the index lacks is read whole and its entry
+    /// built; with `build` (its parent is being built), what it holds is
+    /// returned and its windows join the parent's.
+    #[allow(clippy::too_many_arguments)]
+    fn scan(
+        &mut self,
+        index: &crate::names::NameIndex,
+        tree: Oid,
+        dir: &str,
+        q: &Needles<'_>,
+        build: bool,
+        out: &mut Vec<(String, Oid)>,
+    ) -> Result<Option<Built>, GitError> {
+        if let Some(e) = index.get(tree) {
+            let built = build.then(|| {
+                index.add_entry(&e);
+                Built {
+                    disguised: e.disguised,
+                    files: e.files as usize,
+                    partial: false,
+                }
+            });
+            if !e.excludes(q.needles.iter().map(|n| n.as_bytes())) {
+                self.scan_entries(index, tree, dir, q, false, out)?;
+            }
+            return Ok(built);
+        }
+        if !q.grow {
+            self.scan_entries(index, tree, dir, q, false, out)?;
+            return Ok(None);
+        }
+        index.open_dir();
+        let built = self.scan_entries(index, tree, dir, q, true, out);
+        // Closed on failure too (the builder's directories stay nested);
+        // a directory that failed is not kept, nor is any above it.
+        let keep = match &built {
+            Ok(Some(b)) if !b.partial && b.files >= crate::names::MIN_FILES => {
+                Some((tree, b.disguised, b.files))
+            }
+            _ => None,
+        };
+        index.close_dir(keep, build);
+        built
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn scan_entries(
+        &mut self,
+        index: &crate::names::NameIndex,
+        tree: Oid,
+        dir: &str,
+        q: &Needles<'_>,
+        build: bool,
+        out: &mut Vec<(String, Oid)>,
+    ) -> Result<Option<Built>, GitError> {
+        let mut built = build.then(Built::default);
+        for (name, oid, mode) in self.repo.tree_entries(tree)? {
+            match mode {
+                0o040000 => {
+                    let sub = format!("{dir}{name}/");
+                    let s = self.scan(index, oid, &sub, q, build, out)?;
+                    if let (Some(b), Some(s)) = (built.as_mut(), s) {
+                        b.disguised |= s.disguised;
+                        b.files += s.files;
+                        b.partial |= s.partial;
+                    }
+                }
+                // Links and submodules define nothing (`lookup` skips them).
+                0o120000 | 0o160000 => {}
+                _ => {
+                    if !manifest::is_manifest_path(&name) {
+                        continue;
+                    }
+                    let path = format!("{dir}{name}");
+                    // A file the commit changed is judged as a change, not
+                    // looked up, and not read here: the directory's entry
+                    // is left to a run that reads it anyway (a whole tree
+                    // judged from nothing builds no entry at all).
+                    if q.changed.contains(path.as_str()) {
+                        if let Some(b) = built.as_mut() {
+                            b.partial = true;
+                        }
+                        continue;
+                    }
+                    let m = match built.as_mut() {
+                        Some(b) => {
+                            let blob = self.repo.blob(oid)?;
+                            let bytes = blob.content();
+                            let disguised = may_spell_names_in_disguise(bytes);
+                            index.add_file(bytes);
+                            b.disguised |= disguised;
+                            b.files += 1;
+                            let m = disguised || q.finders.iter().any(|f| f.find(bytes).is_some());
+                            if self.mentions.0 != *q.needles {
+                                self.mentions = (q.needles.clone(), HashMap::new());
+                            }
+                            self.mentions.1.insert(oid, m);
+                            m
+                        }
+                        None => self.mentions(q.needles, q.finders, oid)?,
+                    };
+                    if m && crate::git::under_prefixes(&path, &self.opts.prefixes) {
+                        out.push((path, oid));
+                    }
+                }
+            }
+        }
+        Ok(built)
     }
 
     /// A file parsed before this walk under the same options
@@ -957,6 +1100,32 @@ impl Walker<'_> {
                 .map(|p| self.repo.commit(p))
                 .transpose()?
                 .map(|c| c.tree);
+            // A root commit changed every file of its tree: the names
+            // index skips the directories that cannot hold a needle.
+            if parent_tree.is_none()
+                && let Some(index) = self.opts.names.clone()
+            {
+                let mut files = Vec::new();
+                let none = BTreeSet::new();
+                let needles = Needles {
+                    needles: &needles,
+                    finders: &finders,
+                    changed: &none,
+                    grow: false,
+                };
+                self.scan(&index, tree, "", &needles, false, &mut files)?;
+                for (path, oid) in files {
+                    let parsed = self.parse(&path, oid)?;
+                    if expand(&parsed.documents)
+                        .iter()
+                        .any(|d| wanted.contains(&d.key))
+                    {
+                        return Ok(true);
+                    }
+                }
+                cur = parent;
+                continue;
+            }
             for ch in self.repo.changed_files_walk(
                 parent_tree,
                 tree,
@@ -1104,6 +1273,26 @@ impl Walker<'_> {
             .map(|n| memchr::memmem::Finder::new(n.as_bytes()))
             .collect();
         let mut out = Vec::new();
+        if let Some(index) = self.opts.names.clone() {
+            let mut files = Vec::new();
+            let q = Needles {
+                needles,
+                finders: &finders,
+                changed,
+                grow: true,
+            };
+            index.sync();
+            self.scan(&index, tree, "", &q, false, &mut files)?;
+            for (path, oid) in files {
+                let parsed = self.parse(&path, oid)?;
+                out.extend(
+                    expand(&parsed.documents)
+                        .into_iter()
+                        .filter(|d| wanted.contains(&d.key)),
+                );
+            }
+            return Ok(out);
+        }
         for (path, entry) in
             self.repo
                 .files(tree, &self.opts.prefixes, manifest::is_manifest_path)?

@@ -32,6 +32,7 @@ pub mod git;
 pub mod history;
 pub mod lease;
 pub mod metrics;
+pub mod names;
 pub mod plan;
 pub mod rehearse;
 pub mod repair;

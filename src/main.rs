@@ -83,6 +83,14 @@ enum Command {
         /// (armored *.asc files) with a user ID of the committer's email.
         #[arg(long, value_name = "DIR")]
         trusted_keys: Option<PathBuf>,
+        /// Keep and use a names index in $GIT_DIR/lockstep/names-v1 (off by
+        /// default: check then neither reads nor writes anything there). A
+        /// commit adding an object skips the directories that cannot hold
+        /// its name. Only where no one else's job can write this .git: a
+        /// forged index can hide a duplicate name from the check (never
+        /// from `run`, which does not use it). See docs/names-index.md.
+        #[arg(long)]
+        names_index: bool,
         #[command(flatten)]
         report: ReportArgs,
     },
@@ -397,6 +405,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
             max_live_bytes,
             allowed_signers,
             trusted_keys,
+            names_index,
             report: report_args,
         } => {
             let spec = report_args.spec(&repo)?;
@@ -408,6 +417,10 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                 .map(|path| lockstep::file::read_live(&path, max_live_bytes))
                 .transpose()?;
             let git = GitRepo::open(&repo)?;
+            // Off by default: a read-only check reads and writes nothing
+            // under the Git directory; the daemon never builds one.
+            let names = names_index
+                .then(|| std::sync::Arc::new(lockstep::names::NameIndex::new(git.common_dir())));
             let report = check(
                 &git,
                 &CheckOptions {
@@ -420,8 +433,16 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                     trust,
                     recorded: None,
                     sources: None,
+                    names: names.clone(),
                 },
             )?;
+            // Derived data: a repository lockstep cannot write to is
+            // checked all the same, only without keeping the index.
+            if let Some(names) = names
+                && let Err(e) = names.save()
+            {
+                tracing::debug!(file = %names.path().display(), error = %e, "names index not saved");
+            }
             print(&report, output);
             if let Some(spec) = spec {
                 post_statuses(&spec, &report_args, &report, rt)?;

@@ -156,6 +156,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             recorded: super::record::shared(&record),
             // The seed's parse of the first tree, on the first judgment only.
             sources: self.opts.parsed.take(),
+            names: None,
         };
         let t = Instant::now();
         let r = self
@@ -359,6 +360,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 trust: self.opts.trust.clone(),
                 recorded: None,
                 sources: None,
+                names: None,
             };
             let r = self.judge_pull(path, opts).await;
             match r {
@@ -895,6 +897,7 @@ mod tests {
             trust: None,
             recorded: None,
             sources: None,
+            names: None,
         };
         let Ok((j, _, _)) = judge_blocking(dir.path(), head, None, &opts, None) else {
             panic!("judging the demo repository failed");
