@@ -158,7 +158,7 @@ fn deployment_facts(d: &Deployment) -> Option<DeploymentFacts> {
         .as_ref()
         .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.annotations.as_ref());
-    let annotations = [Kind::Nova, Kind::Cinder]
+    let annotations = Kind::SERVICES
         .iter()
         .filter_map(|k| super::second_roll_annotation(*k))
         .filter_map(|a| Some((a, template?.get(a)?.clone())))

@@ -114,10 +114,6 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }
         }
         let read = wanted.len();
-        // Units are read a batch ahead, several reads in flight (each is a
-        // round trip to the API server: one at a time, 5,000 units took
-        // 27 s), and decided one by one in order, as before: a unit's
-        // objects are its own, so no decision changes another unit's read.
         // A pass that reads every unit reads the cluster at once, a LIST per
         // kind; when that fails, object by object as any other pass.
         let snapshot = if full && !wanted.is_empty() {
@@ -137,6 +133,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             None
         };
         let snapshot = snapshot.as_ref();
+        // Units are read a batch ahead, several reads in flight (each is a
+        // round trip to the API server: one at a time, 5,000 units took
+        // 27 s), and decided one by one in order, as before: a unit's
+        // objects are its own, so no decision changes another unit's read.
         for batch in wanted.chunks(READ_BATCH) {
             let states: Vec<_> = futures::stream::iter(batch)
                 .map(|(key, chain)| {
