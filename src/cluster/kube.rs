@@ -452,32 +452,56 @@ impl Cluster for KubeCluster {
         Ok(super::deployments_of(key, &facts))
     }
 
-    async fn snapshot(&self) -> Result<Option<Snapshot>, ClusterError> {
-        let mut snap = Snapshot::default();
-        for kind in std::iter::once(Kind::ControlPlane).chain(Kind::SERVICES) {
-            let gvk = GroupVersionKind::gvk(kind.group(), VERSION, kind.as_str());
-            let ar = ApiResource::from_gvk_with_plural(&gvk, kind.plural());
-            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
-            list_pages(&api, kind.plural(), |o: DynamicObject| {
-                let key = Key::new(
-                    kind,
-                    o.metadata.namespace.clone().unwrap_or_default(),
-                    o.metadata.name.clone().unwrap_or_default(),
-                );
-                let obj = to_object(&key, &o);
-                snap.objects.insert(key, obj);
-            })
-            .await?;
+    fn snapshot(
+        &self,
+    ) -> impl Future<Output = Result<Option<Snapshot>, ClusterError>> + Send + 'static {
+        let client = self.client.clone();
+        async move {
+            // Every kind's listing at once: a page is a round trip, and the
+            // kinds' pages do not wait on one another.
+            let kinds = std::iter::once(Kind::ControlPlane)
+                .chain(Kind::SERVICES)
+                .map(|kind| {
+                    let client = client.clone();
+                    async move {
+                        let gvk = GroupVersionKind::gvk(kind.group(), VERSION, kind.as_str());
+                        let ar = ApiResource::from_gvk_with_plural(&gvk, kind.plural());
+                        let api: Api<DynamicObject> = Api::all_with(client, &ar);
+                        let mut objects = Vec::new();
+                        list_pages(&api, kind.plural(), |o: DynamicObject| {
+                            let key = Key::new(
+                                kind,
+                                o.metadata.namespace.clone().unwrap_or_default(),
+                                o.metadata.name.clone().unwrap_or_default(),
+                            );
+                            let obj = to_object(&key, &o);
+                            objects.push((key, obj));
+                        })
+                        .await?;
+                        Ok::<_, ClusterError>(objects)
+                    }
+                });
+            let deployments = async {
+                let api: Api<Deployment> = Api::all(client.clone());
+                let mut by_ns: std::collections::HashMap<String, Vec<DeploymentFacts>> =
+                    std::collections::HashMap::new();
+                list_pages(&api, "deployments", |d: Deployment| {
+                    if let Some(f) = deployment_facts(&d) {
+                        let ns = d.metadata.namespace.unwrap_or_default();
+                        by_ns.entry(ns).or_default().push(f);
+                    }
+                })
+                .await?;
+                Ok::<_, ClusterError>(by_ns)
+            };
+            let (objects, deployments) =
+                futures::future::try_join(futures::future::try_join_all(kinds), deployments)
+                    .await?;
+            Ok(Some(Snapshot {
+                objects: objects.into_iter().flatten().collect(),
+                deployments,
+            }))
         }
-        let api: Api<Deployment> = Api::all(self.client.clone());
-        list_pages(&api, "deployments", |d: Deployment| {
-            if let Some(f) = deployment_facts(&d) {
-                let ns = d.metadata.namespace.unwrap_or_default();
-                snap.deployments.entry(ns).or_default().push(f);
-            }
-        })
-        .await?;
-        Ok(Some(snap))
     }
 
     fn watch(&self) -> futures::stream::BoxStream<'static, Key> {

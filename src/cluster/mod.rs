@@ -272,7 +272,12 @@ pub trait Cluster: Send + Sync {
     /// Every C5C3 object and Deployment at once ([`Snapshot`]), for a pass
     /// that reads every unit. `None`, the default: no cheaper way than one
     /// read per object (the simulated cluster, whose reads cost nothing).
-    fn snapshot(&self) -> impl Future<Output = Result<Option<Snapshot>, ClusterError>> + Send {
+    /// The future owns what it needs (`'static`): the daemon starts it
+    /// before the judgment and reads it after, so the listing's round trips
+    /// overlap the parse.
+    fn snapshot(
+        &self,
+    ) -> impl Future<Output = Result<Option<Snapshot>, ClusterError>> + Send + 'static {
         async { Ok(None) }
     }
 

@@ -260,6 +260,12 @@ pub struct Daemon<C: Cluster, R: Repo> {
     /// a watch event at that same version is no change (`mark_changed`).
     seen: HashMap<Key, Box<str>>,
     last_full: Option<Instant>,
+    /// Whether a pass that reads every unit starts its listing beside the
+    /// judgment. Cleared when a judgment failed with nothing ever judged
+    /// (the listing was thrown away), so that a source failing pass after
+    /// pass does not list a large cluster each time; set again by the next
+    /// judgment.
+    list_early: bool,
     /// When each plan wave was first seen complete (soak); lost on restart,
     /// which only makes a soak longer.
     plan_completed: BTreeMap<(String, usize), jiff::Timestamp>,
@@ -340,6 +346,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             dirty: HashSet::new(),
             seen: HashMap::new(),
             last_full: None,
+            list_early: true,
             plan_completed: BTreeMap::new(),
             plan_last: BTreeMap::new(),
             plan_failed: BTreeMap::new(),
@@ -678,17 +685,28 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             tracing::warn!(branch = %self.opts.branch, "the branch has no commits yet");
             return out;
         };
+        // A pass that reads every unit lists the cluster; the listing runs
+        // beside the judgment (on the first pass, a parse of the whole
+        // tree) and the units step reads it.
+        let full = self.full_due();
+        let listing = (full && self.list_early).then(|| units::Listing::start(&self.cluster));
         // Judge: new commits of the branch and pull requests, verdicts
         // queued before anything is applied.
         let Some(judgment) = self
             .reconcile_judgment(&src.path, head, src.pulls, &mut out)
             .await
         else {
+            if listing.is_some() {
+                self.list_early = false;
+            }
             return out;
         };
+        self.list_early = true;
         let t_judge = t0.elapsed();
         // Units: read, decide, apply, follow, repair.
-        let walked = self.reconcile_units(&judgment, &mut out).await;
+        let walked = self
+            .reconcile_units(&judgment, full, listing, &mut out)
+            .await;
         let t_walk = t0.elapsed();
         // Plans: decide each wave; a hop commit when one may start (the
         // next pass judges and applies it).

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tracing::Instrument;
@@ -57,6 +57,44 @@ pub(super) struct Walked {
     pub read: usize,
 }
 
+/// The cluster's listing ([`Cluster::snapshot`]) running in a task of its
+/// own, so that it overlaps the judgment. Dropped unread (the judgment
+/// failed, no unit was wanted), it stops.
+pub(super) struct Listing(
+    tokio::task::JoinHandle<(Result<Option<Snapshot>, ClusterError>, Duration)>,
+);
+
+impl Listing {
+    pub(super) fn start<C: Cluster>(cluster: &C) -> Listing {
+        let list = cluster.snapshot();
+        Listing(tokio::spawn(async move {
+            let t = Instant::now();
+            let r = list.await;
+            (r, t.elapsed())
+        }))
+    }
+
+    /// The listing and how long it took.
+    async fn read(mut self) -> (Result<Option<Snapshot>, ClusterError>, Duration) {
+        match (&mut self.0).await {
+            Ok(r) => r,
+            // Aborted or panicked: the pass reads object by object.
+            Err(_) => (
+                Err(ClusterError::Other(
+                    "the listing stopped before it finished".into(),
+                )),
+                Duration::ZERO,
+            ),
+        }
+    }
+}
+
+impl Drop for Listing {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// How many units a pass reads ahead of its decisions, and how many of
 /// those reads are in flight at once: enough to hide the API server's round
 /// trips, few enough that a pass never holds much state read long before it
@@ -65,15 +103,23 @@ const READ_BATCH: usize = 64;
 const READS_IN_FLIGHT: usize = 8;
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
+    /// Whether this pass reads every unit: the first pass, then once per
+    /// `resync`.
+    pub(super) fn full_due(&self) -> bool {
+        self.last_full
+            .is_none_or(|t| t.elapsed() >= self.opts.resync)
+    }
+
+    /// `full` is [`Self::full_due`] at the pass's start; `listing`, the
+    /// cluster's listing started then, if it was.
     pub(super) async fn reconcile_units(
         &mut self,
         judgment: &Judgment,
+        full: bool,
+        listing: Option<Listing>,
         out: &mut PassOutcome,
     ) -> Walked {
         let chains = &judgment.chains;
-        let full = self
-            .last_full
-            .is_none_or(|t| t.elapsed() >= self.opts.resync);
         if full {
             self.units.retain(|k, _| chains.contains_key(k));
             // Every unit is read again below, each refilling what it saw.
@@ -117,14 +163,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // A pass that reads every unit reads the cluster at once, a LIST per
         // kind; when that fails, object by object as any other pass.
         let snapshot = if full && !wanted.is_empty() {
-            let t = Instant::now();
-            let s = self.cluster.snapshot().await;
-            Metrics::observe(
-                &self.metrics.cluster_seconds,
-                "snapshot",
-                s.is_ok(),
-                t.elapsed(),
-            );
+            let listing = listing.unwrap_or_else(|| Listing::start(&self.cluster));
+            let (s, took) = listing.read().await;
+            Metrics::observe(&self.metrics.cluster_seconds, "snapshot", s.is_ok(), took);
             s.unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "listing the cluster failed; reading object by object");
                 None

@@ -1,0 +1,194 @@
+//! A pass that reads every unit lists the cluster ([`Cluster::snapshot`]).
+//! The listing starts beside the judgment, so that its round trips overlap
+//! the parse of the tree, and a judgment that keeps failing with nothing
+//! judged does not list the cluster on every pass.
+//!
+//! The cluster is the in-process simulated operator behind a wrapper that
+//! logs lockstep's calls (the real C5C3 operators cannot run here; the
+//! listing against a real kube-apiserver is `tests/run_kube.rs` and
+//! `tests/cluster_kube.rs`). The repository is real Git.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lockstep::cluster::memory::MemoryCluster;
+use lockstep::cluster::{
+    ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentInfo, EventInfo, JobInfo,
+    Snapshot,
+};
+use lockstep::daemon::{Daemon, Options};
+use lockstep::forge::delivery::StatusQueue;
+use lockstep::kind::Key;
+use lockstep::metrics::Metrics;
+use lockstep::sim::{Params, World};
+use lockstep::source::{Origin, Source};
+
+/// The simulated cluster, logging the calls this test is about; the first
+/// `failing` reads of the record fail as an unreachable API server's would.
+#[derive(Clone)]
+struct Logged {
+    inner: MemoryCluster,
+    log: Arc<Mutex<Vec<&'static str>>>,
+    failing: Arc<AtomicUsize>,
+}
+
+impl Logged {
+    fn note(&self, what: &'static str) {
+        self.log.lock().unwrap().push(what);
+    }
+
+    fn calls(&self, what: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|w| **w == what)
+            .count()
+    }
+}
+
+impl Cluster for Logged {
+    fn snapshot(
+        &self,
+    ) -> impl Future<Output = Result<Option<Snapshot>, ClusterError>> + Send + 'static {
+        self.note("snapshot");
+        // No cheaper way than one read per object: the units step reads
+        // them one by one, as the memory cluster itself says.
+        self.inner.snapshot()
+    }
+    async fn load_record(&self, name: &str) -> Result<Option<String>, ClusterError> {
+        let failing = self
+            .failing
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            self.note("load_record failed");
+            return Err(ClusterError::Unavailable("connection refused".into()));
+        }
+        self.note("load_record");
+        self.inner.load_record(name).await
+    }
+    async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
+        self.note("save_record");
+        self.inner.save_record(name, text).await
+    }
+    async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
+        self.inner.get(key).await
+    }
+    async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
+        self.inner.apply(req).await
+    }
+    async fn jobs(&self, key: &Key) -> Result<Vec<JobInfo>, ClusterError> {
+        self.inner.jobs(key).await
+    }
+    async fn deployments(&self, key: &Key) -> Result<Vec<DeploymentInfo>, ClusterError> {
+        self.inner.deployments(key).await
+    }
+    async fn events(&self, key: &Key) -> Result<Vec<EventInfo>, ClusterError> {
+        self.inner.events(key).await
+    }
+    fn watch(&self) -> futures::stream::BoxStream<'static, Key> {
+        self.inner.watch()
+    }
+    async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
+        self.inner.delete_job(namespace, name).await
+    }
+    async fn set_repair_record(&self, key: &Key, record: &str) -> Result<(), ClusterError> {
+        self.inner.set_repair_record(key, record).await
+    }
+    async fn record_event(
+        &self,
+        key: &Key,
+        reason: &str,
+        message: &str,
+        warning: bool,
+    ) -> Result<(), ClusterError> {
+        self.inner.record_event(key, reason, message, warning).await
+    }
+}
+
+/// The example fleet in a real repository, and a daemon on it whose
+/// cluster's first `failing` record reads fail, reading every unit again
+/// every `resync`.
+fn daemon(failing: usize, resync: Duration) -> (Daemon<Logged, Source>, Logged, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    lockstep::demo::build_repository(dir.path()).unwrap();
+    let world = World::new(Params::default());
+    let mem = MemoryCluster::new(world);
+    let cluster = Logged {
+        inner: mem.clone(),
+        log: Arc::default(),
+        failing: Arc::new(AtomicUsize::new(failing)),
+    };
+    let source = Source::open(Origin::Local(dir.path().to_owned()), "main").unwrap();
+    let opts = Options {
+        poll: Duration::from_millis(10),
+        resync,
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).unwrap();
+    let d = Daemon::new(
+        opts,
+        source,
+        cluster.clone(),
+        clock,
+        StatusQueue::new(10_000),
+        Arc::new(Metrics::new()),
+    );
+    (d, cluster, dir)
+}
+
+#[tokio::test]
+async fn the_first_pass_lists_the_cluster_before_it_judges() {
+    let (mut d, cluster, _dir) = daemon(0, Duration::from_secs(600));
+    let out = d.pass().await;
+    assert_eq!(out.source_error, None);
+    assert!(
+        !d.unit_reports().is_empty(),
+        "the first pass read the units"
+    );
+    let log = cluster.log.lock().unwrap().clone();
+    // The judgment reads the record, judges, then saves the record: the
+    // listing was started before all of it.
+    let at = |what: &str| log.iter().position(|w| *w == what);
+    assert_eq!(cluster.calls("snapshot"), 1, "{log:?}");
+    assert!(
+        at("snapshot") < at("load_record") && at("load_record") < at("save_record"),
+        "the listing starts before the judgment: {log:?}"
+    );
+    // A pass within the resync period lists nothing.
+    d.pass().await;
+    assert_eq!(cluster.calls("snapshot"), 1, "{log:?}");
+}
+
+#[tokio::test]
+async fn a_judgment_failing_with_nothing_judged_lists_the_cluster_once() {
+    // Every pass reads every unit (resync 0), so every pass may list.
+    let (mut d, cluster, _dir) = daemon(3, Duration::ZERO);
+    for _ in 0..3 {
+        let out = d.pass().await;
+        assert!(out.source_error.is_some(), "the record cannot be read");
+        assert!(d.unit_reports().is_empty());
+    }
+    // The first failing pass started a listing and threw it away; the
+    // next ones did not start one.
+    assert_eq!(cluster.calls("load_record failed"), 3);
+    assert_eq!(cluster.calls("snapshot"), 1);
+    // The record is readable again: the pass judges, then lists the
+    // cluster after the judgment (no longer beside it), and reads the units.
+    let out = d.pass().await;
+    assert_eq!(out.source_error, None);
+    assert!(!d.unit_reports().is_empty());
+    assert_eq!(cluster.calls("snapshot"), 2);
+    let log = cluster.log.lock().unwrap().clone();
+    let last = log.iter().rposition(|w| *w == "snapshot");
+    let judged = log.iter().rposition(|w| *w == "save_record");
+    assert!(judged < last, "listed after the judgment: {log:?}");
+    // The judgment succeeded: the next pass lists beside it again (its
+    // head is judged already, so it reads no record).
+    d.pass().await;
+    assert_eq!(cluster.calls("snapshot"), 3);
+    let log = cluster.log.lock().unwrap().clone();
+    assert_eq!(log.last(), Some(&"snapshot"), "{log:?}");
+}
