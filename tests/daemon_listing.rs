@@ -1,13 +1,16 @@
-//! A pass that reads every unit lists the cluster ([`Cluster::snapshot`]).
-//! The listing starts beside the judgment, so that its round trips overlap
-//! the parse of the tree, and a judgment that keeps failing with nothing
-//! judged does not list the cluster on every pass.
+//! When the daemon reads the cluster. A pass that reads every unit lists
+//! the cluster ([`Cluster::snapshot`]). The listing starts beside the
+//! judgment, so that its round trips overlap the parse of the tree, and a
+//! judgment that keeps failing with nothing judged does not list the
+//! cluster on every pass. Watch events at the versions the last reads saw
+//! (a watch's first listing, a re-list) start no pass.
 //!
 //! The cluster is the in-process simulated operator behind a wrapper that
 //! logs lockstep's calls (the real C5C3 operators cannot run here; the
 //! listing against a real kube-apiserver is `tests/run_kube.rs` and
 //! `tests/cluster_kube.rs`). The repository is real Git.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,13 +27,22 @@ use lockstep::metrics::Metrics;
 use lockstep::sim::{Params, World};
 use lockstep::source::{Origin, Source};
 
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A watch the test feeds.
+type Feed = tokio::sync::mpsc::UnboundedReceiver<(Key, Option<String>)>;
+
 /// The simulated cluster, logging the calls this test is about; the first
 /// `failing` reads of the record fail as an unreachable API server's would.
+/// It keeps the version of each object as last read, and its watch is the
+/// test's `feed` when there is one.
 #[derive(Clone)]
 struct Logged {
     inner: MemoryCluster,
     log: Arc<Mutex<Vec<&'static str>>>,
     failing: Arc<AtomicUsize>,
+    read: Arc<Mutex<HashMap<Key, String>>>,
+    feed: Arc<Mutex<Option<Feed>>>,
 }
 
 impl Logged {
@@ -74,7 +86,12 @@ impl Cluster for Logged {
         self.inner.save_record(name, text).await
     }
     async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
-        self.inner.get(key).await
+        let o = self.inner.get(key).await?;
+        if let Some(o) = &o {
+            let mut read = self.read.lock().unwrap();
+            read.insert(key.clone(), o.resource_version.clone());
+        }
+        Ok(o)
     }
     async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
         self.inner.apply(req).await
@@ -90,6 +107,13 @@ impl Cluster for Logged {
     }
     fn watch(&self) -> futures::stream::BoxStream<'static, Key> {
         self.inner.watch()
+    }
+    fn watch_versions(&self) -> futures::stream::BoxStream<'static, (Key, Option<String>)> {
+        use futures::StreamExt;
+        match self.feed.lock().unwrap().take() {
+            Some(mut rx) => futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed(),
+            None => self.inner.watch_versions(),
+        }
     }
     async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
         self.inner.delete_job(namespace, name).await
@@ -110,8 +134,12 @@ impl Cluster for Logged {
 
 /// The example fleet in a real repository, and a daemon on it whose
 /// cluster's first `failing` record reads fail, reading every unit again
-/// every `resync`.
-fn daemon(failing: usize, resync: Duration) -> (Daemon<Logged, Source>, Logged, tempfile::TempDir) {
+/// every `resync`, polling every `poll`.
+fn daemon(
+    failing: usize,
+    resync: Duration,
+    poll: Duration,
+) -> (Daemon<Logged, Source>, Logged, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     lockstep::demo::build_repository(dir.path()).unwrap();
     let world = World::new(Params::default());
@@ -120,10 +148,12 @@ fn daemon(failing: usize, resync: Duration) -> (Daemon<Logged, Source>, Logged, 
         inner: mem.clone(),
         log: Arc::default(),
         failing: Arc::new(AtomicUsize::new(failing)),
+        read: Arc::default(),
+        feed: Arc::default(),
     };
     let source = Source::open(Origin::Local(dir.path().to_owned()), "main").unwrap();
     let opts = Options {
-        poll: Duration::from_millis(10),
+        poll,
         resync,
         ..Options::default()
     };
@@ -141,7 +171,7 @@ fn daemon(failing: usize, resync: Duration) -> (Daemon<Logged, Source>, Logged, 
 
 #[tokio::test]
 async fn the_first_pass_lists_the_cluster_before_it_judges() {
-    let (mut d, cluster, _dir) = daemon(0, Duration::from_secs(600));
+    let (mut d, cluster, _dir) = daemon(0, Duration::from_secs(600), HOUR);
     let out = d.pass().await;
     assert_eq!(out.source_error, None);
     assert!(
@@ -165,7 +195,7 @@ async fn the_first_pass_lists_the_cluster_before_it_judges() {
 #[tokio::test]
 async fn a_judgment_failing_with_nothing_judged_lists_the_cluster_once() {
     // Every pass reads every unit (resync 0), so every pass may list.
-    let (mut d, cluster, _dir) = daemon(3, Duration::ZERO);
+    let (mut d, cluster, _dir) = daemon(3, Duration::ZERO, HOUR);
     for _ in 0..3 {
         let out = d.pass().await;
         assert!(out.source_error.is_some(), "the record cannot be read");
@@ -191,4 +221,92 @@ async fn a_judgment_failing_with_nothing_judged_lists_the_cluster_once() {
     assert_eq!(cluster.calls("snapshot"), 3);
     let log = cluster.log.lock().unwrap().clone();
     assert_eq!(log.last(), Some(&"snapshot"), "{log:?}");
+}
+
+/// Runs the daemon (its watch fed by the test) beside `driver`, which is
+/// given the feed, the versions the daemon read, and its pass count. The
+/// driver starts once the example fleet's hops are done and passes come
+/// only from the poll (none for 300 ms).
+async fn with_fed_watch<F, Fut>(poll: Duration, driver: F)
+where
+    F: FnOnce(Feeder, Vec<(Key, String)>, Box<dyn Fn() -> u64 + Send>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let (mut d, cluster, _dir) = daemon(0, Duration::from_secs(600), poll);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    *cluster.feed.lock().unwrap() = Some(rx);
+    let metrics = d.metrics().clone();
+    let passes = move || metrics.passes.get();
+    let (_triggers, triggers) = tokio::sync::mpsc::channel(1);
+    let (_leader_tx, leader) = tokio::sync::watch::channel(true);
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stopped = stop.clone();
+    let drive = async move {
+        let mut last = u64::MAX;
+        while passes() != last {
+            last = passes();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert!(last >= 1);
+        let read: Vec<(Key, String)> = cluster.read.lock().unwrap().clone().into_iter().collect();
+        assert!(read.len() >= 10, "the example fleet's objects: {read:?}");
+        driver(tx, read, Box::new(passes)).await;
+        stopped.notify_one();
+    };
+    let run = d.run(triggers, leader, stop.notified());
+    tokio::time::timeout(Duration::from_secs(60), async { tokio::join!(run, drive) })
+        .await
+        .expect("the test ends");
+}
+
+type Feeder = tokio::sync::mpsc::UnboundedSender<(Key, Option<String>)>;
+
+/// A watch's listing: every object the daemon read, at the version it read.
+fn listing(tx: &Feeder, read: &[(Key, String)]) {
+    for (k, v) in read {
+        tx.send((k.clone(), Some(v.clone()))).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn watch_events_at_versions_already_read_start_no_pass() {
+    // The poll is an hour away: every pass below is the watch's doing.
+    with_fed_watch(HOUR, |tx, read, passes| async move {
+        let before = passes();
+        for _ in 0..5 {
+            listing(&tx, &read);
+            tokio::time::sleep(Duration::from_millis(120)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(passes(), before, "no pass for versions already read");
+        // One object at another version: a pass.
+        let (k, _) = &read[0];
+        tx.send((k.clone(), Some("another".into()))).unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while passes() == before {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "a change starts a pass"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_poll_is_not_delayed_by_watch_events_that_change_nothing() {
+    // Events that change nothing every 100 ms for 2.4 s, polls every
+    // 400 ms: the polls go on (were each event to restart the wait, the
+    // poll would never come).
+    with_fed_watch(Duration::from_millis(400), |tx, read, passes| async move {
+        let before = passes();
+        for _ in 0..24 {
+            listing(&tx, &read);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let polled = passes() - before;
+        assert!(polled >= 3, "{polled} passes in 2.4 s of 400 ms polls");
+    })
+    .await;
 }

@@ -630,16 +630,30 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 tokio::task::yield_now().await;
                 continue;
             }
+            // Wait for the poll, a trigger, leadership, or a watch event
+            // that names a change. The poll's deadline holds across events
+            // that change nothing, so a stream of them never delays it.
             let poll = tokio::time::sleep(self.opts.poll);
-            tokio::select! {
-                _ = &mut shutdown => break,
-                _ = poll => {}
-                Some(()) = triggers.recv() => {}
-                _ = leader.changed() => {}
-                Some((k, v)) = changes.next() => {
-                    // A burst of watch events is one pass.
-                    self.mark_changed(k, v);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::pin!(poll);
+            loop {
+                tokio::select! {
+                    _ = &mut shutdown => return last,
+                    _ = &mut poll => break,
+                    Some(()) = triggers.recv() => break,
+                    _ = leader.changed() => break,
+                    Some((k, v)) = changes.next() => {
+                        // A burst of watch events is one pass.
+                        self.mark_changed(k, v);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        while let Some(Some((k, v))) = changes.next().now_or_never() {
+                            self.mark_changed(k, v);
+                        }
+                        // Events at versions already read (a watch's first
+                        // listing, a re-list) are no reason for a pass.
+                        if !self.dirty.is_empty() {
+                            break;
+                        }
+                    }
                 }
             }
         }
