@@ -11,7 +11,7 @@
 //! `tests/cluster_kube.rs`). The repository is real Git.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -43,6 +43,8 @@ struct Logged {
     failing: Arc<AtomicUsize>,
     read: Arc<Mutex<HashMap<Key, String>>>,
     feed: Arc<Mutex<Option<Feed>>>,
+    /// Milliseconds the next read of the record takes (a slow judgment).
+    slow: Arc<AtomicU64>,
 }
 
 impl Logged {
@@ -79,6 +81,8 @@ impl Cluster for Logged {
             return Err(ClusterError::Unavailable("connection refused".into()));
         }
         self.note("load_record");
+        let slow = self.slow.swap(0, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(slow)).await;
         self.inner.load_record(name).await
     }
     async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
@@ -150,6 +154,7 @@ fn daemon(
         failing: Arc::new(AtomicUsize::new(failing)),
         read: Arc::default(),
         feed: Arc::default(),
+        slow: Arc::default(),
     };
     let source = Source::open(Origin::Local(dir.path().to_owned()), "main").unwrap();
     let opts = Options {
@@ -190,6 +195,22 @@ async fn the_first_pass_lists_the_cluster_before_it_judges() {
     // A pass within the resync period lists nothing.
     d.pass().await;
     assert_eq!(cluster.calls("snapshot"), 1, "{log:?}");
+}
+
+#[tokio::test]
+async fn a_listing_older_than_the_judgment_is_taken_again() {
+    // The judgment outlasts the listing by more than 5 s: the units are not
+    // decided on state read that long before.
+    let (mut d, cluster, _dir) = daemon(0, Duration::from_secs(600), HOUR);
+    cluster.slow.store(5_500, Ordering::SeqCst);
+    d.pass().await;
+    assert!(!d.unit_reports().is_empty());
+    let log = cluster.log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        ["snapshot", "load_record", "save_record", "snapshot"],
+        "listed beside the judgment, then again after it"
+    );
 }
 
 #[tokio::test]

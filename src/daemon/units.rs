@@ -60,9 +60,16 @@ pub(super) struct Walked {
 /// The cluster's listing ([`Cluster::snapshot`]) running in a task of its
 /// own, so that it overlaps the judgment. Dropped unread (the judgment
 /// failed, no unit was wanted), it stops.
-pub(super) struct Listing(
-    tokio::task::JoinHandle<(Result<Option<Snapshot>, ClusterError>, Duration)>,
-);
+pub(super) struct Listing(tokio::task::JoinHandle<Listed>);
+
+/// A listing, how long it took, and when it ended.
+type Listed = (Result<Option<Snapshot>, ClusterError>, Duration, Instant);
+
+/// A listing that ended longer ago than this (the judgment outlasted it:
+/// a long history on the first start) is taken again: units are decided
+/// on state read at most this long before, as when the listing followed
+/// the judgment.
+const LISTING_FRESH: Duration = Duration::from_secs(5);
 
 impl Listing {
     pub(super) fn start<C: Cluster>(cluster: &C) -> Listing {
@@ -70,12 +77,12 @@ impl Listing {
         Listing(tokio::spawn(async move {
             let t = Instant::now();
             let r = list.await;
-            (r, t.elapsed())
+            (r, t.elapsed(), Instant::now())
         }))
     }
 
     /// The listing and how long it took.
-    async fn read(mut self) -> (Result<Option<Snapshot>, ClusterError>, Duration) {
+    async fn read(mut self) -> Listed {
         match (&mut self.0).await {
             Ok(r) => r,
             // Aborted or panicked: the pass reads object by object.
@@ -84,6 +91,7 @@ impl Listing {
                     "the listing stopped before it finished".into(),
                 )),
                 Duration::ZERO,
+                Instant::now(),
             ),
         }
     }
@@ -164,7 +172,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // kind; when that fails, object by object as any other pass.
         let snapshot = if full && !wanted.is_empty() {
             let listing = listing.unwrap_or_else(|| Listing::start(&self.cluster));
-            let (s, took) = listing.read().await;
+            let (mut s, mut took, ended) = listing.read().await;
+            if ended.elapsed() > LISTING_FRESH {
+                tracing::debug!(
+                    age_ms = ended.elapsed().as_secs_f64() * 1e3,
+                    "the listing is older than the judgment; listing again"
+                );
+                (s, took, _) = Listing::start(&self.cluster).read().await;
+            }
             Metrics::observe(&self.metrics.cluster_seconds, "snapshot", s.is_ok(), took);
             s.unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "listing the cluster failed; reading object by object");
