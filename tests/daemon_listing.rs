@@ -15,11 +15,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 use lockstep::cluster::memory::MemoryCluster;
-use lockstep::cluster::{
-    ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentInfo, EventInfo, JobInfo,
-    Snapshot,
-};
+use lockstep::cluster::{Cluster, ClusterError, ClusterObject, Snapshot};
 use lockstep::daemon::{Daemon, Options};
 use lockstep::forge::delivery::StatusQueue;
 use lockstep::kind::Key;
@@ -63,6 +62,16 @@ impl Logged {
 }
 
 impl Cluster for Logged {
+    crate::forward_cluster!(
+        apply,
+        jobs,
+        deployments,
+        events,
+        watch,
+        delete_job,
+        set_repair_record,
+        record_event
+    );
     fn snapshot(
         &self,
     ) -> impl Future<Output = Result<Option<Snapshot>, ClusterError>> + Send + 'static {
@@ -97,42 +106,12 @@ impl Cluster for Logged {
         }
         Ok(o)
     }
-    async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
-        self.inner.apply(req).await
-    }
-    async fn jobs(&self, key: &Key) -> Result<Vec<JobInfo>, ClusterError> {
-        self.inner.jobs(key).await
-    }
-    async fn deployments(&self, key: &Key) -> Result<Vec<DeploymentInfo>, ClusterError> {
-        self.inner.deployments(key).await
-    }
-    async fn events(&self, key: &Key) -> Result<Vec<EventInfo>, ClusterError> {
-        self.inner.events(key).await
-    }
-    fn watch(&self) -> futures::stream::BoxStream<'static, Key> {
-        self.inner.watch()
-    }
     fn watch_versions(&self) -> futures::stream::BoxStream<'static, (Key, Option<String>)> {
         use futures::StreamExt;
         match self.feed.lock().unwrap().take() {
             Some(mut rx) => futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed(),
             None => self.inner.watch_versions(),
         }
-    }
-    async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
-        self.inner.delete_job(namespace, name).await
-    }
-    async fn set_repair_record(&self, key: &Key, record: &str) -> Result<(), ClusterError> {
-        self.inner.set_repair_record(key, record).await
-    }
-    async fn record_event(
-        &self,
-        key: &Key,
-        reason: &str,
-        message: &str,
-        warning: bool,
-    ) -> Result<(), ClusterError> {
-        self.inner.record_event(key, reason, message, warning).await
     }
 }
 

@@ -21,9 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockstep::cluster::memory::MemoryCluster;
-use lockstep::cluster::{
-    ApplyRequest, Cluster, ClusterError, ClusterObject, DeploymentInfo, EventInfo, JobInfo,
-};
+use lockstep::cluster::{ApplyRequest, Cluster, ClusterError, ClusterObject};
 use lockstep::daemon::{Daemon, Options, deliver_now};
 use lockstep::forge::AnyForge;
 use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
@@ -428,15 +426,18 @@ struct Rejecting {
 }
 
 impl Cluster for Rejecting {
-    async fn load_record(&self, name: &str) -> Result<Option<String>, ClusterError> {
-        self.inner.load_record(name).await
-    }
-    async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
-        self.inner.save_record(name, text).await
-    }
-    async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
-        self.inner.get(key).await
-    }
+    crate::forward_cluster!(
+        load_record,
+        save_record,
+        get,
+        jobs,
+        deployments,
+        events,
+        watch,
+        delete_job,
+        set_repair_record,
+        record_event
+    );
     async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
         if self.reject.as_ref() == Some(&req.key) {
             return Err(ClusterError::Invalid {
@@ -445,33 +446,6 @@ impl Cluster for Rejecting {
             });
         }
         self.inner.apply(req).await
-    }
-    async fn jobs(&self, key: &Key) -> Result<Vec<JobInfo>, ClusterError> {
-        self.inner.jobs(key).await
-    }
-    async fn deployments(&self, key: &Key) -> Result<Vec<DeploymentInfo>, ClusterError> {
-        self.inner.deployments(key).await
-    }
-    async fn events(&self, key: &Key) -> Result<Vec<EventInfo>, ClusterError> {
-        self.inner.events(key).await
-    }
-    fn watch(&self) -> futures::stream::BoxStream<'static, Key> {
-        self.inner.watch()
-    }
-    async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
-        self.inner.delete_job(namespace, name).await
-    }
-    async fn set_repair_record(&self, key: &Key, record: &str) -> Result<(), ClusterError> {
-        self.inner.set_repair_record(key, record).await
-    }
-    async fn record_event(
-        &self,
-        key: &Key,
-        reason: &str,
-        message: &str,
-        warning: bool,
-    ) -> Result<(), ClusterError> {
-        self.inner.record_event(key, reason, message, warning).await
     }
 }
 
