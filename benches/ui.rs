@@ -62,6 +62,7 @@ fn report(key: &Key, i: usize, children: &[Key]) -> UnitReport {
             unit: key.clone(),
             from: Some("2025.2".into()),
             steps: vec![step],
+            removed: None,
         }),
         next,
         progress,

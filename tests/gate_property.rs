@@ -7,8 +7,11 @@
 //! other paths and extensions, kind typos, a plane's child defined
 //! standalone, merges. The same holds for a range judged from a cut
 //! (looking back through older history), for a `--path` filter, and for
-//! what the simulated cluster receives from the daemon. A shallow clone
-//! either refuses or answers exactly like the whole repository.
+//! what the simulated cluster receives from the daemon, which runs until
+//! idle at random points of the history (so the cluster holds older states
+//! when later commits arrive) and is checked against its own judgment (the
+//! live verdicts it recorded). A shallow clone either refuses or answers
+//! exactly like the whole repository.
 //!
 //! Histories are written with libgit2 in process (real repositories, real
 //! commits, real merges), so thousands run in `cargo test`. The number of
@@ -26,6 +29,7 @@ use std::time::Duration;
 use git2::{Oid, Repository, Signature};
 use lockstep::cluster::memory::MemoryCluster;
 use lockstep::cluster::{ApplyRequest, Cluster, ClusterError, ClusterObject};
+use lockstep::daemon::record::Record;
 use lockstep::daemon::{Daemon, Options, deliver_now};
 use lockstep::forge::AnyForge;
 use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
@@ -183,6 +187,10 @@ fn op() -> impl Strategy<Value = Op> {
 struct Step {
     ops: Vec<Op>,
     merged: bool,
+    /// The daemon runs until it has nothing left to do once main reaches
+    /// this commit (it also always runs at the end): the cluster then holds
+    /// this state when the later commits arrive.
+    settle: bool,
 }
 
 fn history() -> impl Strategy<Value = Vec<Step>> {
@@ -190,8 +198,13 @@ fn history() -> impl Strategy<Value = Vec<Step>> {
         (
             prop::collection::vec(op(), 1..=2),
             prop::bool::weighted(0.2),
+            prop::bool::weighted(0.25),
         )
-            .prop_map(|(ops, merged)| Step { ops, merged }),
+            .prop_map(|(ops, merged, settle)| Step {
+                ops,
+                merged,
+                settle,
+            }),
         1..=12,
     )
 }
@@ -648,6 +661,26 @@ impl Cluster for Recorder {
 /// Runs the daemon on the history until nothing is left to do; returns
 /// every apply the cluster received, in order.
 fn daemon_applies(dir: &Path) -> Vec<Sent> {
+    daemon_applies_at(dir, &[]).0
+}
+
+/// Where the daemon left each unit.
+type Ends = Vec<(Key, lockstep::rollout::Next)>;
+
+/// [`daemon_applies`], with main first moved to each of `stops` in turn
+/// (the daemon runs until idle at each), then back to its head: the cluster
+/// holds each stop's state when the later commits arrive. Also returns the
+/// daemon's record of the verdicts the live state decided, and where it
+/// left each unit.
+fn daemon_applies_at(dir: &Path, stops: &[Oid]) -> (Vec<Sent>, Record, Ends) {
+    let raw = Repository::open(dir).expect("open");
+    let head = raw.refname_to_id("refs/heads/main").expect("main's head");
+    let set_main = |id: Oid| {
+        raw.reference("refs/heads/main", id, true, "the daemon's stop")
+            .expect("move main");
+    };
+    let plan: Vec<Oid> = stops.iter().copied().chain(std::iter::once(head)).collect();
+    set_main(plan[0]);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -676,27 +709,46 @@ fn daemon_applies(dir: &Path) -> Vec<Sent> {
             Arc::new(Metrics::new()),
         );
         let metrics = Metrics::new();
-        // Passes as `run --until-idle` makes them: until nothing is in
-        // flight and the simulated operator has nothing left to do.
-        let mut last = None;
-        for _ in 0..2_000 {
-            let out = d.pass().await;
-            assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
-            let busy = mem.step(Duration::from_secs(3600)).expect("step");
-            if !out.busy && !busy {
-                return rec.applies.lock().expect("lock").clone();
+        for at in plan {
+            set_main(at);
+            // Passes as `run --until-idle` makes them: until nothing is in
+            // flight and the simulated operator has nothing left to do.
+            let mut last = None;
+            let mut idle = false;
+            for _ in 0..2_000 {
+                let out = d.pass().await;
+                assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+                let busy = mem.step(Duration::from_secs(3600)).expect("step");
+                if !out.busy && !busy {
+                    idle = true;
+                    break;
+                }
+                last = Some((out.applied, out.blocked, busy));
             }
-            last = Some((out.applied, out.blocked, busy));
+            if !idle {
+                let w = mem.world().expect("world");
+                let objects: Vec<String> = w
+                    .objects
+                    .values()
+                    .map(|o| format!("{} {:?} {:?}", o.key, o.release, o.status.installed_release))
+                    .collect();
+                panic!(
+                    "the daemon never settled (last pass applied, blocked, sim busy: {last:?}); the cluster: {objects:#?}"
+                );
+            }
         }
-        let w = mem.world().expect("world");
-        let objects: Vec<String> = w
-            .objects
-            .values()
-            .map(|o| format!("{} {:?} {:?}", o.key, o.release, o.status.installed_release))
+        let record = mem
+            .load_record(&lockstep::daemon::record::name("prop"))
+            .await
+            .expect("the record")
+            .map(|t| Record::parse(&t).expect("a record that parses"))
+            .unwrap_or_default();
+        let ends = d
+            .unit_reports()
+            .iter()
+            .map(|(k, u)| (k.clone(), u.next.clone()))
             .collect();
-        panic!(
-            "the daemon never settled (last pass applied, blocked, sim busy: {last:?}); the cluster: {objects:#?}"
-        );
+        (rec.applies.lock().expect("lock").clone(), record, ends)
     })
 }
 
@@ -709,29 +761,109 @@ proptest! {
 
     #[test]
     fn the_cluster_never_receives_a_lower_or_skipped_release(steps in history()) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        build(dir.path(), &steps);
-        let sent = daemon_applies(dir.path());
-        for (k, before, r) in &sent {
-            if let Some(b) = before {
-                prop_assert!(r >= b, "{} running {} was sent the lower {}", k, b, r);
-                prop_assert!(*r <= b.next(), "{} running {} was sent {}, past {}", k, b, r, b.next());
-            }
-        }
-        let seq: Vec<(Key, Release, String)> =
-            sent.iter().map(|(k, _, r)| (k.clone(), *r, String::new())).collect();
-        never_down_never_skipping(&seq).map_err(|e| TestCaseError::fail(format!("applied: {e}")))?;
-        // Everything sent was accepted by the gate for that object.
-        let repo = GitRepo::open(dir.path()).expect("open");
-        let whole = history::check(&repo, &opts(EMPTY_TREE, &[])).expect("check");
-        let ok = accepted(&whole);
-        for (k, _, r) in &sent {
+        daemon_keeps_the_promise(&steps)?;
+    }
+}
+
+/// The daemon's side of the promise, for one history: what the cluster
+/// receives never goes down or skips from what the object runs, and was
+/// accepted by the gate for that object.
+fn daemon_keeps_the_promise(steps: &[Step]) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let main = build(dir.path(), steps);
+    let stops: Vec<Oid> = main
+        .iter()
+        .zip(steps)
+        .filter(|(_, s)| s.settle)
+        .map(|(id, _)| *id)
+        .collect();
+    let (sent, record, _) = daemon_applies_at(dir.path(), &stops);
+    for (k, before, r) in &sent {
+        if let Some(b) = before {
+            prop_assert!(r >= b, "{} running {} was sent the lower {}", k, b, r);
             prop_assert!(
-                ok.iter().any(|(ak, ar, _)| ak == k && ar == r),
-                "{} was sent {} which the gate never accepted for it", k, r
+                *r <= b.next(),
+                "{} running {} was sent {}, past {}",
+                k,
+                b,
+                r,
+                b.next()
             );
         }
     }
+    let seq: Vec<(Key, Release, String)> = sent
+        .iter()
+        .map(|(k, _, r)| (k.clone(), *r, String::new()))
+        .collect();
+    never_down_never_skipping(&seq).map_err(|e| TestCaseError::fail(format!("applied: {e}")))?;
+    // Everything sent was accepted by the gate for that object, judged as
+    // the daemon judged: with the live state where it decided a verdict (a
+    // commit the live cluster refused changes what later commits are
+    // judged against). The promise holds for that judgment too.
+    let repo = GitRepo::open(dir.path()).expect("open");
+    let judged = CheckOptions {
+        recorded: lockstep::daemon::record::shared(&record),
+        ..opts(EMPTY_TREE, &[])
+    };
+    let whole = history::check(&repo, &judged).expect("check");
+    let ok = accepted(&whole);
+    never_down_never_skipping(&ok)
+        .map_err(|e| TestCaseError::fail(format!("the daemon's judgment: {e}")))?;
+    for (k, _, r) in &sent {
+        prop_assert!(
+            ok.iter().any(|(ak, ar, _)| ak == k && ar == r),
+            "{} was sent {} which the gate never accepted for it",
+            k,
+            r
+        );
+    }
+    Ok(())
+}
+
+/// Found by the property above: the live plane refused a standalone child
+/// (a commit Git alone accepts), so a Nova added in that commit was never
+/// accepted, and a later commit adding it two releases on is an install in
+/// the daemon's judgment, not the skip Git alone sees. The daemon's own
+/// judgment (its record) is the oracle, not Git's alone.
+#[test]
+fn a_live_refusal_changes_what_later_commits_are_judged_against() {
+    let set = |obj, release| Op::Set {
+        obj,
+        release,
+        stale_image: false,
+    };
+    let step = |ops: Vec<Op>, settle: bool| Step {
+        ops,
+        merged: false,
+        settle,
+    };
+    let steps = vec![
+        step(vec![Op::Patch { obj: Obj::Nova }], false),
+        step(vec![set(Obj::Prod, 5)], false),
+        step(
+            vec![Op::Add {
+                obj: Obj::ProdNova,
+                path: 0,
+                release: 5,
+            }],
+            true,
+        ),
+        step(vec![set(Obj::Nova, 0)], false),
+        step(vec![Op::Remove { obj: Obj::Prod }], false),
+        step(vec![set(Obj::Nova, 0)], false),
+        step(
+            vec![
+                Op::Add {
+                    obj: Obj::ProdNova,
+                    path: 3,
+                    release: 0,
+                },
+                set(Obj::Nova, 2),
+            ],
+            false,
+        ),
+    ];
+    daemon_keeps_the_promise(&steps).unwrap();
 }
 
 /// Found by the property above: a plane removed from Git keeps running and
@@ -749,10 +881,12 @@ fn a_standalone_manifest_for_a_child_a_live_plane_projects_is_not_applied() {
                 stale_image: false,
             }],
             merged: false,
+            settle: false,
         },
         Step {
             ops: vec![Op::Remove { obj: Obj::Prod }],
             merged: false,
+            settle: false,
         },
         Step {
             ops: vec![Op::Set {
@@ -761,6 +895,7 @@ fn a_standalone_manifest_for_a_child_a_live_plane_projects_is_not_applied() {
                 stale_image: false,
             }],
             merged: false,
+            settle: false,
         },
     ];
     let dir = tempfile::tempdir().expect("tempdir");
@@ -772,4 +907,138 @@ fn a_standalone_manifest_for_a_child_a_live_plane_projects_is_not_applied() {
             .any(|(k, _, _)| k.name == "prod-nova" && k.kind == lockstep::kind::Kind::Nova),
         "the standalone prod-nova was applied over its live plane: {sent:?}"
     );
+}
+
+/// Found by the property above (CI, 2026-12-02): a plane written under a
+/// name lockstep does not read, a standalone Nova named like its child
+/// added and removed, then the plane renamed to where it is read. The
+/// child was sent the standalone's lower release after the plane had
+/// projected the higher one.
+#[test]
+fn a_removed_standalone_child_is_not_applied_under_a_plane_that_appears_later() {
+    let set = |obj, release| Op::Set {
+        obj,
+        release,
+        stale_image: false,
+    };
+    let steps = vec![
+        Step {
+            ops: vec![
+                set(Obj::Prod, 3),
+                Op::Move {
+                    obj: Obj::Prod,
+                    path: 3,
+                },
+            ],
+            merged: false,
+            settle: false,
+        },
+        Step {
+            ops: vec![set(Obj::ProdNova, 2)],
+            merged: false,
+            settle: false,
+        },
+        Step {
+            ops: vec![Op::Remove { obj: Obj::ProdNova }],
+            merged: false,
+            settle: false,
+        },
+        Step {
+            ops: vec![Op::Move {
+                obj: Obj::Prod,
+                path: 0,
+            }],
+            merged: false,
+            settle: false,
+        },
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    build(dir.path(), &steps);
+    let sent = daemon_applies(dir.path());
+    for (k, before, r) in &sent {
+        if let Some(b) = before {
+            assert!(r >= b, "{k} running {b} was sent the lower {r}: {sent:?}");
+        }
+    }
+}
+
+/// Found by the property above: a standalone Nova patched, then handed to a
+/// plane that projects it one release on (the standalone file removed in
+/// the same commit). The patch was re-asserted after the plane's hop.
+#[test]
+fn a_standalone_service_handed_to_a_plane_is_not_re_asserted() {
+    let steps = vec![
+        Step {
+            ops: vec![Op::Add {
+                obj: Obj::ProdNova,
+                path: 0,
+                release: 5,
+            }],
+            merged: false,
+            settle: false,
+        },
+        Step {
+            ops: vec![Op::Patch { obj: Obj::ProdNova }],
+            merged: false,
+            settle: false,
+        },
+        Step {
+            ops: vec![
+                Op::Set {
+                    obj: Obj::Prod,
+                    release: 6,
+                    stale_image: false,
+                },
+                Op::Remove { obj: Obj::ProdNova },
+            ],
+            merged: false,
+            settle: false,
+        },
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    build(dir.path(), &steps);
+    let (sent, _, ends) = daemon_applies_at(dir.path(), &[]);
+    // Not Git's standalone object any more: nothing waits on a person.
+    let standalone = ends
+        .iter()
+        .find(|(k, _)| k.name == "prod-nova")
+        .map(|(_, n)| n.clone());
+    assert!(
+        matches!(standalone, Some(lockstep::rollout::Next::Removed { .. })),
+        "{standalone:?}"
+    );
+    assert!(
+        !sent
+            .iter()
+            .any(|(k, _, _)| k.kind == lockstep::kind::Kind::Nova),
+        "the standalone prod-nova was applied after the plane took it: {sent:?}"
+    );
+    assert!(
+        sent.iter()
+            .any(|(k, _, r)| k.name == "prod" && r.to_string() == RELEASES[6]),
+        "the plane was not applied: {sent:?}"
+    );
+}
+
+/// Found by the property above: a patch never applied to a standalone
+/// service, then the service removed from Git. The unit must settle (the
+/// patch is not applied, nothing is in flight), not be followed forever
+/// towards an image the cluster will never run.
+#[test]
+fn a_removed_service_with_a_patch_never_applied_settles() {
+    let step = |ops: Vec<Op>| Step {
+        ops,
+        merged: false,
+        settle: false,
+    };
+    let steps = vec![
+        step(vec![Op::Add {
+            obj: Obj::ProdNova,
+            path: 0,
+            release: 0,
+        }]),
+        step(vec![Op::Patch { obj: Obj::ProdNova }]),
+        step(vec![Op::Remove { obj: Obj::ProdNova }]),
+    ];
+    daemon_keeps_the_promise(&steps).unwrap();
 }

@@ -1258,6 +1258,7 @@ fn hostile_strings_render_inert_and_auth_is_asked() {
                 unit: key.clone(),
                 from: Some("2025.2".into()),
                 steps: vec![step],
+                removed: None,
             }),
             next: Next::Blocked(format!("blocked because {hostile}")),
             progress: BTreeMap::new(),

@@ -139,6 +139,36 @@ pub struct Chain {
     /// The release before the first step (`None`: the unit is new).
     pub from: Option<String>,
     pub steps: Vec<Step>,
+    /// Set when an accepted commit after the last step removed the unit
+    /// from Git, or handed a standalone service to a ControlPlane that now
+    /// projects it (a later step clears it). Git's branch no longer holds
+    /// the unit as its own object, so nothing of its chain is applied any
+    /// more: not an install of an object the cluster lacks, not a hop the
+    /// cluster has not started. Nothing is deleted either; a hop already in
+    /// flight is still followed to its end (`docs/gate.md`, "Identity over
+    /// time").
+    pub removed: Option<Removal>,
+}
+
+/// Why a unit's chain ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Removal {
+    /// The accepted commit that removed it.
+    pub sha: String,
+    /// The ControlPlane (name) projecting the object since, when a
+    /// standalone service was handed to one.
+    pub plane: Option<String>,
+}
+
+impl Removal {
+    /// "removed from Git in <commit>", or "handed to ControlPlane <name>
+    /// in <commit>".
+    pub fn describe(&self) -> String {
+        match &self.plane {
+            None => format!("removed from Git in {}", short(&self.sha)),
+            Some(p) => format!("handed to ControlPlane {p} in {}", short(&self.sha)),
+        }
+    }
 }
 
 impl Chain {
@@ -165,7 +195,8 @@ impl Chain {
 }
 
 /// The chains of every unit that an accepted commit of `report` changes.
-/// Removals are never applied (nothing is deleted from a cluster).
+/// Removals are never applied (nothing is deleted from a cluster); they end
+/// the chain ([`Chain::removed`]).
 /// `plane_key(name, file, sha)` finds a ControlPlane's key when a commit
 /// changes only its children (an override's image): verdicts name the plane
 /// of a child, not its namespace.
@@ -203,11 +234,49 @@ pub fn extend_chains(
         .filter(|c| matches!(c.verdict, Verdict::Accepted | Verdict::Held))
     {
         // Children first collected per plane name, then attached to the
-        // plane's step of this commit.
-        let mut children: BTreeMap<String, Vec<(Key, Target)>> = BTreeMap::new();
+        // plane's step of this commit; `None`: the plane no longer projects
+        // the child (its service block dropped: the operator keeps it
+        // running, and the plane's steps stop following it).
+        let mut children: BTreeMap<String, Vec<(Key, Option<Target>)>> = BTreeMap::new();
         let mut planes: BTreeMap<String, PlaneChange> = BTreeMap::new();
+        // Planes this commit removes: their children go with them.
+        let gone: std::collections::BTreeSet<&str> = c
+            .objects
+            .iter()
+            .filter(|o| {
+                o.transition == Transition::Remove
+                    && o.projected_by.is_none()
+                    && o.kind == Some(Kind::ControlPlane)
+            })
+            .filter_map(|o| o.name.as_deref())
+            .collect();
         for o in &c.objects {
             let Some(key) = o.key() else { continue };
+            // A unit gone from Git (a plane, or a standalone service; a
+            // child leaving with its plane is the plane's removal), or a
+            // standalone service a plane projects from now on (a child's
+            // key has a chain of its own only as a standalone service).
+            let ended = match (&o.projected_by, o.transition) {
+                (None, Transition::Remove) => Some(None),
+                (Some(plane), t) if t != Transition::Remove => Some(Some(plane.clone())),
+                _ => None,
+            };
+            if let Some(plane) = ended
+                && let Some(chain) = out.get_mut(&key)
+            {
+                Arc::make_mut(chain).removed = Some(Removal {
+                    sha: c.sha.clone(),
+                    plane,
+                });
+            }
+            if o.transition == Transition::Remove {
+                if let Some(plane) = &o.projected_by
+                    && !gone.contains(plane.as_str())
+                {
+                    children.entry(plane.clone()).or_default().push((key, None));
+                }
+                continue;
+            }
             if !applies(o) {
                 continue;
             }
@@ -219,7 +288,7 @@ pub fn extend_chains(
                 (Some(plane), _) => children
                     .entry(plane.clone())
                     .or_default()
-                    .push((key, target)),
+                    .push((key, Some(target))),
                 (None, Kind::ControlPlane) => {
                     planes.insert(
                         key.name.clone(),
@@ -242,6 +311,24 @@ pub fn extend_chains(
         // A child changing without its plane (an override's image) is still
         // a step of the plane: find the plane's key from an earlier step.
         for (plane, kids) in children {
+            if !planes.contains_key(&plane) && kids.iter().all(|(_, t)| t.is_none()) {
+                // Only children dropped: nothing to roll (the operator
+                // keeps them running), so no step and no apply; the plane's
+                // steps stop following them.
+                let file = kids
+                    .first()
+                    .and_then(|(k, _)| child_file(c, k))
+                    .unwrap_or_else(|| Arc::from(""));
+                if let Some(key) = plane_key(&plane, &file, &c.sha)
+                    && let Some(chain) = out.get_mut(&key)
+                    && let Some(last) = Arc::make_mut(chain).steps.last_mut()
+                {
+                    for (k, _) in &kids {
+                        last.children.remove(k);
+                    }
+                }
+                continue;
+            }
             let (key, from, to, file) = match planes.remove(&plane) {
                 Some(p) => p,
                 None => {
@@ -263,7 +350,12 @@ pub fn extend_chains(
                 .and_then(|ch| ch.steps.last())
                 .map(|s| s.children.clone())
                 .unwrap_or_default();
-            map.extend(kids);
+            for (k, t) in kids {
+                match t {
+                    Some(t) => map.insert(k, t),
+                    None => map.remove(&k),
+                };
+            }
             push_step(
                 out,
                 &mut touched,
@@ -354,8 +446,11 @@ fn push_step(
             unit: key,
             from: from.clone(),
             steps: Vec::new(),
+            removed: None,
         })
     }));
+    // Back in Git (re-added, from its floor): the chain goes on.
+    chain.removed = None;
     if let Some(last) = chain.steps.last_mut()
         && last.release == target.release
         && !abort
@@ -447,11 +542,33 @@ pub enum Next {
     /// The cluster is somewhere Git's accepted chain does not lead through:
     /// lockstep will not guess (it never goes backwards).
     Blocked(String),
+    /// Git removed the unit (or handed it to a plane, `by`) before step
+    /// `at` reached the cluster: steps before `at` are done, the others are
+    /// never applied ([`Chain::removed`]). Nothing waits and no person needs
+    /// to act.
+    Removed { at: usize, by: Removal },
 }
 
 /// Decides the next move. `complete(i)` says whether every followed object
 /// of step `i` is complete (the caller's trackers know).
 pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) -> Next {
+    // Gone from Git: an apply would put back what the branch no longer
+    // holds (and, for a standalone service a plane took over, fight the
+    // plane). Nothing waits on a person either: the unit is not Git's.
+    if let Some(by) = &chain.removed {
+        return match next_step(chain, state, complete) {
+            Next::Apply(i) => Next::Removed {
+                // Not in the cluster: none of the steps reached it.
+                at: if state.spec.is_some() { i } else { 0 },
+                by: by.clone(),
+            },
+            Next::Blocked(_) => Next::Removed {
+                at: passed(chain, state),
+                by: by.clone(),
+            },
+            n => n,
+        };
+    }
     // A standalone unit whose object a live ControlPlane projects: the same
     // rule `check --live` refuses it by (`gate::projected_in_cluster`).
     if chain.unit.kind != Kind::ControlPlane
@@ -479,6 +596,27 @@ pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) 
         ));
     }
     n
+}
+
+/// How many steps of a removed unit the cluster is past, when it runs a
+/// release off the chain (a plane that took the object over moved it on):
+/// those below the release it runs.
+fn passed(chain: &Chain, state: &UnitState) -> usize {
+    let running = state
+        .spec
+        .as_ref()
+        .and_then(|s| s.release.as_deref())
+        .and_then(release_of);
+    chain
+        .steps
+        .iter()
+        .take_while(|s| {
+            matches!(
+                (running, s.release.as_deref().and_then(release_of)),
+                (Some(r), Some(x)) if x < r
+            )
+        })
+        .count()
 }
 
 fn release_of(s: &str) -> Option<crate::release::Release> {
@@ -520,6 +658,17 @@ fn next_step(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool)
         ));
     };
     if !applied(chain, i, state) {
+        // Removed from Git: nothing is re-asserted, but a hop in flight at
+        // this release is still followed (a child parked by an edit outside
+        // Git then waits for a person: `src/daemon/follow.rs`).
+        if chain.removed.is_some()
+            && state
+                .objects
+                .values()
+                .any(|o| o.progress != Progress::Complete)
+        {
+            return Next::Follow(i);
+        }
         // Same release, other image (a patch, or an edit made outside Git):
         // Git's accepted state is re-asserted.
         return Next::Apply(i);
@@ -529,6 +678,18 @@ fn next_step(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool)
     // returns to the installed release), never after a completion that a
     // wedged Job will not bring.
     if let Some(abort) = chain.steps.get(i + 1).filter(|s| s.abort) {
+        if let Some(by) = &chain.removed {
+            // Removed from Git with its abort: the abort is not applied,
+            // and the hop it would have ended goes on, followed to its end.
+            return if complete(i) {
+                Next::Removed {
+                    at: i + 1,
+                    by: by.clone(),
+                }
+            } else {
+                Next::Follow(i)
+            };
+        }
         if complete(i) {
             return Next::Blocked(format!(
                 "{} completed its hop to {} before the abort in {} reached the cluster; lockstep never goes backwards: move Git forward to {} again",
@@ -648,9 +809,13 @@ pub fn statuses<M>(
         };
         let mut waiting = None;
         let mut failed = None;
+        let mut superseded = None;
         for (u, i) in steps {
             match step_state(u, *i) {
                 StepState::Done => {}
+                StepState::Superseded(m) => {
+                    superseded.get_or_insert(m);
+                }
                 StepState::Failed(m) => {
                     failed.get_or_insert(m);
                 }
@@ -659,10 +824,13 @@ pub fn statuses<M>(
                 }
             }
         }
-        let (state, description) = match (failed, waiting) {
-            (Some(m), _) => (State::Failure, m),
-            (None, Some(m)) => (State::Pending, m),
-            (None, None) => (State::Success, describe::done(c)),
+        // Settled either way: a step Git removed before it was applied
+        // never will be, and the commit says so instead of "done".
+        let (state, description) = match (failed, waiting, superseded) {
+            (Some(m), _, _) => (State::Failure, m),
+            (None, Some(m), _) => (State::Pending, m),
+            (None, None, Some(m)) => (State::Success, m),
+            (None, None, None) => (State::Success, describe::done(c)),
         };
         out.push((
             c.sha.clone(),
@@ -680,13 +848,14 @@ pub fn statuses<M>(
     for u in units.values() {
         let done_before = match u.next {
             Next::Apply(i) | Next::Follow(i) | Next::Done(i) => i,
+            Next::Removed { at, .. } => at,
             Next::Blocked(_) => 0,
         };
         for (j, step) in u.chain.steps.iter().enumerate().take(done_before) {
             let Some(from) = step.from.as_deref() else {
                 continue;
             };
-            let (state, phase) = match aborted_by(&u.chain, j) {
+            let (state, phase) = match ended_by(u, j) {
                 Some(a) => (State::Failure, format!("aborted by {}", short(&a.sha))),
                 None if step.abort => (State::Success, "aborted".to_owned()),
                 None => (State::Success, "complete".to_owned()),
@@ -751,10 +920,23 @@ fn aborted_by(chain: &Chain, i: usize) -> Option<&Step> {
     chain.steps.get(i + 1).filter(|s| s.abort)
 }
 
+/// The abort that ended step `i`, once the unit got that far (from the
+/// moment the abort is its step, never success first); an abort Git removed
+/// with its unit before it was applied ended nothing.
+fn ended_by(u: &UnitReport, i: usize) -> Option<&Step> {
+    let abort = aborted_by(&u.chain, i)?;
+    let reached = match &u.next {
+        Next::Removed { at, .. } => *at > i + 1,
+        n => position(n).is_some_and(|j| j > i),
+    };
+    reached.then_some(abort)
+}
+
 /// The step a unit is at, if any.
 fn position(n: &Next) -> Option<usize> {
     match n {
         Next::Apply(j) | Next::Follow(j) | Next::Done(j) => Some(*j),
+        Next::Removed { at, .. } => Some(*at),
         Next::Blocked(_) => None,
     }
 }
@@ -766,6 +948,8 @@ fn short(sha: &str) -> &str {
 
 enum StepState {
     Done,
+    /// Never applied: Git removed the unit first.
+    Superseded(String),
     Pending(String),
     Failed(String),
 }
@@ -780,14 +964,16 @@ fn step_state(u: &UnitReport, i: usize) -> StepState {
     );
     // A hop an accepted abort ended: failed, for good, from the moment the
     // abort is the unit's step (never success first).
-    if let Some(abort) = aborted_by(&u.chain, i)
-        && position(&u.next).is_some_and(|j| j > i)
-    {
+    if let Some(abort) = ended_by(u, i) {
         return StepState::Failed(format!("{hop}: aborted by {}", short(&abort.sha)));
     }
     match &u.next {
         Next::Blocked(m) => StepState::Failed(format!("blocked: {m}")),
-        Next::Done(_) => StepState::Done,
+        Next::Removed { at, by } if i >= *at => StepState::Superseded(format!(
+            "accepted, not applied: {hop} was {} before it reached the cluster",
+            by.describe()
+        )),
+        Next::Removed { .. } | Next::Done(_) => StepState::Done,
         Next::Apply(j) | Next::Follow(j) if *j > i => StepState::Done,
         Next::Apply(j) if *j == i => match &u.needs_person {
             // The cluster rejected the apply: tried again, but a person must act.
@@ -1097,6 +1283,7 @@ mod tests {
                 step(None, "2026.1", "2026.1"),
                 step(Some("2026.1"), "2026.2", "2026.2-p1"),
             ],
+            removed: None,
         };
         let state = |release: &str, child: Option<&str>| UnitState {
             spec: Some(Target {
@@ -1362,6 +1549,316 @@ mod tests {
         );
     }
 
+    /// Found by `tests/gate_property.rs`: a unit removed from Git is never
+    /// applied again (not installed, not moved on), a hop already in flight
+    /// is followed to its end, the commits it never reached settle saying
+    /// so, and a re-add takes the chain on.
+    #[test]
+    fn a_unit_removed_from_git_is_not_applied_and_its_commits_settle() {
+        let n = nova();
+        let mut r = story();
+        let gone = |sha: &str| {
+            commit(
+                sha,
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2027.1"),
+                    "2027.1",
+                    &img("2027.1"),
+                    Transition::Remove,
+                )],
+            )
+        };
+        r.commits.push(gone("e"));
+        let c = Arc::new(
+            chains(&r, |_, _, _| None, |_, _, _| Err(String::new()))
+                .remove(&n)
+                .unwrap(),
+        );
+        let by = || Removal {
+            sha: "e".into(),
+            plane: None,
+        };
+        assert_eq!(c.removed, Some(by()));
+        // Not in the cluster: nothing is installed, no step reached it.
+        assert_eq!(
+            next(&c, &UnitState::default(), |_| true),
+            Next::Removed { at: 0, by: by() }
+        );
+        // The first hop done, the second not started: it never is.
+        let first = at("2026.2", &img("2026.2-p1"));
+        assert_eq!(
+            next(&c, &first, |i| i == 0),
+            Next::Removed { at: 1, by: by() }
+        );
+        // In flight when Git removed it: followed, never abandoned midway.
+        assert_eq!(next(&c, &first, |_| false), Next::Follow(0));
+        // At a step's release with another image (an edit outside Git, or
+        // a patch never applied): never re-asserted; followed while the
+        // object is in flight towards its own spec, else not applied.
+        let mut edited = at("2027.1", &img("2027.1-edited"));
+        assert_eq!(
+            next(&c, &edited, |_| false),
+            Next::Removed { at: 1, by: by() }
+        );
+        let object = |progress| ObjectState {
+            spec: edited.spec.clone().unwrap(),
+            progress,
+        };
+        edited.objects.insert(
+            n.clone(),
+            object(Progress::Phase {
+                phase: "Migrating".into(),
+                step: 2,
+            }),
+        );
+        assert_eq!(next(&c, &edited, |_| false), Next::Follow(1));
+        edited.objects.insert(n.clone(), object(Progress::Complete));
+        assert_eq!(
+            next(&c, &edited, |_| false),
+            Next::Removed { at: 1, by: by() }
+        );
+        assert_eq!(
+            next(&c, &at("2027.1", &img("2027.1")), |_| true),
+            Next::Done(1)
+        );
+
+        let units: BTreeMap<Key, UnitReport> = [(
+            n.clone(),
+            UnitReport {
+                chain: c.clone(),
+                next: Next::Removed { at: 1, by: by() },
+                progress: [(n.clone(), Progress::Complete)].into_iter().collect(),
+                needs_person: None,
+                waiting: None,
+                cluster_release: None,
+            },
+        )]
+        .into_iter()
+        .collect();
+        let s = statuses("prod", &r, &units, None);
+        let of = |sha: &str| {
+            s.iter()
+                .find(|(c, st)| c == sha && st.context == "lockstep/prod")
+                .map(|(_, st)| (st.state, st.description.clone()))
+                .unwrap()
+        };
+        for sha in ["a", "b"] {
+            let (st, d) = of(sha);
+            assert_eq!(st, State::Success, "{sha}");
+            assert!(d.starts_with("applied:"), "{d}");
+        }
+        // Settled (never left pending), and not called applied.
+        let (st, d) = of("d");
+        assert_eq!(st, State::Success);
+        assert_eq!(
+            d,
+            "accepted, not applied: nova 2026.2→2027.1 was removed from Git in e before it reached the cluster"
+        );
+        assert_eq!(of("e").0, State::Success);
+
+        // Added back (at its floor): the chain goes on from there.
+        r.commits.push(commit(
+            "f",
+            Verdict::Accepted,
+            vec![ov(
+                &n,
+                Some("2027.1"),
+                "2027.1",
+                &img("2027.1-p1"),
+                Transition::Patch,
+            )],
+        ));
+        let c = &chains(&r, |_, _, _| None, |_, _, _| Err(String::new()))[&n];
+        assert_eq!(c.removed, None);
+        assert_eq!(next(c, &UnitState::default(), |_| true), Next::Apply(1));
+        // Removed with an abort not applied yet: the hop in flight goes on
+        // (followed, not aborted), and the abort is never applied.
+        let r = report(vec![
+            commit(
+                "h",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.1"),
+                    "2026.2",
+                    &img("2026.2"),
+                    Transition::Upgrade,
+                )],
+            ),
+            commit(
+                "x",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.2"),
+                    "2026.1",
+                    &img("2026.1"),
+                    Transition::Abort,
+                )],
+            ),
+            gone("g"),
+        ]);
+        let c = &chains(&r, |_, _, _| None, |_, _, _| Err(String::new()))[&n];
+        let hop = at("2026.2", &img("2026.2"));
+        assert_eq!(next(c, &hop, |_| false), Next::Follow(0));
+        assert_eq!(
+            next(c, &hop, |_| true),
+            Next::Removed {
+                at: 1,
+                by: Removal {
+                    sha: "g".into(),
+                    plane: None
+                }
+            }
+        );
+    }
+
+    /// Found by `tests/gate_property.rs`: a standalone service that a
+    /// ControlPlane projects from a later commit on is the plane's now; the
+    /// standalone chain's own steps (a patch) are never applied after it.
+    #[test]
+    fn a_standalone_service_handed_to_a_plane_ends_its_own_chain() {
+        let n = Key::new(Kind::Nova, "openstack", "prod-nova");
+        let mut child = ov(
+            &n,
+            Some("2027.2"),
+            "2028.1",
+            &img("2028.1"),
+            Transition::Upgrade,
+        );
+        child.projected_by = Some("prod".into());
+        let r = report(vec![
+            commit(
+                "a",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2027.2"),
+                    "2027.2",
+                    &img("2027.2-p1"),
+                    Transition::Patch,
+                )],
+            ),
+            commit("b", Verdict::Accepted, vec![child]),
+        ]);
+        let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
+        let all = chains(
+            &r,
+            |_, _, _| Some(plane.clone()),
+            |_, _, _| Err(String::new()),
+        );
+        let c = &all[&n];
+        let by = Removal {
+            sha: "b".into(),
+            plane: Some("prod".into()),
+        };
+        assert_eq!(c.removed, Some(by.clone()));
+        assert_eq!(by.describe(), "handed to ControlPlane prod in b");
+        // The cluster still runs the unpatched 2027.2: the patch is not
+        // re-asserted over what the plane projects.
+        assert_eq!(
+            next(c, &at("2027.2", &img("2027.2")), |_| true),
+            Next::Removed { at: 0, by }
+        );
+        assert_eq!(
+            all[&plane].steps[0].children[&n].release.as_deref(),
+            Some("2028.1")
+        );
+        // Projected now, and moved on by the plane: not blocked (it is not
+        // Git's standalone object any more), its step passed.
+        let mut moved = at("2028.1", &img("2028.1"));
+        moved.projected_by = Some(plane.clone());
+        assert_eq!(
+            next(c, &moved, |_| true),
+            Next::Removed {
+                at: 1,
+                by: c.removed.clone().unwrap()
+            }
+        );
+    }
+
+    /// A plane that drops a service block keeps the child running (the
+    /// operator does not delete it) but no longer projects it: its steps
+    /// stop following the child, and the drop alone is no step to apply. A
+    /// plane removed from Git takes its children with it (the plane's
+    /// chain ends, nothing is dropped one by one).
+    #[test]
+    fn a_plane_dropping_a_service_stops_following_that_child() {
+        let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
+        let kid = |name: &str, from: Option<&str>, to: &str, t: Transition| {
+            let k = Key::new(Kind::Nova, "openstack", name);
+            let mut o = ov(&k, from, to, &img(to), t);
+            o.projected_by = Some("prod".into());
+            o
+        };
+        let own = |from: Option<&str>, to: &str, t: Transition| {
+            let mut o = ov(&plane, from, to, &img(to), t);
+            o.to_image = None;
+            o
+        };
+        let mut r = report(vec![
+            commit(
+                "a",
+                Verdict::Accepted,
+                vec![
+                    own(None, "2026.1", Transition::Install),
+                    kid("prod-nova", None, "2026.1", Transition::Install),
+                    kid("prod-cells", None, "2026.1", Transition::Install),
+                ],
+            ),
+            commit(
+                "b",
+                Verdict::Accepted,
+                vec![kid(
+                    "prod-cells",
+                    Some("2026.1"),
+                    "2026.1",
+                    Transition::Remove,
+                )],
+            ),
+        ]);
+        let build = |r: &CheckReport| {
+            chains(
+                r,
+                |_, _, _| Some(plane.clone()),
+                |_, _, _| Err(String::new()),
+            )
+        };
+        let names = |c: &Chain, i: usize| -> Vec<String> {
+            c.steps[i].children.keys().map(|k| k.name.clone()).collect()
+        };
+        let c = &build(&r)[&plane];
+        assert_eq!(c.steps.len(), 1);
+        assert_eq!(c.steps[0].commits, vec!["a"]);
+        assert_eq!(names(c, 0), vec!["prod-nova"]);
+        assert_eq!(c.removed, None);
+        r.commits.push(commit(
+            "c",
+            Verdict::Accepted,
+            vec![
+                own(Some("2026.1"), "2026.2", Transition::Upgrade),
+                kid("prod-nova", Some("2026.1"), "2026.2", Transition::Upgrade),
+            ],
+        ));
+        let c = &build(&r)[&plane];
+        assert_eq!(names(c, 1), vec!["prod-nova"]);
+        // Removed with its children: the chain ends, no step is added.
+        r.commits.push(commit(
+            "d",
+            Verdict::Accepted,
+            vec![
+                own(Some("2026.2"), "2026.2", Transition::Remove),
+                kid("prod-nova", Some("2026.2"), "2026.2", Transition::Remove),
+            ],
+        ));
+        let c = &build(&r)[&plane];
+        assert_eq!(c.steps.len(), 2);
+        assert_eq!(names(c, 1), vec!["prod-nova"]);
+        assert_eq!(c.removed.as_ref().map(|r| r.sha.as_str()), Some("d"));
+    }
+
     /// A chain of `hops` hops of nova from 2026.1, some commits patches on
     /// the hop before, some refused skips in between.
     fn random_story(kinds: &[u8]) -> CheckReport {
@@ -1463,10 +1960,21 @@ mod tests {
         /// no (commit, context) ever goes from success back to pending;
         /// when the chain is done, nothing is left pending, and every
         /// per-object status of every hop, mid-chain included, is success.
+        /// With `cut`, Git removes the unit in a last commit once the unit
+        /// completed its first `cut` steps: the others settle too, as
+        /// success that says they were not applied.
         #[test]
-        fn statuses_settle_once_and_never_before_the_work(kinds in proptest::collection::vec(0u8..5, 1..10)) {
-            let r = random_story(&kinds);
+        fn statuses_settle_once_and_never_before_the_work(
+            kinds in proptest::collection::vec(0u8..5, 1..10),
+            cut in proptest::option::of(0usize..10),
+        ) {
+            let mut r = random_story(&kinds);
+            if cut.is_some() {
+                let n = nova();
+                r.commits.push(commit("gone", Verdict::Accepted, vec![ov(&n, None, "2026.1", &img("2026.1"), Transition::Remove)]));
+            }
             let chain = chains(&r, |_, _, _| None, |_, _, _| Err(String::new())).remove(&nova());
+            let cut = cut.map(|k| k.min(chain.as_ref().map_or(0, |c| c.steps.len())));
             let mut seen: BTreeMap<(String, String), Vec<State>> = BTreeMap::new();
             let mut record = |list: Vec<(String, Status)>| {
                 for (sha, st) in list {
@@ -1479,12 +1987,16 @@ mod tests {
             if let Some(c) = &chain {
                 let c = Arc::new(c.clone());
                 let phase = Progress::Phase { phase: "Migrating".into(), step: 2 };
-                for i in 0..c.steps.len() {
+                for i in 0..cut.unwrap_or(c.steps.len()) {
                     walk.push((c.clone(), Next::Apply(i), Progress::Waiting));
                     walk.push((c.clone(), Next::Follow(i), phase.clone()));
                     walk.push((c.clone(), Next::Follow(i), Progress::Settling { what: "second roll of the workers" }));
                 }
-                walk.push((c.clone(), Next::Done(c.steps.len() - 1), Progress::Complete));
+                match (cut, &c.removed) {
+                    (Some(at), Some(by)) => walk.push((c.clone(), Next::Removed { at, by: by.clone() }, Progress::Complete)),
+                    (Some(_), None) => proptest::prop_assert!(false, "the removal did not end the chain"),
+                    (None, _) => walk.push((c.clone(), Next::Done(c.steps.len() - 1), Progress::Complete)),
+                }
             }
             for (c, next, p) in walk {
                 let units: BTreeMap<Key, UnitReport> = [(
@@ -1507,7 +2019,8 @@ mod tests {
                 proptest::prop_assert_ne!(last, Some(State::Pending), "{} {} left pending", sha, ctx);
             }
             // Accepted (and held) commits that carry a step were pending first.
-            for c in r.commits.iter().filter(|c| c.verdict != Verdict::Refused) {
+            let stepped = |sha: &str| chain.as_ref().is_some_and(|c| c.steps.iter().any(|s| s.commits.iter().any(|x| x == sha)));
+            for c in r.commits.iter().filter(|c| c.verdict != Verdict::Refused && stepped(&c.sha)) {
                 let states = &seen[&(c.sha.clone(), "lockstep/prod".to_owned())];
                 proptest::prop_assert_eq!(states[0], State::Pending, "{} success before the apply", c.sha);
             }
@@ -1524,6 +2037,33 @@ mod tests {
                         c.steps.windows(2).any(|w| w[1].abort && w[0].commits.contains(sha))
                     });
                     proptest::prop_assert!(refused || aborted, "{sha} {ctx} failed: {states:?}");
+                }
+            }
+            // The steps the removal overtook: success, saying so, and only
+            // those (the last status each got, on the commit's context).
+            if let (Some(at), Some(c)) = (cut, &chain) {
+                let last = |sha: &str| {
+                    statuses("prod", &r, &[(nova(), UnitReport {
+                        chain: Arc::new(c.clone()),
+                        next: Next::Removed { at, by: c.removed.clone().expect("removed") },
+                        progress: [(nova(), Progress::Complete)].into_iter().collect(),
+                        needs_person: None, waiting: None, cluster_release: None,
+                    })].into_iter().collect(), None)
+                    .into_iter()
+                    .find(|(x, st)| x == sha && st.context == "lockstep/prod")
+                    .map(|(_, st)| st)
+                };
+                for (i, step) in c.steps.iter().enumerate() {
+                    for sha in &step.commits {
+                        let st = last(sha).expect("a status");
+                        // An abort ends the hop before it only if it was
+                        // applied, before the cut.
+                        let ended = c.steps.get(i + 1).is_some_and(|s| s.abort) && i + 1 < at;
+                        let want = if ended { State::Failure } else { State::Success };
+                        proptest::prop_assert_eq!(st.state, want, "step {} (cut {}) of {}: {}", i, at, sha, &st.description);
+                        proptest::prop_assert_eq!(st.description.contains("not applied"), i >= at,
+                            "step {} (cut {}) of {}: {}", i, at, sha, &st.description);
+                    }
                 }
             }
         }

@@ -130,6 +130,14 @@ pub fn unit_view(key: &Key, r: &UnitReport, labels: BTreeMap<String, String>) ->
         // Off Git's chain: the chain cannot say where the unit is, the
         // cluster can (the release its spec names, read this pass).
         Next::Blocked(_) => (r.cluster_release.clone(), last.map(|s| s.sha.clone())),
+        // Where the removal found it: after the last step it reached.
+        Next::Removed { at, .. } => match at.checked_sub(1) {
+            Some(i) => (
+                step_at(i).and_then(|s| s.release.clone()),
+                step_at(i).map(|s| s.sha.clone()),
+            ),
+            None => (r.cluster_release.clone(), None),
+        },
     };
     let children: Vec<ChildView> = r
         .progress
@@ -197,6 +205,15 @@ pub fn unit_view(key: &Key, r: &UnitReport, labels: BTreeMap<String, String>) ->
             None,
         ),
         (Next::Done(_), None) => (Attention::Done, 4, "at Git's release".to_owned(), None, None),
+        // Nothing to do: the branch no longer holds it, lockstep never
+        // deletes, and nothing more is applied.
+        (Next::Removed { by, .. }, None) => (
+            Attention::Done,
+            4,
+            by.describe(),
+            None,
+            None,
+        ),
     };
     UnitView {
         kind: key.kind.as_str().into(),
@@ -965,6 +982,7 @@ mod tests {
                 step("aaaa", "2025.1", "2025.2"),
                 step("bbbb", "2025.2", "2026.1"),
             ],
+            removed: None,
         };
         let mut progress = BTreeMap::new();
         progress.insert(
@@ -1010,6 +1028,34 @@ mod tests {
             unit_view(&key, &r, BTreeMap::new()).installed.as_deref(),
             Some("2025.2")
         );
+    }
+
+    #[test]
+    fn a_unit_git_removed_reads_as_done_where_the_removal_found_it() {
+        let by = crate::rollout::Removal {
+            sha: "0123456789abcdef".into(),
+            plane: None,
+        };
+        let (key, mut r) = report(
+            Kind::Nova,
+            "gone",
+            Next::Removed {
+                at: 1,
+                by: by.clone(),
+            },
+            None,
+        );
+        let v = unit_view(&key, &r, BTreeMap::new());
+        assert_eq!(v.attention, Attention::Done);
+        assert_eq!(v.status, "removed from Git in 0123456789");
+        assert_eq!(v.installed.as_deref(), Some("2025.2"));
+        assert_eq!(v.commit.as_deref(), Some("aaaa"));
+        // No step reached the cluster: only the cluster can say.
+        r.next = Next::Removed { at: 0, by };
+        r.cluster_release = Some("2025.1".into());
+        let v = unit_view(&key, &r, BTreeMap::new());
+        assert_eq!(v.installed.as_deref(), Some("2025.1"));
+        assert_eq!(v.commit, None);
     }
 
     #[test]

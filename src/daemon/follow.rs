@@ -199,7 +199,17 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 self.record(d);
             }
         }
-        if reassert {
+        if reassert && let Some(by) = &chain.removed {
+            // Git no longer holds the plane: nothing of it is applied, not
+            // even the step the cluster already runs.
+            report.needs_person.get_or_insert_with(|| {
+                format!(
+                    "{}: a child was parked by an edit outside Git, and the plane was {}, so lockstep does not re-assert it; re-add the plane to Git, or fix the child in the cluster",
+                    chain.unit,
+                    by.describe()
+                )
+            });
+        } else if reassert {
             tracing::warn!(plane = %chain.unit, "a child was parked by an edit outside Git; re-asserting the accepted target");
             if let Err(e) = self.apply(chain, i).await {
                 tracing::warn!(error = %e, "re-asserting the plane failed; next pass");

@@ -40,7 +40,7 @@ impl Tally {
         let (f, b) = match r.next {
             Next::Apply(_) | Next::Follow(_) => (1, 0),
             Next::Blocked(_) => (0, 1),
-            Next::Done(_) => (0, 0),
+            Next::Done(_) | Next::Removed { .. } => (0, 0),
         };
         self.in_flight = self.in_flight.saturating_add_signed(f * sign);
         self.blocked = self.blocked.saturating_add_signed(b * sign);
@@ -271,7 +271,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             && let Next::Follow(p) | Next::Apply(p) = prev.next
             && match next {
                 Next::Done(q) => q >= p,
-                Next::Apply(q) | Next::Follow(q) => q > p,
+                Next::Apply(q) | Next::Follow(q) | Next::Removed { at: q, .. } => q > p,
                 Next::Blocked(_) => false,
             }
             && let Some(step) = chain.steps.get(p)
@@ -371,6 +371,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }
             Next::Blocked(ref m) => {
                 tracing::warn!(reason = %m, "unit blocked");
+            }
+            Next::Removed { at, ref by } => {
+                if let Some(i) = at.checked_sub(1) {
+                    for (k, _) in chain.followed(i) {
+                        report.progress.insert(k, Progress::Complete);
+                    }
+                }
+                tracing::debug!(why = %by.describe(), "unit no longer in Git: nothing applied");
             }
         }
         report

@@ -69,7 +69,7 @@ pub fn complete_at(
                 .steps
                 .get(i)
                 .is_some_and(|s| s.release.as_deref() == release),
-            Next::Apply(_) | Next::Follow(_) | Next::Blocked(_) => false,
+            Next::Apply(_) | Next::Follow(_) | Next::Blocked(_) | Next::Removed { .. } => false,
         },
         None => release.is_some() && given == release,
     }
@@ -655,6 +655,7 @@ mod tests {
                 unit: plane(1),
                 from: Some("2025.2".into()),
                 steps: vec![step("2026.1")],
+                removed: None,
             }),
             next,
             progress: BTreeMap::new(),

@@ -1,0 +1,297 @@
+//! A unit Git's branch no longer holds (`docs/gate.md`, "Identity over
+//! time"): the daemon applies nothing more of it, not even to repair, follows
+//! a hop already in flight to its end, and the statuses of its commits
+//! settle.
+//!
+//! The cluster is the in-process simulated operator behind a wrapper that
+//! counts applies (the real C5C3 operators cannot run here); the repository
+//! is real Git, changed between passes as a person would push.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+mod common;
+
+use git2::{Repository, Signature};
+use lockstep::cluster::memory::MemoryCluster;
+use lockstep::cluster::{ApplyRequest, Cluster, ClusterError, ClusterObject};
+use lockstep::daemon::{Daemon, Options, deliver_now};
+use lockstep::forge::AnyForge;
+use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
+use lockstep::forge::notes::Notes;
+use lockstep::kind::{Key, Kind};
+use lockstep::metrics::Metrics;
+use lockstep::release::ImageRef;
+use lockstep::rollout::Next;
+use lockstep::sim::{Params, World};
+use lockstep::source::{Origin, Source};
+
+const PLANE: &str = "clusters/prod/controlplane.yaml";
+
+/// The simulated cluster, logging every apply by unit.
+#[derive(Clone)]
+struct Counted {
+    inner: MemoryCluster,
+    applies: Arc<Mutex<Vec<Key>>>,
+}
+
+impl Counted {
+    fn applies_of(&self, name: &str) -> usize {
+        self.applies
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|k| k.name == name)
+            .count()
+    }
+}
+
+impl Cluster for Counted {
+    crate::forward_cluster!(
+        load_record,
+        save_record,
+        get,
+        jobs,
+        deployments,
+        events,
+        watch,
+        delete_job,
+        set_repair_record,
+        record_event
+    );
+    async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
+        self.applies.lock().unwrap().push(req.key.clone());
+        self.inner.apply(req).await
+    }
+}
+
+/// Commits `files` (path, text) as main's whole tree.
+fn commit(dir: &Path, files: &[(&str, String)], message: &str) -> String {
+    let repo = Repository::open(dir).unwrap();
+    let mut index = git2::Index::new().unwrap();
+    for (path, text) in files {
+        let id = repo.blob(text.as_bytes()).unwrap();
+        index
+            .add(&git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: 0o100644,
+                uid: 0,
+                gid: 0,
+                file_size: u32::try_from(text.len()).unwrap(),
+                id,
+                flags: 0,
+                flags_extended: 0,
+                path: path.as_bytes().to_vec(),
+            })
+            .unwrap();
+    }
+    let tree = repo.find_tree(index.write_tree_to(&repo).unwrap()).unwrap();
+    let sig = Signature::now("Fleet", "fleet@example.invalid").unwrap();
+    let parent = repo
+        .refname_to_id("refs/heads/main")
+        .ok()
+        .map(|id| repo.find_commit(id).unwrap());
+    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+    let id = repo
+        .commit(
+            Some("refs/heads/main"),
+            &sig,
+            &sig,
+            message,
+            &tree,
+            &parents,
+        )
+        .unwrap();
+    repo.set_head("refs/heads/main").unwrap();
+    id.to_string()
+}
+
+fn namespaces() -> (&'static str, String) {
+    (
+        "platform/namespaces.yaml",
+        common::example("platform/namespaces.yaml"),
+    )
+}
+
+/// The prod plane at 2026.1 (the cluster's seed), then its hop to 2026.2;
+/// a daemon on it that has applied the hop, with the operator one second
+/// into it.
+struct Story {
+    dir: tempfile::TempDir,
+    mem: MemoryCluster,
+    cluster: Counted,
+    daemon: Daemon<Counted, Source>,
+    queue: StatusQueue,
+    hop: String,
+}
+
+impl Story {
+    async fn new() -> Story {
+        let dir = tempfile::tempdir().unwrap();
+        Repository::init(dir.path()).unwrap();
+        commit(
+            dir.path(),
+            &[namespaces(), (PLANE, common::prod("2026.1", "2026.1"))],
+            "prod at 2026.1",
+        );
+        let hop = commit(
+            dir.path(),
+            &[namespaces(), (PLANE, common::prod("2026.2", "2026.2"))],
+            "prod to 2026.2",
+        );
+        let mem = MemoryCluster::new(World::new(Params::default()));
+        let cluster = Counted {
+            inner: mem.clone(),
+            applies: Arc::default(),
+        };
+        let source = Source::open(Origin::Local(dir.path().to_owned()), "main").unwrap();
+        let opts = Options {
+            cluster_name: "prod".into(),
+            poll: Duration::from_millis(10),
+            ..Options::default()
+        };
+        let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).unwrap();
+        let queue = StatusQueue::new(10_000);
+        let mut daemon = Daemon::new(
+            opts,
+            source,
+            cluster.clone(),
+            clock,
+            queue.clone(),
+            Arc::new(Metrics::new()),
+        );
+        daemon.pass().await;
+        assert_eq!(cluster.applies_of("prod"), 1, "the hop is applied");
+        mem.step(Duration::from_secs(1)).unwrap();
+        Story {
+            dir,
+            mem,
+            cluster,
+            daemon,
+            queue,
+            hop,
+        }
+    }
+
+    /// The plane's file renamed to a name lockstep does not read.
+    fn remove_the_plane(&self) -> String {
+        commit(
+            self.dir.path(),
+            &[
+                namespaces(),
+                (
+                    "clusters/prod/controlplane.yaml.off",
+                    common::prod("2026.2", "2026.2"),
+                ),
+            ],
+            "prod out of Git",
+        )
+    }
+
+    /// Passes (statuses delivered to git notes) until the daemon and the
+    /// operator have nothing left to do.
+    async fn until_idle(&mut self) {
+        let forge = AnyForge::Notes(Notes::open(self.dir.path()).unwrap());
+        let metrics = Metrics::new();
+        for _ in 0..500 {
+            let out = self.daemon.pass().await;
+            assert!(deliver_now(&self.queue, &forge, &metrics, &RetryPolicy::default()).await);
+            let busy = self.mem.step(Duration::from_secs(3600)).unwrap();
+            if !out.busy && !busy {
+                return;
+            }
+        }
+        panic!("never idle: {:?}", self.daemon.unit_reports());
+    }
+
+    fn plane(&self) -> Next {
+        let key = Key::new(Kind::ControlPlane, "openstack", "prod");
+        self.daemon.unit_reports()[&key].next.clone()
+    }
+
+    /// The statuses git notes hold for `sha`.
+    fn notes(&self, sha: &str) -> String {
+        let text = lockstep::forge::notes::history_text(self.dir.path(), "main");
+        let mut out = String::new();
+        let mut on = false;
+        for line in text.lines() {
+            if !line.starts_with("    ") {
+                on = line.starts_with(&sha[..10]);
+            } else if on {
+                out.push_str(line.trim());
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+#[tokio::test]
+async fn a_plane_removed_mid_hop_is_followed_to_its_end_and_not_applied_again() {
+    let mut s = Story::new().await;
+    let gone = s.remove_the_plane();
+    s.until_idle().await;
+    assert_eq!(
+        s.cluster.applies_of("prod"),
+        1,
+        "nothing of the plane is applied after it left Git"
+    );
+    // The hop completed and is reported done (not blocked, not waiting).
+    assert_eq!(s.plane(), Next::Done(1));
+    let w = s.mem.world().unwrap();
+    let nova = &w.objects[&Key::new(Kind::Nova, "openstack", "prod-nova")];
+    assert_eq!(nova.status.installed_release.as_deref(), Some("2026.2"));
+    drop(w);
+    let hop = s.notes(&s.hop);
+    assert!(
+        hop.contains("success") && !hop.contains("pending"),
+        "the hop's statuses settled: {hop}"
+    );
+    assert!(s.notes(&gone).contains("success"), "{}", s.notes(&gone));
+}
+
+#[tokio::test]
+async fn a_parked_child_of_a_removed_plane_waits_for_a_person_instead_of_a_re_apply() {
+    let mut s = Story::new().await;
+    // An edit outside Git to one child's target, mid-hop: the operator
+    // parks it (UpgradeTargetChanged), which lockstep repairs by applying
+    // the plane's step again, while the plane is in Git.
+    let child = Key::new(Kind::Nova, "openstack", "prod-nova");
+    {
+        let mut w = s.mem.world().unwrap();
+        let image = w.objects[&child]
+            .image
+            .reference()
+            .replace("2026.2", "2027.1");
+        let image = ImageRef::parse_reference(&image).unwrap();
+        w.apply(&child, Some("2027.1".into()), image).unwrap();
+    }
+    s.remove_the_plane();
+    for _ in 0..20 {
+        s.daemon.pass().await;
+        s.mem.step(Duration::from_secs(60)).unwrap();
+    }
+    assert_eq!(
+        s.cluster.applies_of("prod"),
+        1,
+        "the plane left Git: it is not re-applied to repair"
+    );
+    let person: Vec<String> = s
+        .daemon
+        .needs_person()
+        .into_iter()
+        .map(|p| format!("{p:?}"))
+        .collect();
+    assert!(
+        person
+            .iter()
+            .any(|p| p.contains("does not re-assert it") && p.contains("removed from Git in")),
+        "a person is asked: {person:?}; {:?}; {:?}",
+        s.daemon.unit_reports(),
+        s.mem.world().unwrap().objects[&child]
+    );
+}
