@@ -627,18 +627,7 @@ struct Recorder {
 }
 
 impl Cluster for Recorder {
-    crate::forward_cluster!(
-        load_record,
-        save_record,
-        get,
-        jobs,
-        deployments,
-        events,
-        watch,
-        delete_job,
-        set_repair_record,
-        record_event
-    );
+    crate::forward_cluster!(all_but apply);
     async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
         let before = {
             let w = self.inner.world()?;

@@ -48,18 +48,7 @@ impl Counted {
 }
 
 impl Cluster for Counted {
-    crate::forward_cluster!(
-        load_record,
-        save_record,
-        get,
-        jobs,
-        deployments,
-        events,
-        watch,
-        delete_job,
-        set_repair_record,
-        record_event
-    );
+    crate::forward_cluster!(all_but apply);
     async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
         self.applies.lock().unwrap().push(req.key.clone());
         self.inner.apply(req).await

@@ -426,18 +426,7 @@ struct Rejecting {
 }
 
 impl Cluster for Rejecting {
-    crate::forward_cluster!(
-        load_record,
-        save_record,
-        get,
-        jobs,
-        deployments,
-        events,
-        watch,
-        delete_job,
-        set_repair_record,
-        record_event
-    );
+    crate::forward_cluster!(all_but apply);
     async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
         if self.reject.as_ref() == Some(&req.key) {
             return Err(ClusterError::Invalid {

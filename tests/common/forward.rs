@@ -6,6 +6,22 @@
 /// `self.inner`, inside an `impl Cluster for Wrapper` block.
 #[macro_export]
 macro_rules! forward_cluster {
+    // Every call but `apply`: the usual shape of a wrapper that watches or
+    // refuses what is sent to the cluster.
+    (all_but apply) => {
+        $crate::forward_cluster!(
+            load_record,
+            save_record,
+            get,
+            jobs,
+            deployments,
+            events,
+            watch,
+            delete_job,
+            set_repair_record,
+            record_event
+        );
+    };
     ($($m:ident),* $(,)?) => { $( $crate::forward_cluster!(@ $m); )* };
     (@ load_record) => {
         async fn load_record(
