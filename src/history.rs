@@ -52,6 +52,12 @@ pub struct CheckOptions {
     /// so that a commit adding an object reads only those. `None`: every
     /// file of the tree is searched. The caller saves it after the check.
     pub names: Option<Arc<crate::names::NameIndex>>,
+    /// Whether the report's [`Memory`] holds the floors at the head: a
+    /// caller that judges on from there (the daemon, a look back) needs
+    /// them. A one-shot `check` does not, and for a whole tree they are the
+    /// largest table of the run (every object again, keyed by identity);
+    /// without them the report's memory is valid nowhere (`at: None`).
+    pub keep_floors: bool,
 }
 
 impl Default for CheckOptions {
@@ -67,6 +73,7 @@ impl Default for CheckOptions {
             recorded: None,
             sources: None,
             names: None,
+            keep_floors: true,
         }
     }
 }
@@ -292,7 +299,8 @@ fn judge_commits(
         policies: HashMap::new(),
     };
     let mut reports = Vec::with_capacity(commits.len());
-    for c in commits {
+    let last = commits.len().saturating_sub(1);
+    for (i, c) in commits.into_iter().enumerate() {
         // An untrusted commit is refused before its content is read:
         // nothing of it is applied, whatever it holds (`docs/gate.md`,
         // "Signed commits").
@@ -327,8 +335,10 @@ fn judge_commits(
         // what comes after it builds on it.
         if matches!(verdict, Verdict::Accepted | Verdict::Held) {
             baseline_tree = Some(c.tree);
-            let sha: Arc<str> = Arc::from(c.id.to_string());
-            walker.memory.accept(&judged.baseline, judged.next, &sha);
+            if i < last || opts.keep_floors {
+                let sha: Arc<str> = Arc::from(c.id.to_string());
+                walker.memory.accept(&judged.baseline, judged.next, &sha);
+            }
         }
         reports.push(CommitReport {
             sha: c.id.to_string(),
@@ -347,15 +357,20 @@ fn judge_commits(
     if let Some(sources) = &opts.sources {
         sources.absorb(std::mem::take(&mut walker.cache));
     }
+    let memory = if opts.keep_floors {
+        Memory {
+            at: Some(head),
+            ..walker.memory
+        }
+    } else {
+        Memory::default()
+    };
     Ok(CheckReport {
         verdict,
         base: base_label,
         head: head.to_string(),
         commits: reports,
-        memory: Arc::new(Memory {
-            at: Some(head),
-            ..walker.memory
-        }),
+        memory: Arc::new(memory),
     })
 }
 
@@ -1047,6 +1062,8 @@ impl Walker<'_> {
                     live: None,
                     memory: None,
                     trust: None,
+                    // The floors are what this look back is for.
+                    keep_floors: true,
                     ..self.opts.clone()
                 };
                 let commits = self.repo.first_parent_range(None, start)?;
@@ -1268,12 +1285,19 @@ impl Walker<'_> {
         needles: &BTreeSet<String>,
         wanted: &BTreeSet<Key>,
     ) -> Result<Vec<Desired>, GitError> {
-        let finders: Vec<memchr::memmem::Finder<'_>> = needles
-            .iter()
-            .map(|n| memchr::memmem::Finder::new(n.as_bytes()))
-            .collect();
+        // A searcher per name is built when the first file must be searched:
+        // a whole tree judged from nothing changes every file, and building
+        // one for each of its objects' names was a tenth of its sequential
+        // time, for nothing.
+        let build = || -> Vec<memchr::memmem::Finder<'_>> {
+            needles
+                .iter()
+                .map(|n| memchr::memmem::Finder::new(n.as_bytes()))
+                .collect()
+        };
         let mut out = Vec::new();
         if let Some(index) = self.opts.names.clone() {
+            let finders = build();
             let mut files = Vec::new();
             let q = Needles {
                 needles,
@@ -1293,6 +1317,7 @@ impl Walker<'_> {
             }
             return Ok(out);
         }
+        let mut finders = None;
         for (path, entry) in
             self.repo
                 .files(tree, &self.opts.prefixes, manifest::is_manifest_path)?
@@ -1307,7 +1332,8 @@ impl Walker<'_> {
             let parsed = match cached {
                 Some(p) => p,
                 None => {
-                    if !self.mentions(needles, &finders, entry.oid)? {
+                    let finders = finders.get_or_insert_with(build);
+                    if !self.mentions(needles, finders, entry.oid)? {
                         continue;
                     }
                     self.parse(&path, entry.oid)?

@@ -434,6 +434,8 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                     recorded: None,
                     sources: None,
                     names: names.clone(),
+                    // Nothing judges on from this report.
+                    keep_floors: false,
                 },
             )?;
             // Derived data: a repository lockstep cannot write to is

@@ -558,6 +558,19 @@ proptest! {
             let k = accepted_at[cut_seed % accepted_at.len()];
             let cut = main[k].to_string();
             let after = history::check(&repo, &opts(&cut, &[])).expect("check from a cut");
+            // The one-shot `check` drops the floors at the head; its
+            // verdicts are the same (the look back still keeps its own).
+            let one_shot = history::check(
+                &repo,
+                &CheckOptions { keep_floors: false, ..opts(&cut, &[]) },
+            )
+            .expect("one-shot check from a cut");
+            prop_assert_eq!(
+                serde_json::to_string(&one_shot.commits).expect("json"),
+                serde_json::to_string(&after.commits).expect("json"),
+                "keep_floors changed a verdict from the cut after commit {}", k
+            );
+            prop_assert!(one_shot.memory.at.is_none() && one_shot.memory.floors.is_empty());
             let before: Vec<(Key, Release, String)> = seq
                 .iter()
                 .filter(|(_, _, sha)| {

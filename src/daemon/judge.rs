@@ -157,6 +157,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             // The seed's parse of the first tree, on the first judgment only.
             sources: self.opts.parsed.take(),
             names: None,
+            keep_floors: true,
         };
         let t = Instant::now();
         let r = self
@@ -361,6 +362,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 recorded: None,
                 sources: None,
                 names: None,
+                keep_floors: true,
             };
             let r = self.judge_pull(path, opts).await;
             match r {
@@ -898,6 +900,7 @@ mod tests {
             recorded: None,
             sources: None,
             names: None,
+            keep_floors: true,
         };
         let Ok((j, _, _)) = judge_blocking(dir.path(), head, None, &opts, None) else {
             panic!("judging the demo repository failed");
