@@ -902,79 +902,100 @@ impl Walker<'_> {
     }
 
     /// Parses many files at once, spreading the YAML work over the cores:
-    /// blobs are read sequentially (libgit2 handles are not shared across
-    /// threads), parsing is pure.
+    /// this thread reads the blobs (libgit2 handles are not shared across
+    /// threads) and hands each to the parser threads as soon as it is read,
+    /// so reading overlaps parsing and only a few blobs are held at a time
+    /// (reading them all first held a copy of the whole tree and left the
+    /// parsers idle meanwhile). Parsing is pure.
     fn parse_many<'p>(
         &mut self,
         items: impl Iterator<Item = (&'p str, Oid)>,
     ) -> Result<(), GitError> {
-        let mut todo: Vec<(Arc<str>, Oid, Vec<u8>)> = Vec::new();
-        for (path, oid) in items {
-            let path: Arc<str> = Arc::from(path);
-            if self.cache.contains_key(&(oid, path.clone())) {
-                continue;
-            }
-            let blob = self.repo.blob(oid)?;
-            if memchr::memmem::find(blob.content(), crate::plan::KIND.as_bytes()).is_none() {
-                self.without_plans.insert(oid);
-            }
-            if let Some(p) = self.kept(oid, &path) {
-                self.cache.insert((oid, path), p);
-                continue;
-            }
-            todo.push((path, oid, blob.content().to_vec()));
-        }
+        let items: Vec<(&str, Oid)> = items.collect();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if todo.len() < 64 || threads < 2 {
-            for (path, oid, bytes) in todo {
-                let parsed = manifest::parse_file_keeping(
-                    &path,
-                    &bytes,
-                    self.opts.max_file_bytes,
-                    self.opts.sources.is_some(),
-                );
-                self.cache.insert((oid, path), Arc::new(parsed));
+        let max = self.opts.max_file_bytes;
+        let keep = self.opts.sources.is_some();
+        if items.len() < 64 || threads < 2 {
+            for (path, oid) in items {
+                if let Some(bytes) = self.unparsed_bytes(path, oid)? {
+                    let parsed = manifest::parse_file_keeping(path, &bytes, max, keep);
+                    self.cache.insert((oid, Arc::from(path)), Arc::new(parsed));
+                }
             }
             return Ok(());
         }
-        let max = self.opts.max_file_bytes;
-        let keep = self.opts.sources.is_some();
-        let keys: Vec<CacheKey> = todo.iter().map(|(p, o, _)| (*o, p.clone())).collect();
         // Files are handed out one at a time, not in fixed slices: their
         // costs differ widely (a ControlPlane projects nine children, a
         // standalone service is one object) and often cluster by path, and
         // fixed halves left one core idle for most of a whole-tree judgment.
-        // Each file's bytes are dropped as soon as it is parsed.
-        let queue = std::sync::Mutex::new(todo.into_iter());
-        let results: Vec<Vec<(CacheKey, Arc<ParsedFile>)>> = std::thread::scope(|scope| {
+        // Blobs go out in batches of about 64 KiB: one hand-over per file
+        // cost more in thread wake-ups than the files' reading.
+        type Batch = Vec<(Arc<str>, Oid, Vec<u8>)>;
+        const BATCH_BYTES: usize = 64 << 10;
+        let (send, receive) = std::sync::mpsc::sync_channel::<Batch>(threads * 2);
+        let receive = std::sync::Mutex::new(receive);
+        let mut sent: Vec<CacheKey> = Vec::new();
+        let (read, results) = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..threads)
                 .map(|_| {
                     scope.spawn(|| {
                         let mut out = Vec::new();
                         loop {
-                            let item = match queue.lock() {
-                                Ok(mut q) => q.next(),
+                            let batch = match receive.lock() {
+                                Ok(r) => r.recv().ok(),
                                 Err(_) => None,
                             };
-                            let Some((path, oid, bytes)) = item else {
+                            let Some(batch) = batch else {
                                 break;
                             };
-                            let parsed =
-                                Arc::new(manifest::parse_file_keeping(&path, &bytes, max, keep));
-                            out.push(((oid, path), parsed));
+                            for (path, oid, bytes) in batch {
+                                let parsed = Arc::new(manifest::parse_file_keeping(
+                                    &path, &bytes, max, keep,
+                                ));
+                                out.push(((oid, path), parsed));
+                            }
                         }
                         out
                     })
                 })
                 .collect();
+            let read = (|| {
+                let mut batch: Batch = Vec::new();
+                let mut bytes_in_batch = 0;
+                for &(path, oid) in &items {
+                    let Some(bytes) = self.unparsed_bytes(path, oid)? else {
+                        continue;
+                    };
+                    let path: Arc<str> = Arc::from(path);
+                    sent.push((oid, path.clone()));
+                    bytes_in_batch += bytes.len();
+                    batch.push((path, oid, bytes));
+                    if bytes_in_batch >= BATCH_BYTES {
+                        bytes_in_batch = 0;
+                        if send.send(std::mem::take(&mut batch)).is_err() {
+                            // Every parser thread is gone (a bug); what
+                            // they did not parse is parsed below.
+                            return Ok(());
+                        }
+                    }
+                }
+                if !batch.is_empty() {
+                    let _ = send.send(batch);
+                }
+                Ok::<(), GitError>(())
+            })();
+            drop(send);
             // A parser thread that panicked is a bug; its files are parsed
             // again below on this thread, so the run stays correct.
-            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+            let results: Vec<Vec<(CacheKey, Arc<ParsedFile>)>> =
+                handles.into_iter().filter_map(|h| h.join().ok()).collect();
+            (read, results)
         });
         for part in results {
             self.cache.extend(part);
         }
-        for (oid, path) in keys {
+        read?;
+        for (oid, path) in sent {
             if !self.cache.contains_key(&(oid, path.clone())) {
                 let blob = self.repo.blob(oid)?;
                 let parsed = manifest::parse_file_keeping(&path, blob.content(), max, keep);
@@ -982,6 +1003,25 @@ impl Walker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The bytes of a file `parse_many` must parse, or `None` when a parse
+    /// of it is at hand (this walk's or the kept one, which it takes).
+    /// Notes on the way whether the blob can hold a plan.
+    fn unparsed_bytes(&mut self, path: &str, oid: Oid) -> Result<Option<Vec<u8>>, GitError> {
+        let key: CacheKey = (oid, Arc::from(path));
+        if self.cache.contains_key(&key) {
+            return Ok(None);
+        }
+        let blob = self.repo.blob(oid)?;
+        if memchr::memmem::find(blob.content(), crate::plan::KIND.as_bytes()).is_none() {
+            self.without_plans.insert(oid);
+        }
+        if let Some(p) = self.kept(oid, path) {
+            self.cache.insert(key, p);
+            return Ok(None);
+        }
+        Ok(Some(blob.content().to_vec()))
     }
 
     fn side(
