@@ -903,8 +903,9 @@ impl Walker<'_> {
 
     /// Parses many files at once, spreading the YAML work over the cores:
     /// this thread reads the blobs (libgit2 handles are not shared across
-    /// threads) and hands each to the parser threads as soon as it is read,
-    /// so reading overlaps parsing and only a few blobs are held at a time
+    /// threads) and hands them to the parser threads in small batches as
+    /// they are read, so reading overlaps parsing and only a few blobs are
+    /// held at a time
     /// (reading them all first held a copy of the whole tree and left the
     /// parsers idle meanwhile). Parsing is pure.
     fn parse_many<'p>(
@@ -924,7 +925,7 @@ impl Walker<'_> {
             }
             return Ok(());
         }
-        // Files are handed out one at a time, not in fixed slices: their
+        // Files are handed out in small batches, not in fixed slices: their
         // costs differ widely (a ControlPlane projects nine children, a
         // standalone service is one object) and often cluster by path, and
         // fixed halves left one core idle for most of a whole-tree judgment.
