@@ -918,9 +918,9 @@ impl Walker<'_> {
         let keep = self.opts.sources.is_some();
         if items.len() < 64 || threads < 2 {
             for (path, oid) in items {
-                if let Some(bytes) = self.unparsed_bytes(path, oid)? {
+                if let Some((key, bytes)) = self.unparsed_bytes(path, oid)? {
                     let parsed = manifest::parse_file_keeping(path, &bytes, max, keep);
-                    self.cache.insert((oid, Arc::from(path)), Arc::new(parsed));
+                    self.cache.insert(key, Arc::new(parsed));
                 }
             }
             return Ok(());
@@ -964,10 +964,9 @@ impl Walker<'_> {
                 let mut batch: Batch = Vec::new();
                 let mut bytes_in_batch = 0;
                 for &(path, oid) in &items {
-                    let Some(bytes) = self.unparsed_bytes(path, oid)? else {
+                    let Some(((_, path), bytes)) = self.unparsed_bytes(path, oid)? else {
                         continue;
                     };
-                    let path: Arc<str> = Arc::from(path);
                     sent.push((oid, path.clone()));
                     bytes_in_batch += bytes.len();
                     batch.push((path, oid, bytes));
@@ -1006,10 +1005,14 @@ impl Walker<'_> {
         Ok(())
     }
 
-    /// The bytes of a file `parse_many` must parse, or `None` when a parse
-    /// of it is at hand (this walk's or the kept one, which it takes).
-    /// Notes on the way whether the blob can hold a plan.
-    fn unparsed_bytes(&mut self, path: &str, oid: Oid) -> Result<Option<Vec<u8>>, GitError> {
+    /// The cache key and bytes of a file `parse_many` must parse, or `None`
+    /// when a parse of it is at hand (this walk's or the kept one, which it
+    /// takes). Notes on the way whether the blob can hold a plan.
+    fn unparsed_bytes(
+        &mut self,
+        path: &str,
+        oid: Oid,
+    ) -> Result<Option<(CacheKey, Vec<u8>)>, GitError> {
         let key: CacheKey = (oid, Arc::from(path));
         if self.cache.contains_key(&key) {
             return Ok(None);
@@ -1022,7 +1025,7 @@ impl Walker<'_> {
             self.cache.insert(key, p);
             return Ok(None);
         }
-        Ok(Some(blob.content().to_vec()))
+        Ok(Some((key, blob.content().to_vec())))
     }
 
     fn side(
