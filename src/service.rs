@@ -419,14 +419,32 @@ async fn bind(what: &'static str, addr: &str) -> Result<tokio::net::TcpListener,
         addr: addr.to_owned(),
         message: format!("not an address ({e}); expected HOST:PORT like 127.0.0.1:8080"),
     })?;
-    tokio::net::TcpListener::bind(parsed)
-        .await
-        .map_err(|e| ServiceError::Listen {
-            what,
-            addr: addr.to_owned(),
-            message: e.to_string(),
-        })
+    let failed = |e: std::io::Error| ServiceError::Listen {
+        what,
+        addr: addr.to_owned(),
+        message: e.to_string(),
+    };
+    let socket = if parsed.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()
+    } else {
+        tokio::net::TcpSocket::new_v6()
+    }
+    .map_err(failed)?;
+    socket.set_reuseaddr(true).map_err(failed)?;
+    socket.bind(parsed).map_err(failed)?;
+    // `TcpListener::bind` asks for a queue of 128, like the standard
+    // library. A burst past that is dropped by the kernel, each client
+    // retrying its handshake a second or more later, so a flood of 2,000
+    // took 8-13 s to connect (`tests/receiver_abuse.rs`). With a long queue
+    // the burst waits and is answered at once, 503 past
+    // `Limits::max_connections`. The kernel caps the queue at
+    // `net.core.somaxconn`; Go's listeners (Flux's receiver among them) ask
+    // for that cap too.
+    socket.listen(LISTEN_BACKLOG).map_err(failed)
 }
+
+/// Connections the kernel may queue before `accept` (see `bind`).
+const LISTEN_BACKLOG: u32 = 4096;
 
 #[allow(clippy::too_many_arguments)]
 async fn drive<C: Cluster + 'static, R: Repo + 'static>(

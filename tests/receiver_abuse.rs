@@ -206,28 +206,40 @@ fn the_receiver_holds_under_slow_clients_floods_and_replays_and_never_prints_a_s
     std::thread::sleep(Duration::from_millis(300));
     let fds_before = run.fds();
     let mut held = Vec::new();
+    let flood = Instant::now();
     for _ in 0..2_000 {
         if let Ok(s) = TcpStream::connect(&listen) {
             held.push(s);
         }
     }
     assert!(held.len() >= 1_900, "connections opened: {}", held.len());
-    // Past the cap each is answered 503 at once and closed.
+    // The listener's queue takes the whole burst: a kernel that drops
+    // connections past a short queue makes each retry its handshake a second
+    // or more later, and a flood then outlasts the header deadline of the
+    // first connections, whose places go to later ones.
+    let connecting = flood.elapsed();
+    assert!(
+        connecting < Duration::from_secs(5),
+        "2,000 connections took {connecting:?} to open: the listener's backlog drops a burst"
+    );
     // Past the cap each is answered 503 at once and closed: none is held.
     let mut busy = 0;
     let mut held_open = 0;
+    let mut other = std::collections::BTreeMap::<String, usize>::new();
     for s in held.iter_mut().rev().take(500) {
         s.set_read_timeout(Some(Duration::from_secs(3))).ok();
         let mut out = Vec::new();
         match s.read_to_end(&mut out) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => held_open += 1,
             _ if status_of(&out) == Some(503) => busy += 1,
-            _ => {}
+            Err(e) => *other.entry(format!("{:?}", e.kind())).or_default() += 1,
+            Ok(n) => *other.entry(format!("closed after {n} bytes")).or_default() += 1,
         }
     }
     assert!(
         held_open <= 5 && busy >= 250,
-        "the last 500 of the flood: {busy} answered 503, {held_open} still open after 3 s"
+        "the last 500 of the flood: {busy} answered 503, {held_open} still open after 3 s, \
+         others {other:?}"
     );
     let fds_during = run.fds();
     assert!(
