@@ -31,3 +31,4 @@ pub mod status;
 pub mod verdict;
 pub mod view;
 pub mod yaml;
+pub mod yaml_fast;

@@ -12,7 +12,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_saphyr::Spanned;
 
 use crate::kind::{Key, Kind, Recognised};
 use crate::release::ImageRef;
@@ -172,8 +171,19 @@ pub fn parse_file_keeping(
     // The parser's budget follows the byte limit: a file the limit admits
     // is never refused for its number of nodes or documents.
     let limit = crate::yaml::Limit::manifest(max_bytes);
-    let options = crate::yaml::options(&limit, text.len());
-    let docs: Vec<Spanned<Node>> = match serde_saphyr::from_multiple_with_options(text, options) {
+    // Most manifests are plain block YAML; the fast reader builds those
+    // straight from the parser's events and hands anything else (anchors,
+    // tags, merge keys, numbers past plain integers, errors, limits) to
+    // serde-saphyr, whose reading it equals (`core/tests/yaml_fast.rs`).
+    let docs = crate::yaml_fast::read(text, &limit).map_or_else(
+        || {
+            let options = crate::yaml::options(&limit, text.len());
+            serde_saphyr::from_multiple_with_options::<serde_saphyr::Spanned<Node>>(text, options)
+                .map(|docs| docs.into_iter().map(At::from).collect())
+        },
+        Ok,
+    );
+    let docs: Vec<At<Node>> = match docs {
         Ok(d) => d,
         Err(e) => {
             let d = crate::yaml::describe(&e, &limit);
@@ -196,8 +206,8 @@ pub fn parse_file_keeping(
     out
 }
 
-fn read_document(file: &Arc<str>, doc: Spanned<Node>, keep_source: bool, out: &mut ParsedFile) {
-    let line = to_line(doc.referenced.line());
+fn read_document(file: &Arc<str>, doc: At<Node>, keep_source: bool, out: &mut ParsedFile) {
+    let line = to_line(doc.line);
     let Node::Map(root) = &doc.value else {
         out.skipped.push(Skip {
             file: file.clone(),
@@ -327,10 +337,7 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
         return None;
     };
     let Node::Map(meta_map) = &meta.value else {
-        ctx.fail(
-            to_line(meta.referenced.line()),
-            "metadata must be a mapping",
-        );
+        ctx.fail(to_line(meta.line), "metadata must be a mapping");
         return None;
     };
     let name = match get(meta_map, "name") {
@@ -338,16 +345,13 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
             Some(s) if valid_dns_name(s) => s.to_owned(),
             Some(s) => {
                 ctx.fail(
-                    to_line(n.referenced.line()),
+                    to_line(n.line),
                     format!("metadata.name {s:?} is not a valid object name (lower-case RFC 1123, at most 253 characters)"),
                 );
                 return None;
             }
             None => {
-                ctx.fail(
-                    to_line(n.referenced.line()),
-                    "metadata.name must be a string",
-                );
+                ctx.fail(to_line(n.line), "metadata.name must be a string");
                 return None;
             }
         },
@@ -361,7 +365,7 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
             Some(s) if valid_dns_label(s) => s.to_owned(),
             _ => {
                 ctx.fail(
-                    to_line(n.referenced.line()),
+                    to_line(n.line),
                     "metadata.namespace must be a valid namespace name (lower-case RFC 1123 label)",
                 );
                 return None;
@@ -377,10 +381,10 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
         return None;
     };
     let Node::Map(spec_map) = &spec.value else {
-        ctx.fail(to_line(spec.referenced.line()), "spec must be a mapping");
+        ctx.fail(to_line(spec.line), "spec must be a mapping");
         return None;
     };
-    let spec_line = to_line(spec.referenced.line());
+    let spec_line = to_line(spec.line);
     let before = ctx.problems.len();
     let spec = if kind == Kind::ControlPlane {
         plane_spec(spec_map, spec_line, ctx).map(Spec::Plane)
@@ -402,7 +406,7 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
             Node::Str(s) => Some(s.clone()),
             other => {
                 ctx.fail(
-                    to_line(v.referenced.line()),
+                    to_line(v.line),
                     format!(
                         "annotation {RECREATE_ANNOTATION} must be a quoted release string, not a {}",
                         other.kind_name()
@@ -437,7 +441,7 @@ fn plane_spec(spec: &Map, spec_line: u32, ctx: &mut Ctx<'_>) -> Option<PlaneSpec
                     let Some(entry) = get(m, svc.service()) else {
                         continue;
                     };
-                    let entry_line = to_line(entry.referenced.line());
+                    let entry_line = to_line(entry.line);
                     let entry_map = match &entry.value {
                         Node::Null => continue, // `nova:` with no body is not enabled.
                         Node::Map(em) => em,
@@ -472,7 +476,7 @@ fn plane_spec(spec: &Map, spec_line: u32, ctx: &mut Ctx<'_>) -> Option<PlaneSpec
             }
             Node::Null => {}
             other => ctx.fail(
-                to_line(svcs.referenced.line()),
+                to_line(svcs.line),
                 format!(
                     "spec.services must be a mapping, not a {}",
                     other.kind_name()
@@ -513,7 +517,7 @@ fn release_field(
         }
         return None;
     };
-    let line = to_line(node.referenced.line());
+    let line = to_line(node.line);
     match &node.value {
         Node::Str(s) => Some(Located {
             value: s.clone(),
@@ -541,8 +545,8 @@ fn release_field(
     }
 }
 
-fn image_spec(node: &Spanned<Node>, field: &str, ctx: &mut Ctx<'_>) -> Option<Located<ImageRef>> {
-    let line = to_line(node.referenced.line());
+fn image_spec(node: &At<Node>, field: &str, ctx: &mut Ctx<'_>) -> Option<Located<ImageRef>> {
+    let line = to_line(node.line);
     let Node::Map(m) = &node.value else {
         ctx.fail(
             line,
@@ -557,7 +561,7 @@ fn image_spec(node: &Spanned<Node>, field: &str, ctx: &mut Ctx<'_>) -> Option<Lo
                 Node::Str(s) => Ok(Some(s.as_str())),
                 other => {
                     ctx.fail(
-                        to_line(n.referenced.line()),
+                        to_line(n.line),
                         format!(
                             "{field}.{key} must be a string, not a {}{}",
                             other.kind_name(),
@@ -582,7 +586,7 @@ fn image_spec(node: &Spanned<Node>, field: &str, ctx: &mut Ctx<'_>) -> Option<Lo
     // Point at the pin (tag or digest): that is the line a release bump edits.
     let pin_line = get(m, "tag")
         .or_else(|| get(m, "digest"))
-        .map_or(line, |n| to_line(n.referenced.line()));
+        .map_or(line, |n| to_line(n.line));
     match ImageRef::new(repository, tag, digest) {
         Ok(image) => Some(Located {
             value: image,
@@ -623,15 +627,50 @@ fn line_of_offset(bytes: &[u8], offset: usize) -> u32 {
     u32::try_from(newlines + 1).unwrap_or(u32::MAX)
 }
 
-type Map = Vec<(String, Spanned<Node>)>;
+/// A mapping's entries in the order written.
+pub type Map = Vec<(String, At<Node>)>;
 
-fn get<'a>(map: &'a Map, key: &str) -> Option<&'a Spanned<Node>> {
+/// A node and where it is written: the line for messages, the bytes for an
+/// edit in place (`src/plan/writeback.rs`). serde-saphyr's `Spanned` holds
+/// the same, but only serde-saphyr can make one, and the fast reader
+/// (`yaml_fast`) builds nodes itself.
+#[derive(Debug, PartialEq)]
+pub struct At<T> {
+    pub value: T,
+    /// 1-based line of the node (of the alias, for an alias).
+    pub line: u64,
+    /// Byte offset and length of the node's text, when known.
+    pub span: Option<(u64, u64)>,
+    /// Written through an alias: the text at `span` is the alias, and the
+    /// value lives at its anchor.
+    pub aliased: bool,
+}
+
+impl<T> From<serde_saphyr::Spanned<T>> for At<T> {
+    fn from(s: serde_saphyr::Spanned<T>) -> Self {
+        let span = s.referenced.span();
+        At {
+            line: s.referenced.line(),
+            span: span.byte_offset().zip(span.byte_len()),
+            aliased: s.referenced != s.defined,
+            value: s.value,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for At<Node> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde_saphyr::Spanned::<Node>::deserialize(d).map(At::from)
+    }
+}
+
+fn get<'a>(map: &'a Map, key: &str) -> Option<&'a At<Node>> {
     map.iter().find(|(k, _)| k == key).map(|(_, v)| v)
 }
 
 /// A YAML node with the location of each child, enough to point a person at
 /// the line to fix.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub enum Node {
     Null,
     Bool(bool),

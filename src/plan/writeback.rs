@@ -20,12 +20,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use git2::{ErrorCode, FileMode, Oid, RemoteCallbacks, Repository};
-use serde_saphyr::Spanned;
 use thiserror::Error;
 
 use crate::desired::{Desired, expand};
 use crate::kind::{Key, Kind, Recognised, ReleaseSource};
-use crate::manifest::{self, Node};
+use crate::manifest::{self, Map, Node};
 use crate::release::{Release, TaggedRelease};
 
 /// One object to move one release forward, release and image together.
@@ -233,7 +232,8 @@ impl At<'_> {
     }
 }
 
-type Map = Vec<(String, Spanned<Node>)>;
+/// A node and where it is written (the gate's reader's type).
+type Spanned<T> = manifest::At<T>;
 
 fn get<'a>(map: &'a Map, key: &str) -> Option<&'a Spanned<Node>> {
     // The first entry, like the gate's reader: an edit must change what the
@@ -249,9 +249,7 @@ fn as_str(node: &Spanned<Node>) -> Option<&str> {
 }
 
 fn line_of(node: &Spanned<Node>) -> u32 {
-    u32::try_from(node.referenced.line())
-        .unwrap_or(u32::MAX)
-        .max(1)
+    u32::try_from(node.line).unwrap_or(u32::MAX).max(1)
 }
 
 /// The object a document is, by the gate's rules (`default` namespace when
@@ -473,7 +471,7 @@ fn scalar_edit(
     };
     // An alias: editing it means editing what it points at, which other
     // fields share.
-    if node.referenced != node.defined {
+    if node.aliased {
         return Err(unsupported("is written through a YAML alias"));
     }
     let Node::Str(value) = &node.value else {
@@ -501,8 +499,7 @@ fn scalar_edit(
             next: from.next(),
         });
     }
-    let span = node.referenced.span();
-    let (Some(start), Some(len)) = (span.byte_offset(), span.byte_len()) else {
+    let Some((start, len)) = node.span else {
         return Err(unsupported("has no byte position"));
     };
     let (Ok(start), Ok(len)) = (usize::try_from(start), usize::try_from(len)) else {
