@@ -102,6 +102,22 @@ fn long_maps_and_their_duplicates() {
     assert!(agree(&huge));
 }
 
+/// A byte-order mark inside the stream, where serde-saphyr has its own
+/// rule (an error before a document's content): whatever the fast reader
+/// does with it, it does what serde-saphyr does.
+#[test]
+fn byte_order_marks_inside_the_stream() {
+    for text in [
+        "a: 1\n---\n\u{feff}b: 2\n",
+        "\u{feff}a: 1\n",
+        "a: \u{feff}x\n",
+        "a: 1\n\u{feff}\nb: 2\n",
+        "---\n\u{feff}\n",
+    ] {
+        agree(text);
+    }
+}
+
 #[test]
 fn plain_manifests_are_read_fast() {
     for text in [
@@ -217,6 +233,14 @@ const WORDS: &[&str] = &[
     "0b",
     "1e999",
     "-9223372036854775808",
+    "\u{feff}x",
+    "x\u{feff}",
+    "\u{feff}",
+    "\r",
+    "a\r\nb",
+    "\u{85}",
+    "\u{2028}x",
+    "\0",
 ];
 
 #[derive(Clone, Debug)]
