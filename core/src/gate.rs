@@ -3,7 +3,7 @@
 //! verdict per changed object. No I/O happens here; the history walker feeds
 //! it and the reporters print what it returns.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -178,14 +178,16 @@ pub fn judge_commit(input: &CommitInput<'_>) -> Vec<ObjectVerdict> {
     for p in input.problems {
         out.push(problem_verdict(p));
     }
-    let refused_by_problem: Vec<Key> = input
+    // Sets, not lists: a commit breaking many files is looked up once per
+    // object, and a scan of the problems per object would be quadratic.
+    let refused_by_problem: HashSet<&Key> = input
         .problems
         .iter()
-        .filter_map(|p| p.key.clone())
+        .filter_map(|p| p.key.as_ref())
         .collect();
     // A file that did not parse at all hides what it defines: none of its
     // baseline objects is reported as removed.
-    let unreadable: Vec<&str> = input
+    let unreadable: HashSet<&str> = input
         .problems
         .iter()
         .filter(|p| p.key.is_none())
