@@ -177,7 +177,7 @@ fn scalar(text: Cow<'_, str>, style: ScalarStyle) -> Option<Node> {
         return Some(Node::Str(text.into_owned()));
     }
     let t = text.trim_matches([' ', '\t', '\r', '\n']);
-    if matches!(&*text, "~" | "null" | "Null" | "NULL") {
+    if matches!(&*text, "" | "~" | "null" | "Null" | "NULL") {
         return Some(Node::Null);
     }
     match t {

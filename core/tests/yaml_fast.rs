@@ -55,6 +55,9 @@ fn what_the_fast_reader_leaves_to_serde_saphyr() {
         "base: {x: 1}\nm:\n  <<: {y: 2}\n",
         "a: 1\na: 2\n",
         "a: yes\n",
+        // YAML 1.1 reads these keys as booleans: `n` is the key "false".
+        "n: x\n",
+        "on: x\n",
         "a: On\n",
         "a: 1.5\n",
         "a: 0x1F\n",
@@ -122,7 +125,7 @@ fn byte_order_marks_inside_the_stream() {
 fn plain_manifests_are_read_fast() {
     for text in [
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  a: \"1\"\n",
-        "a: true\nb: false\nc: null\nd: ~\ne: 0\nf: -12\ng: nova-2026.1\ni: 100Gi\nj: 500m\nk: 10.0.0.0/8\nh: 'q'\n",
+        "a: true\nb: false\nc: null\nd: ~\ne: 0\nf: -12\ng: nova-2026.1\ni: 100Gi\nj: 500m\nk: 10.0.0.0/8\nh: 'q'\nl:\nm: [a, ]\np: {o: }\n",
         "a:\n- 1\n- b: c\n  d: [e, {f: g}]\n---\nb: |\n  text\n  more\n",
         "# a comment\nkey: value # and another\n",
     ] {
