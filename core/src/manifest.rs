@@ -178,8 +178,7 @@ pub fn parse_file_keeping(
     let docs = crate::yaml_fast::read(text, &limit).map_or_else(
         || {
             let options = crate::yaml::options(&limit, text.len());
-            serde_saphyr::from_multiple_with_options::<serde_saphyr::Spanned<Node>>(text, options)
-                .map(|docs| docs.into_iter().map(At::from).collect())
+            serde_saphyr::from_multiple_with_options::<At<Node>>(text, options)
         },
         Ok,
     );
@@ -809,15 +808,20 @@ const COMPLEX_KEY: &str = "\u{0}<complex key>";
 
 impl<'de> Deserialize<'de> for KeyText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let node = Node::deserialize(d)?;
-        Ok(KeyText(match node {
-            Node::Str(s) => s,
-            Node::Int(i) => i.to_string(),
-            Node::Float(f) => f.to_string(),
-            Node::Bool(b) => b.to_string(),
-            Node::Null => "null".to_owned(),
-            Node::Seq(_) | Node::Map(_) => COMPLEX_KEY.to_owned(),
-        }))
+        Node::deserialize(d).map(|n| KeyText(key_text(n)))
+    }
+}
+
+/// A key's node as the key's text ([`KeyText`]); the fast reader
+/// (`yaml_fast`) names its keys with it too, so both read a key alike.
+pub(crate) fn key_text(node: Node) -> String {
+    match node {
+        Node::Str(s) => s,
+        Node::Int(i) => i.to_string(),
+        Node::Float(f) => f.to_string(),
+        Node::Bool(b) => b.to_string(),
+        Node::Null => "null".to_owned(),
+        Node::Seq(_) | Node::Map(_) => COMPLEX_KEY.to_owned(),
     }
 }
 

@@ -27,7 +27,7 @@ use std::collections::HashSet;
 
 use granit_parser::{Event, Parser, ScalarStyle, Span, StrInput};
 
-use crate::manifest::{At, Map, Node};
+use crate::manifest::{At, Map, Node, key_text};
 use crate::yaml::{Limit, MAX_DEPTH};
 
 /// Up to this many keys, a map is searched for a duplicate key by a scan.
@@ -119,11 +119,10 @@ impl<'a> Reader<'a> {
                     if style == ScalarStyle::Plain && text == "<<" {
                         return None;
                     }
+                    // A null key is left to serde-saphyr with the rest.
                     match scalar(text, style)? {
-                        Node::Str(s) => s,
-                        Node::Int(i) => i.to_string(),
-                        Node::Bool(b) => b.to_string(),
-                        _ => return None,
+                        Node::Null => return None,
+                        key => key_text(key),
                     }
                 }
                 _ => return None,
