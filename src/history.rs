@@ -296,6 +296,7 @@ fn judge_commits(
         past: look_back.map(Past::new),
         mentions: Mentions::default(),
         without_plans: Default::default(),
+        without_policies: Default::default(),
         policies: HashMap::new(),
     };
     let mut reports = Vec::with_capacity(commits.len());
@@ -425,6 +426,7 @@ pub fn tree_desired(
         past: None,
         mentions: Mentions::default(),
         without_plans: Default::default(),
+        without_policies: Default::default(),
         policies: HashMap::new(),
     };
     let files = repo.files(tree, &opts.prefixes, manifest::is_manifest_path)?;
@@ -494,6 +496,9 @@ struct Walker<'a> {
     /// Blobs known not to hold an UpgradePlan (seen by `parse_many`):
     /// `judge_plans` need not read them again.
     without_plans: std::collections::HashSet<Oid>,
+    /// Blobs known not to mention an UpgradePolicy (seen by `parse_many`):
+    /// `judge_policy_files` need not read them again.
+    without_policies: std::collections::HashSet<Oid>,
     /// The policies of a tree's policy directory, by the directory's id.
     policies: HashMap<Option<Oid>, Arc<TreePolicies>>,
 }
@@ -633,7 +638,7 @@ impl Walker<'_> {
             let Some(new) = ch.new.as_ref().filter(|e| e.kind == EntryKind::File) else {
                 continue;
             };
-            if crate::policy::in_dir(&ch.path) {
+            if crate::policy::in_dir(&ch.path) || self.without_policies.contains(&new.oid) {
                 continue;
             }
             let blob = self.repo.blob(new.oid)?;
@@ -1021,6 +1026,9 @@ impl Walker<'_> {
         if memchr::memmem::find(blob.content(), crate::plan::KIND.as_bytes()).is_none() {
             self.without_plans.insert(oid);
         }
+        if memchr::memmem::find(blob.content(), crate::policy::KIND.as_bytes()).is_none() {
+            self.without_policies.insert(oid);
+        }
         if let Some(p) = self.kept(oid, path) {
             self.cache.insert(key, p);
             return Ok(None);
@@ -1233,22 +1241,25 @@ impl Walker<'_> {
                         .map(|e| (p.as_str(), e.oid))
                 })
         }))?;
-        let mut baseline = Vec::new();
-        let mut next = Vec::new();
         let mut problems = Vec::new();
         let mut skipped = Vec::new();
         let mut ignored_problems = Vec::new();
         let mut ignored_skips = Vec::new();
+        let mut olds = Vec::with_capacity(changes.len());
+        let mut news = Vec::with_capacity(changes.len());
         for ch in &changes {
             // The baseline is taken as given: its own problems are not re-reported.
-            baseline.extend(self.side(
+            olds.push(self.side(
                 &ch.path,
                 ch.old.as_ref(),
                 &mut ignored_problems,
                 &mut ignored_skips,
             )?);
-            next.extend(self.side(&ch.path, ch.new.as_ref(), &mut problems, &mut skipped)?);
+            news.push(self.side(&ch.path, ch.new.as_ref(), &mut problems, &mut skipped)?);
         }
+        // Joined at their final size: a whole tree's tens of thousands of
+        // objects, grown by doubling, were copied about twice over.
+        let (baseline, next) = (joined(olds), joined(news));
 
         let base_keys: BTreeSet<&Key> = baseline.iter().map(|d| &d.key).collect();
         let new_keys: Vec<&Key> = next
@@ -1256,7 +1267,10 @@ impl Walker<'_> {
             .map(|d| &d.key)
             .filter(|k| !base_keys.contains(k))
             .collect();
-        let elsewhere = if new_keys.is_empty() {
+        // From nothing, every manifest file of the tree is among the
+        // changes, so none is elsewhere; looking found nothing but cost a
+        // second walk of the tree and a set of every key.
+        let elsewhere = if new_keys.is_empty() || baseline_tree.is_none() {
             Vec::new()
         } else {
             let changed: BTreeSet<&str> = changes.iter().map(|c| c.path.as_str()).collect();
@@ -1419,4 +1433,13 @@ fn document_refusal(
         reason: Some(reason),
         message,
     }
+}
+
+/// The lists one after another, in one allocation of the final size.
+fn joined<T>(lists: Vec<Vec<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(lists.iter().map(Vec::len).sum());
+    for list in lists {
+        out.extend(list);
+    }
+    out
 }

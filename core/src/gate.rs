@@ -3,7 +3,7 @@
 //! verdict per changed object. No I/O happens here; the history walker feeds
 //! it and the reporters print what it returns.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -173,7 +173,8 @@ impl Floor {
 /// Judges one commit. Objects whose release and image did not change are not
 /// listed unless a rule refuses them.
 pub fn judge_commit(input: &CommitInput<'_>) -> Vec<ObjectVerdict> {
-    let mut out = Vec::new();
+    let mut out =
+        Vec::with_capacity(input.problems.len() + input.next.len() + input.baseline.len());
 
     for p in input.problems {
         out.push(problem_verdict(p));
@@ -195,7 +196,9 @@ pub fn judge_commit(input: &CommitInput<'_>) -> Vec<ObjectVerdict> {
         .collect();
 
     // Cross-file rules: one definition per key; projected children are the plane's.
-    let mut defined: BTreeMap<&Key, Vec<&Desired>> = BTreeMap::new();
+    // Hashed: the verdicts below follow `input.next`, never this map's order.
+    let mut defined: HashMap<&Key, Vec<&Desired>> =
+        HashMap::with_capacity(input.next.len() + input.elsewhere.len());
     for d in input.next.iter().chain(input.elsewhere) {
         defined.entry(&d.key).or_default().push(d);
     }

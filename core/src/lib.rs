@@ -32,3 +32,4 @@ pub mod verdict;
 pub mod view;
 pub mod yaml;
 pub mod yaml_fast;
+pub mod yaml_lines;

@@ -171,10 +171,11 @@ pub fn parse_file_keeping(
     // The parser's budget follows the byte limit: a file the limit admits
     // is never refused for its number of nodes or documents.
     let limit = crate::yaml::Limit::manifest(max_bytes);
-    // Most manifests are plain block YAML; the fast reader builds those
-    // straight from the parser's events and hands anything else (anchors,
-    // tags, merge keys, numbers past plain integers, errors, limits) to
-    // serde-saphyr, whose reading it equals (`core/tests/yaml_fast.rs`).
+    // Most manifests are plain block YAML; the fast readers build those
+    // line by line (`yaml_lines`) or else from the parser's events, and hand
+    // anything else (anchors, tags, merge keys, numbers past plain integers,
+    // errors, limits) to serde-saphyr, whose reading they equal
+    // (`core/tests/yaml_fast.rs`).
     let docs = crate::yaml_fast::read(text, &limit).map_or_else(
         || {
             let options = crate::yaml::options(&limit, text.len());

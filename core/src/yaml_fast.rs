@@ -21,6 +21,10 @@
 //! So a value this reader returns is the one serde-saphyr returns for the
 //! same text, line and byte span included: `core/tests/yaml_fast.rs` checks that
 //! on random documents and on every manifest under `examples/`.
+//!
+//! [`read`] first tries `yaml_lines`, which reads the commonest manifests
+//! without a parser at all; this module's event reader is for what that
+//! declines (flow collections, block scalars, tabs, other scripts).
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -35,6 +39,16 @@ const SCAN_KEYS: usize = 16;
 
 /// Reads every document of `text`, or says `None` when serde-saphyr must.
 pub fn read(text: &str, limit: &Limit) -> Option<Vec<At<Node>>> {
+    // Most manifests need no parser at all.
+    if let Some(docs) = crate::yaml_lines::read(text, limit) {
+        return Some(docs);
+    }
+    events(text, limit)
+}
+
+/// Reads every document of `text` from the parser's events, or says `None`
+/// when serde-saphyr must. Public for its own differential test.
+pub fn events(text: &str, limit: &Limit) -> Option<Vec<At<Node>>> {
     // Comments are events when another crate in the build (kube's
     // serde-saphyr) turns the parser's `comments` feature on; none is data.
     let mut parser_options = granit_parser::Options::default();
@@ -108,9 +122,7 @@ impl<'a> Reader<'a> {
 
     fn map(&mut self, depth: usize) -> Option<Map> {
         let mut map: Map = Vec::new();
-        // Keys seen, once a map is long enough that a scan of its keys for
-        // each new one would make a file of many keys quadratic.
-        let mut seen: Option<HashSet<String>> = None;
+        let mut keys = Keys::default();
         loop {
             let (event, _) = self.next()?;
             let key = match event {
@@ -129,25 +141,39 @@ impl<'a> Reader<'a> {
             };
             // A key counts as a node, as in serde-saphyr's budget.
             self.nodes_left = self.nodes_left.checked_sub(1)?;
-            let duplicate = match &mut seen {
-                Some(set) => !set.insert(key.clone()),
-                None => {
-                    if map.len() >= SCAN_KEYS {
-                        let set: HashSet<String> = map.iter().map(|(k, _)| k.clone()).collect();
-                        seen = Some(set);
-                        !seen.as_mut()?.insert(key.clone())
-                    } else {
-                        map.iter().any(|(k, _)| *k == key)
-                    }
-                }
-            };
-            if duplicate {
+            if !keys.is_new(&map, &key) {
                 return None;
             }
             let (event, span) = self.next()?;
             let value = self.node(event, span, depth + 1)?;
             map.push((key, value));
         }
+    }
+}
+
+/// The keys of one map so far, for finding a duplicate: serde-saphyr
+/// refuses one, so the fast readers leave such a file to it.
+#[derive(Default)]
+pub(crate) struct Keys {
+    /// Filled once a map is long enough that a scan of its keys for each
+    /// new one would make a file of many keys quadratic.
+    seen: Option<HashSet<String>>,
+}
+
+impl Keys {
+    /// Whether `key` is not yet among `map`'s keys (which it is about to
+    /// join).
+    pub(crate) fn is_new(&mut self, map: &Map, key: &str) -> bool {
+        if let Some(set) = &mut self.seen {
+            return set.insert(key.to_owned());
+        }
+        if map.len() < SCAN_KEYS {
+            return map.iter().all(|(k, _)| k != key);
+        }
+        let mut set: HashSet<String> = map.iter().map(|(k, _)| k.clone()).collect();
+        let new = set.insert(key.to_owned());
+        self.seen = Some(set);
+        new
     }
 }
 
@@ -175,8 +201,14 @@ fn scalar(text: Cow<'_, str>, style: ScalarStyle) -> Option<Node> {
     if style != ScalarStyle::Plain {
         return Some(Node::Str(text.into_owned()));
     }
+    plain(&text)
+}
+
+/// What a plain scalar reads as, when that is certain without
+/// serde-saphyr's own rules.
+pub(crate) fn plain(text: &str) -> Option<Node> {
     let t = text.trim_matches([' ', '\t', '\r', '\n']);
-    if matches!(&*text, "" | "~" | "null" | "Null" | "NULL") {
+    if matches!(text, "" | "~" | "null" | "Null" | "NULL") {
         return Some(Node::Null);
     }
     match t {
@@ -194,11 +226,11 @@ fn scalar(text: Cow<'_, str>, style: ScalarStyle) -> Option<Node> {
     }
     let first = *t.as_bytes().first()?;
     if !first.is_ascii_digit() && !b"+-._~".contains(&first) {
-        return Some(Node::Str(text.into_owned()));
+        return Some(Node::Str(text.to_owned()));
     }
     // A byte no number of any spelling holds (`100Gi`, `500m`, `1/2`).
     if t.bytes().any(|b| !NUMERIC.contains(&b)) {
-        return Some(Node::Str(text.into_owned()));
+        return Some(Node::Str(text.to_owned()));
     }
     let (negative, digits) = match t.strip_prefix('-') {
         Some(d) => (true, d),
