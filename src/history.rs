@@ -120,7 +120,10 @@ impl Sources {
 pub struct Memory {
     /// The commit the floors are valid at (the last judged one).
     pub at: Option<Oid>,
-    pub floors: HashMap<Key, Floor>,
+    /// Shared floors: the daemon judges each new head on a copy of the last
+    /// head's memory while that one is still held, and a copy of every
+    /// object's last definition was the peak of its memory at 20,000 files.
+    pub floors: HashMap<Key, Arc<Floor>>,
 }
 
 impl Memory {
@@ -133,18 +136,20 @@ impl Memory {
     fn accept(&mut self, baseline: &[Desired], next: Vec<Desired>, commit: &Arc<str>) {
         self.floors.reserve(baseline.len() + next.len());
         for b in baseline {
-            self.floors.entry(b.key.clone()).or_insert_with(|| Floor {
-                last: b.clone(),
-                commit: None,
+            self.floors.entry(b.key.clone()).or_insert_with(|| {
+                Arc::new(Floor {
+                    last: b.clone(),
+                    commit: None,
+                })
             });
         }
         for d in next {
             self.floors.insert(
                 d.key.clone(),
-                Floor {
+                Arc::new(Floor {
                     last: d,
                     commit: Some(commit.clone()),
-                },
+                }),
             );
         }
     }

@@ -140,7 +140,7 @@ pub struct CommitInput<'a> {
     /// The last accepted state of identities the baseline does not hold
     /// (removed, renamed away, hidden behind another extension): an object
     /// of `next` without a baseline is judged from its floor, if it has one.
-    pub floors: &'a HashMap<Key, Floor>,
+    pub floors: &'a HashMap<Key, Arc<Floor>>,
     /// The `UpgradePolicy` documents the commit is judged by (its
     /// baseline's and its own), and the acknowledgements its message gives.
     pub policies: &'a crate::policy::PolicySet,
