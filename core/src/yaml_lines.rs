@@ -176,7 +176,12 @@ impl<'a> Reader<'a> {
         self.text.get(from..self.lines[i].end).unwrap_or("")
     }
 
-    fn count_node(&mut self) -> Option<()> {
+    /// Counts one node at `depth` against the budget; `None` past half of
+    /// it or of the depth limit, where serde-saphyr decides and words it.
+    fn node(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH / 2 {
+            return None;
+        }
         self.nodes_left = self.nodes_left.checked_sub(1)?;
         Some(())
     }
@@ -196,16 +201,13 @@ impl<'a> Reader<'a> {
     }
 
     fn seq(&mut self, indent: usize, depth: usize) -> Option<Node> {
-        if depth > MAX_DEPTH / 2 {
-            return None;
-        }
-        self.count_node()?;
+        self.node(depth)?;
         let mut items = Vec::new();
         loop {
             let line_start = self.lines[self.i].start;
             let dash_at = line_start + indent;
             let after = self.rest(self.i, dash_at + 1);
-            let blanks = after.bytes().take_while(|&b| b == b' ').count();
+            let blanks = leading_blanks(after);
             let item = &after[blanks..];
             let from = dash_at + 1 + blanks;
             let value = if empty(item, blanks) {
@@ -214,10 +216,7 @@ impl<'a> Reader<'a> {
                 match self.peek() {
                     Some((i, _)) if i > indent => self.block(depth + 1)?.value,
                     _ => {
-                        if depth + 1 > MAX_DEPTH / 2 {
-                            return None;
-                        }
-                        self.count_node()?;
+                        self.node(depth + 1)?;
                         Node::Null
                     }
                 }
@@ -227,10 +226,7 @@ impl<'a> Reader<'a> {
             } else if key_line(item) {
                 Node::Map(self.map(from - line_start, from, depth + 1)?)
             } else {
-                if depth + 1 > MAX_DEPTH / 2 {
-                    return None;
-                }
-                self.count_node()?;
+                self.node(depth + 1)?;
                 self.inline(from, indent)?.value
             };
             items.push(value);
@@ -245,15 +241,12 @@ impl<'a> Reader<'a> {
     /// A map whose keys stand at column `indent`; its first key starts at
     /// byte `from` of the current line (past a `- ` in a sequence).
     fn map(&mut self, indent: usize, mut from: usize, depth: usize) -> Option<Map> {
-        if depth > MAX_DEPTH / 2 {
-            return None;
-        }
-        self.count_node()?;
+        self.node(depth)?;
         let mut map: Map = Vec::new();
         let mut keys = Keys::default();
         loop {
             let key = self.key(from)?;
-            self.count_node()?;
+            self.node(depth)?;
             if !keys.is_new(&map, &key.text) {
                 return None;
             }
@@ -271,13 +264,10 @@ impl<'a> Reader<'a> {
     fn value(&mut self, key: &Key, indent: usize, depth: usize) -> Option<At<Node>> {
         let line_at = self.i;
         let after = self.rest(self.i, key.colon + 1);
-        let blanks = after.bytes().take_while(|&b| b == b' ').count();
+        let blanks = leading_blanks(after);
         let rest = &after[blanks..];
         if !empty(rest, blanks) {
-            if depth > MAX_DEPTH / 2 {
-                return None;
-            }
-            self.count_node()?;
+            self.node(depth)?;
             return self.inline(key.colon + 1 + blanks, indent);
         }
         // Nothing on the key's line: a block below it, or null.
@@ -290,7 +280,7 @@ impl<'a> Reader<'a> {
                 let l = &self.lines[self.i];
                 let (number, dash_at) = (l.number, l.start + indent);
                 let after = self.rest(self.i, dash_at + 1);
-                let blanks = after.bytes().take_while(|&b| b == b' ').count();
+                let blanks = leading_blanks(after);
                 // Where the parser puts one whose first item is empty is its
                 // business.
                 if matches!(after.as_bytes().get(blanks), None | Some(b'#')) {
@@ -300,10 +290,7 @@ impl<'a> Reader<'a> {
                 Some(at(value, number, dash_at + 1 + blanks, 0))
             }
             _ => {
-                if depth > MAX_DEPTH / 2 {
-                    return None;
-                }
-                self.count_node()?;
+                self.node(depth)?;
                 Some(at(Node::Null, self.lines[line_at].number, key.colon, 0))
             }
         }
@@ -416,6 +403,11 @@ fn plain_scalar(rest: &str) -> Option<(Node, usize, &str)> {
 /// is empty, or a comment (which needs a blank before its `#`).
 fn empty(rest: &str, blanks: usize) -> bool {
     rest.is_empty() || (blanks > 0 && rest.starts_with('#'))
+}
+
+/// How many blanks `text` starts with.
+fn leading_blanks(text: &str) -> usize {
+    text.bytes().take_while(|&b| b == b' ').count()
 }
 
 /// Whether a line's text from its column on starts a sequence item.
