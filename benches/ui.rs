@@ -27,6 +27,7 @@ fn report(key: &Key, i: usize, children: &[Key]) -> UnitReport {
     let step = Step {
         sha: format!("{:040x}", i),
         commits: vec![format!("{:040x}", i)],
+        earlier: Vec::new(),
         file: Arc::from(format!("clusters/{}/{}.yaml", key.namespace, key.name)),
         from: Some("2025.2".into()),
         release: Some("2026.1".into()),
@@ -70,6 +71,7 @@ fn report(key: &Key, i: usize, children: &[Key]) -> UnitReport {
             .then(|| "expand Job failed 3 times: repair budget spent".into()),
         waiting: None,
         cluster_release: None,
+        settled: Default::default(),
     }
 }
 

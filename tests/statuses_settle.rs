@@ -195,3 +195,115 @@ async fn each_status_goes_pending_to_success_once() {
     let second = &history[&(hops[1].clone(), "lockstep/t".to_owned())];
     assert!(second.len() >= 2, "{second:?}");
 }
+
+/// A patch landing after its release's hop completed is folded into that
+/// hop's step and applied again; the hop's commit and its objects stay
+/// success throughout (they read pending again before `rollout::settled`),
+/// and the patch goes pending → success. Driven pass by pass as above, for
+/// the standalone Nova and the prod ControlPlane (an override's tag).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patch_after_a_completed_hop_leaves_the_hop_settled() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use lockstep::cluster::memory::MemoryCluster;
+    use lockstep::daemon::{Daemon, Options, deliver_now};
+    use lockstep::forge::AnyForge;
+    use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
+    use lockstep::forge::notes::Notes;
+    use lockstep::metrics::Metrics;
+    use lockstep::sim::{Params, World};
+    use lockstep::source::{Origin, Source};
+
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"))
+        .write(PROD, prod("2026.1", "2026.1"));
+    repo.commit("fleet at 2026.1");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"))
+        .write(PROD, prod("2026.2", "2026.2"));
+    let hop = repo.commit("nova and prod to 2026.2");
+
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        cluster_name: "t".into(),
+        poll: Duration::from_millis(10),
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
+    let mut d = Daemon::new(
+        opts,
+        source,
+        mem.clone(),
+        clock,
+        queue.clone(),
+        Arc::new(Metrics::new()),
+    );
+    let metrics = Metrics::new();
+    let mut idle = 0;
+    let mut patch = None;
+    for _ in 0..4_000 {
+        let out = d.pass().await;
+        assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+        let busy = mem.step(Duration::from_secs(60)).expect("step");
+        if out.busy || busy {
+            continue;
+        }
+        idle += 1;
+        if idle == 1 {
+            // The hop completed and its statuses settled: now the patch.
+            let history = status_history(&repo);
+            assert_eq!(
+                history[&(hop.clone(), "lockstep/t".to_owned())]
+                    .last()
+                    .map(String::as_str),
+                Some("success"),
+                "{history:#?}"
+            );
+            repo.write(NOVA, nova("nova", "2026.2", "2026.2-p1"))
+                .write(PROD, prod("2026.2", "2026.2-p1"));
+            patch = Some(repo.commit("nova and prod's override patched on 2026.2"));
+        } else {
+            break;
+        }
+    }
+    let patch = patch.expect("the hop did not finish");
+    assert_eq!(idle, 2, "the patch did not finish");
+    let history = status_history(&repo);
+    for ((sha, ctx), states) in &history {
+        if let Some(first) = states.iter().position(|s| s == "success") {
+            assert!(
+                states[first..].iter().all(|s| s == "success"),
+                "{sha} {ctx} went back from success: {states:?}"
+            );
+        }
+        assert_eq!(
+            states.last().map(String::as_str),
+            Some("success"),
+            "{sha} {ctx} ended {states:?}"
+        );
+    }
+    let states = &history[&(patch.clone(), "lockstep/t".to_owned())];
+    assert_eq!(
+        states.first().map(String::as_str),
+        Some("pending"),
+        "the patch: success before it was applied: {states:?}"
+    );
+    // The patch really was applied: the cluster runs its images.
+    use lockstep::cluster::Cluster as _;
+    let n = mem
+        .get(&lockstep::kind::Key::new(
+            lockstep::kind::Kind::Nova,
+            "compute",
+            "nova",
+        ))
+        .await
+        .expect("read")
+        .expect("nova");
+    assert_eq!(
+        n.image.map(|i| i.reference()).as_deref(),
+        Some("ghcr.io/c5c3/nova:2026.2-p1")
+    );
+}

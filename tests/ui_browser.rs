@@ -1242,6 +1242,7 @@ fn hostile_strings_render_inert_and_auth_is_asked() {
     let step = Step {
         sha: "0123456789abcdef0123456789abcdef01234567".into(),
         commits: vec![],
+        earlier: Vec::new(),
         file: Arc::from(format!("{hostile}.yaml")),
         from: Some("2025.2".into()),
         release: Some(hostile.into()),
@@ -1265,6 +1266,7 @@ fn hostile_strings_render_inert_and_auth_is_asked() {
             needs_person: None,
             waiting: None,
             cluster_release: None,
+            settled: Default::default(),
         },
     );
     let (mut publisher, rx) = lockstep::ui::Publisher::new(hostile, None);

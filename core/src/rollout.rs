@@ -35,6 +35,11 @@ pub struct Step {
     pub sha: String,
     /// Every commit folded into this step, oldest first.
     pub commits: Vec<String>,
+    /// What each commit a later one was folded over asked its followed
+    /// objects to run, aligned with `commits` (all but the newest, whose
+    /// targets are the step's own): how [`settled`] tells such a commit's
+    /// work over while the step is applied again for the later one.
+    pub earlier: Vec<Vec<(Key, Target)>>,
     /// The file (in `sha`'s tree) holding the unit's document.
     pub file: Arc<str>,
     pub from: Option<String>,
@@ -168,6 +173,16 @@ impl Removal {
             None => format!("removed from Git in {}", short(&self.sha)),
             Some(p) => format!("handed to ControlPlane {p} in {}", short(&self.sha)),
         }
+    }
+}
+
+impl Step {
+    /// The commit a step's per-object statuses go on: its first, the one
+    /// that moved the release. Later commits of the same release fold into
+    /// the step (`push_step`) and move `sha`; a status posted on the commit
+    /// of the moment would be left behind on an older one, pending.
+    pub fn hop_commit(&self) -> &str {
+        self.commits.first().unwrap_or(&self.sha)
     }
 }
 
@@ -458,6 +473,21 @@ fn push_step(
     {
         // Same release: fold into the previous step (a patch on top of a
         // hop is applied as one).
+        let asked = if chain.unit.kind == Kind::ControlPlane {
+            last.children
+                .iter()
+                .map(|(k, t)| (k.clone(), t.clone()))
+                .collect()
+        } else {
+            vec![(
+                chain.unit.clone(),
+                Target {
+                    release: last.release.clone(),
+                    image: last.image.clone(),
+                },
+            )]
+        };
+        last.earlier.push(asked);
         last.sha = sha.to_owned();
         last.commits.push(sha.to_owned());
         last.file = file;
@@ -476,6 +506,7 @@ fn push_step(
     chain.steps.push(Step {
         sha: sha.to_owned(),
         commits: vec![sha.to_owned()],
+        earlier: Vec::new(),
         file,
         from,
         release: target.release,
@@ -507,6 +538,9 @@ pub struct UnitState {
 pub struct ObjectState {
     pub spec: Target,
     pub progress: Progress,
+    /// `status.installedRelease`: the release the operator last finished a
+    /// hop to (`None`: none reported, or a kind that tracks none).
+    pub installed: Option<String>,
 }
 
 impl ObjectState {
@@ -758,6 +792,110 @@ pub struct UnitReport {
     /// field). A blocked unit is off Git's chain, so only the cluster can
     /// say where it is.
     pub cluster_release: Option<String>,
+    /// Commits of the step the unit is at whose work is over although a
+    /// later commit was folded over them, and how ([`settled`]): their
+    /// statuses stay success while that later commit is applied.
+    pub settled: BTreeMap<String, Settled>,
+}
+
+/// How a commit a later one was folded over is done.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// The cluster ran what it asked to completion (or, for the commit that
+    /// moved the release, installed the release).
+    Own,
+    /// The cluster runs what a later commit of the step asked instead (the
+    /// newest such): what this one asked may never have run.
+    By(String),
+}
+
+/// The commits of the step `next` is at (applying, following or done) whose
+/// work is over already, by the cluster's state. A later commit of the same
+/// release was folded over them (`push_step`), so the step is applied again
+/// for that later commit; without this a commit whose hop completed passes
+/// ago would read pending again (`docs/gate.md`, "After acceptance": never
+/// back from success to pending). Only Git and the cluster are read, so a
+/// restarted daemon computes the same.
+///
+/// Nothing is over before every followed object runs the step's release as
+/// installed (`status.installedRelease`; kinds that report none, Horizon,
+/// count as installed). Then:
+/// - the commit that moved the release is over: the hop is done, and what
+///   it asked beyond the hop a later commit replaced;
+/// - any other folded-over commit (a patch) is over once every followed
+///   object either runs the image the commit asked, to completion, or runs
+///   the image a later commit of the step asked.
+pub fn settled(chain: &Chain, next: &Next, state: &UnitState) -> BTreeMap<String, Settled> {
+    let mut out = BTreeMap::new();
+    let i = match next {
+        Next::Apply(i) | Next::Follow(i) | Next::Done(i) => *i,
+        Next::Blocked(_) | Next::Removed { .. } => return out,
+    };
+    let Some(step) = chain.steps.get(i).filter(|s| !s.earlier.is_empty()) else {
+        return out;
+    };
+    // Nothing of a step is over before its release is installed: a patch
+    // folded over while the hop is in flight waits for the hop.
+    if !release_installed(chain, i, state) {
+        return out;
+    }
+    let newest = chain.followed(i);
+    for (k, (sha, asked)) in step.commits.iter().zip(&step.earlier).enumerate() {
+        if k == 0 && step.from != step.release {
+            out.insert(sha.clone(), Settled::Own);
+            continue;
+        }
+        let runs = |key: &Key, t: &Target| {
+            state.objects.get(key).is_some_and(|o| {
+                t.image.is_none() || (o.spec.image == t.image && o.progress == Progress::Complete)
+            })
+        };
+        if asked.iter().all(|(key, t)| runs(key, t)) {
+            out.insert(sha.clone(), Settled::Own);
+            continue;
+        }
+        // The newest later commit of the step (the step's own targets for
+        // the newest) whose images the cluster runs where this one asked one.
+        let by = (k + 1..step.commits.len()).rev().find(|&j| {
+            let theirs = step.earlier.get(j).unwrap_or(&newest);
+            asked.iter().all(|(key, t)| {
+                t.image.is_none()
+                    || state.objects.get(key).is_some_and(|o| {
+                        o.spec.image.is_some()
+                            && theirs
+                                .iter()
+                                .any(|(k2, l)| k2 == key && l.image == o.spec.image)
+                    })
+            })
+        });
+        if let Some(j) = by {
+            out.insert(sha.clone(), Settled::By(step.commits[j].clone()));
+        }
+    }
+    out
+}
+
+/// Whether every followed object of step `i` runs the step's release as
+/// installed. Objects of a kind that reports no installed release (Horizon)
+/// or whose target names none count as installed; a step that follows
+/// nothing never is.
+fn release_installed(chain: &Chain, i: usize, state: &UnitState) -> bool {
+    let followed = chain.followed(i);
+    !followed.is_empty()
+        && followed.iter().all(|(k, t)| {
+            let Some(want) = t.release.as_deref().and_then(release_of) else {
+                return true;
+            };
+            if k.kind.release_source() == ReleaseSource::None {
+                return true;
+            }
+            state
+                .objects
+                .get(k)
+                .and_then(|o| o.installed.as_deref())
+                .and_then(release_of)
+                == Some(want)
+        })
 }
 
 /// Every status the state implies, `(sha, status)`, oldest commit first:
@@ -811,6 +949,18 @@ pub fn statuses<M>(
         let mut failed = None;
         let mut superseded = None;
         for (u, i) in steps {
+            if position(&u.next) == Some(*i)
+                && let Some(how) = u.settled.get(c.sha.as_str())
+            {
+                if let Settled::By(newer) = how {
+                    superseded.get_or_insert(format!(
+                        "{}; {} replaced it at the same release",
+                        describe::done(c).replacen("applied: ", "accepted: ", 1),
+                        short(newer)
+                    ));
+                }
+                continue;
+            }
             match step_state(u, *i) {
                 StepState::Done => {}
                 StepState::Superseded(m) => {
@@ -862,7 +1012,7 @@ pub fn statuses<M>(
             };
             for (key, target) in u.chain.followed(j) {
                 out.push((
-                    step.sha.clone(),
+                    step.hop_commit().to_owned(),
                     Status {
                         state,
                         context: Context::object(cluster, &key.namespace, &key.name).to_string(),
@@ -889,8 +1039,15 @@ pub fn statuses<M>(
         if step.from.is_none() {
             continue;
         }
+        // The hop's commit settled while a later commit of its release is
+        // applied: the hop's objects are done with it.
+        let hop_settled = u.settled.contains_key(step.hop_commit());
         for (key, target) in u.chain.followed(i) {
-            let p = u.progress.get(&key).cloned().unwrap_or(Progress::Waiting);
+            let p = if hop_settled {
+                Progress::Complete
+            } else {
+                u.progress.get(&key).cloned().unwrap_or(Progress::Waiting)
+            };
             let from = step.from.as_deref().unwrap_or("new");
             let to = target.release.as_deref().unwrap_or("");
             let (state, phase) = match &p {
@@ -902,7 +1059,7 @@ pub fn statuses<M>(
                 _ => (State::Pending, p.describe()),
             };
             out.push((
-                step.sha.clone(),
+                step.hop_commit().to_owned(),
                 Status {
                     state,
                     context: Context::object(cluster, &key.namespace, &key.name).to_string(),
@@ -1260,6 +1417,7 @@ mod tests {
         let step = |from: Option<&str>, to: &str, tag: &str| Step {
             sha: to.into(),
             commits: vec![to.into()],
+            earlier: Vec::new(),
             file: Arc::from("p.yaml"),
             from: from.map(str::to_owned),
             release: Some(to.into()),
@@ -1301,6 +1459,7 @@ mod tests {
                         ObjectState {
                             spec,
                             progress: Progress::Complete,
+                            installed: Some(t.into()),
                         },
                     )
                 })
@@ -1473,6 +1632,7 @@ mod tests {
             needs_person: None,
             waiting: None,
             cluster_release: None,
+            settled: BTreeMap::new(),
         };
         let find = |list: &[(String, Status)], sha: &str, ctx: &str| {
             list.iter()
@@ -1500,9 +1660,15 @@ mod tests {
         let (st, d) = find(&s, "d", "lockstep/prod");
         assert_eq!(st, State::Pending);
         assert!(d.starts_with("queued"), "{d}");
-        let (st, d) = find(&s, "b", "lockstep/prod/compute/nova");
+        // The object's progress goes on the hop's commit, never on the
+        // patch folded over it (a later fold would leave it behind).
+        let (st, d) = find(&s, "a", "lockstep/prod/compute/nova");
         assert_eq!(st, State::Pending);
         assert!(d.contains("Migrating (2/4)"), "{d}");
+        assert!(
+            !s.iter()
+                .any(|(sha, st)| sha == "b" && st.context == "lockstep/prod/compute/nova")
+        );
 
         let units: BTreeMap<Key, UnitReport> = [(nova(), unit(Next::Done(1), Progress::Complete))]
             .into_iter()
@@ -1605,6 +1771,7 @@ mod tests {
         let object = |progress| ObjectState {
             spec: edited.spec.clone().unwrap(),
             progress,
+            installed: None,
         };
         edited.objects.insert(
             n.clone(),
@@ -1633,6 +1800,7 @@ mod tests {
                 needs_person: None,
                 waiting: None,
                 cluster_release: None,
+                settled: BTreeMap::new(),
             },
         )]
         .into_iter()
@@ -2001,7 +2169,7 @@ mod tests {
             for (c, next, p) in walk {
                 let units: BTreeMap<Key, UnitReport> = [(
                     nova(),
-                    UnitReport { chain: c, next, progress: [(nova(), p)].into_iter().collect(), needs_person: None, waiting: None, cluster_release: None },
+                    UnitReport { chain: c, next, progress: [(nova(), p)].into_iter().collect(), needs_person: None, waiting: None, cluster_release: None, settled: BTreeMap::new() },
                 )]
                 .into_iter()
                 .collect();
@@ -2047,7 +2215,7 @@ mod tests {
                         chain: Arc::new(c.clone()),
                         next: Next::Removed { at, by: c.removed.clone().expect("removed") },
                         progress: [(nova(), Progress::Complete)].into_iter().collect(),
-                        needs_person: None, waiting: None, cluster_release: None,
+                        needs_person: None, waiting: None, cluster_release: None, settled: BTreeMap::new(),
                     })].into_iter().collect(), None)
                     .into_iter()
                     .find(|(x, st)| x == sha && st.context == "lockstep/prod")
@@ -2066,6 +2234,272 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// One standalone object in the cluster, as the arrival property plays
+    /// it: its spec, installed release and progress.
+    #[derive(Clone, Debug)]
+    struct Played {
+        spec: Target,
+        installed: Option<String>,
+        progress: Progress,
+    }
+
+    impl Played {
+        fn state(&self) -> UnitState {
+            UnitState {
+                spec: Some(self.spec.clone()),
+                objects: [(
+                    nova(),
+                    ObjectState {
+                        spec: self.spec.clone(),
+                        progress: self.progress.clone(),
+                        installed: self.installed.clone(),
+                    },
+                )]
+                .into_iter()
+                .collect(),
+                projected_by: None,
+            }
+        }
+
+        /// One pass over the unit as `src/daemon/units.rs` makes it
+        /// (`reconcile`): decide, then apply or follow; the operator moves
+        /// one stage per pass (a hop: waiting, migrating, the second roll,
+        /// complete; the same release: a roll, complete).
+        fn pass(&mut self, chain: &Arc<Chain>) -> UnitReport {
+            let state = self.state();
+            let complete = |i: usize| {
+                chain.followed(i).iter().all(|(k, t)| {
+                    state.objects.get(k).is_some_and(|o| {
+                        o.progress == Progress::Complete && o.spec_matches(k.kind, t)
+                    })
+                })
+            };
+            let decided = next(chain, &state, complete);
+            let mut report = UnitReport {
+                chain: chain.clone(),
+                next: decided.clone(),
+                progress: BTreeMap::new(),
+                needs_person: None,
+                waiting: None,
+                cluster_release: self.spec.release.clone(),
+                settled: settled(chain, &decided, &state),
+            };
+            match decided {
+                Next::Apply(i) => {
+                    let s = &chain.steps[i];
+                    self.progress = if s.release != self.installed {
+                        Progress::Waiting
+                    } else {
+                        Progress::Settling { what: "a roll" }
+                    };
+                    self.spec = Target {
+                        release: s.release.clone(),
+                        image: s.image.clone(),
+                    };
+                    report.next = Next::Follow(i);
+                }
+                Next::Follow(_) => {
+                    report.progress.insert(nova(), self.progress.clone());
+                    self.progress = match &self.progress {
+                        Progress::Waiting => Progress::Phase {
+                            phase: "Migrating".into(),
+                            step: 2,
+                        },
+                        Progress::Phase { .. } => {
+                            self.installed = self.spec.release.clone();
+                            Progress::Settling {
+                                what: "second roll of the workers",
+                            }
+                        }
+                        _ => Progress::Complete,
+                    };
+                }
+                Next::Done(_) => {
+                    report.progress.insert(nova(), Progress::Complete);
+                }
+                Next::Blocked(_) | Next::Removed { .. } => {}
+            }
+            report
+        }
+    }
+
+    proptest::proptest! {
+        /// The status rules again, with commits arriving one at a time as
+        /// the daemon judges them, a random number of passes apart: a patch
+        /// may land while the hop before it is applied, in flight or long
+        /// complete (then it is folded into that hop's step, which is
+        /// applied again). No (commit, context) goes back from success; an
+        /// accepted commit is pending first and success only once the
+        /// cluster installed its release; nothing is left pending.
+        #[test]
+        fn statuses_settle_as_commits_arrive(
+            kinds in proptest::collection::vec(0u8..4, 1..10),
+            gaps in proptest::collection::vec(0usize..7, 10),
+        ) {
+            // Hops, patches, refused skips and held hops; aborts depend on
+            // when they arrive, which the story does not know.
+            let kinds: Vec<u8> = kinds.iter().map(|k| [0, 1, 2, 4][usize::from(*k)]).collect();
+            let story = random_story(&kinds);
+            let mut played = Played {
+                spec: Target {
+                    release: Some("2026.1".into()),
+                    image: Some(img("2026.1")),
+                },
+                installed: Some("2026.1".into()),
+                progress: Progress::Complete,
+            };
+            let mut seen: BTreeMap<(String, String), Vec<State>> = BTreeMap::new();
+            let mut units: BTreeMap<Key, UnitReport> = BTreeMap::new();
+            let mut chain = None;
+            let n = story.commits.len();
+            for k in 1..=n {
+                let r = report(story.commits[..k].to_vec());
+                let passes = if k == n { 80 } else { gaps[k - 1] };
+                // Judged first: the verdicts go out with the last pass's units.
+                let mut lists = vec![statuses("prod", &r, &units, None)];
+                chain = chains(&r, |_, _, _| None, |_, _, _| Err(String::new()))
+                    .remove(&nova())
+                    .map(Arc::new);
+                for _ in 0..passes {
+                    let Some(c) = &chain else { break };
+                    units = [(nova(), played.pass(c))].into_iter().collect();
+                    lists.push(statuses("prod", &r, &units, None));
+                }
+                for list in lists {
+                    for (sha, st) in list {
+                        // Success only once the cluster installed the
+                        // commit's release (the commit's own context).
+                        if st.state == State::Success && st.context == "lockstep/prod" {
+                            let to = r.commits.iter().find(|c| c.sha == sha)
+                                .and_then(|c| c.objects.first())
+                                .and_then(|o| o.to.as_deref())
+                                .and_then(release_of);
+                            let installed = played.installed.as_deref().and_then(release_of);
+                            proptest::prop_assert!(to <= installed, "{} success at {:?}: {}", sha, played.installed, st.description);
+                        }
+                        seen.entry((sha, st.context)).or_default().push(st.state);
+                    }
+                }
+            }
+            if let Some(c) = &chain {
+                proptest::prop_assert_eq!(&units[&nova()].next, &Next::Done(c.steps.len() - 1));
+            }
+            for ((sha, ctx), states) in &seen {
+                if let Some(f) = states.iter().position(|s| *s == State::Success) {
+                    proptest::prop_assert!(
+                        states[f..].iter().all(|s| *s == State::Success),
+                        "{} {} went back from success: {:?}", sha, ctx, states
+                    );
+                }
+                proptest::prop_assert_ne!(states.last().copied(), Some(State::Pending), "{} {} left pending", sha, ctx);
+            }
+            for c in story.commits.iter().filter(|c| c.verdict != Verdict::Refused) {
+                let states = &seen[&(c.sha.clone(), "lockstep/prod".to_owned())];
+                proptest::prop_assert_eq!(states[0], State::Pending, "{} success before the apply", &c.sha);
+            }
+        }
+    }
+
+    /// Horizon installs no release: a commit another was folded over is told
+    /// done by its image alone. Once the cluster ran it to completion it
+    /// stays success while the later one is applied; one the cluster never
+    /// ran is success (saying what replaced it) only once a later commit's
+    /// image runs.
+    #[test]
+    fn a_kind_without_releases_settles_folded_commits_by_image() {
+        let h = Key::new(Kind::Horizon, "dashboard", "horizon");
+        let himg = |t: &str| format!("ghcr.io/c5c3/horizon:{t}");
+        let patch = |sha: &str, tag: &str, t: Transition| {
+            let mut o = ov(&h, None, "x", &himg(tag), t);
+            o.to = None;
+            commit(sha, Verdict::Accepted, vec![o])
+        };
+        let r = report(vec![
+            patch("h0", "a", Transition::Install),
+            patch("h1", "b", Transition::Patch),
+            patch("h2", "c", Transition::Patch),
+        ]);
+        let c = Arc::new(
+            chains(&r, |_, _, _| None, |_, _, _| Err(String::new()))
+                .remove(&h)
+                .unwrap(),
+        );
+        assert_eq!(c.steps.len(), 1);
+        assert_eq!(c.steps[0].commits, vec!["h0", "h1", "h2"]);
+        let state = |tag: &str, progress: Progress| UnitState {
+            spec: Some(Target {
+                release: None,
+                image: Some(himg(tag)),
+            }),
+            objects: [(
+                h.clone(),
+                ObjectState {
+                    spec: Target {
+                        release: None,
+                        image: Some(himg(tag)),
+                    },
+                    progress,
+                    installed: None,
+                },
+            )]
+            .into_iter()
+            .collect(),
+            projected_by: None,
+        };
+        let settle = |s: &UnitState| settled(&c, &Next::Apply(0), s);
+        // h1 ran to completion; h2 is still to be applied.
+        let done = settle(&state("b", Progress::Complete));
+        assert_eq!(done.get("h1"), Some(&Settled::Own));
+        assert_eq!(done.get("h0"), Some(&Settled::By("h1".into())));
+        // h2 applied and rolling: h0 and h1 are both replaced by it.
+        let rolling = state("c", Progress::Settling { what: "a roll" });
+        let done = settle(&rolling);
+        assert_eq!(done.get("h0"), Some(&Settled::By("h2".into())));
+        assert_eq!(done.get("h1"), Some(&Settled::By("h2".into())));
+        assert!(!done.contains_key("h2"));
+        // The cluster still runs an image none of them asked, mid-roll:
+        // nothing is over.
+        assert!(settle(&state("z", Progress::Settling { what: "a roll" })).is_empty());
+        assert!(!settle(&state("b", Progress::Settling { what: "a roll" })).contains_key("h1"));
+        // What the statuses say of them while h2 rolls.
+        let units: BTreeMap<Key, UnitReport> = [(
+            h.clone(),
+            UnitReport {
+                chain: c.clone(),
+                next: Next::Follow(0),
+                progress: [(h.clone(), Progress::Settling { what: "a roll" })]
+                    .into_iter()
+                    .collect(),
+                needs_person: None,
+                waiting: None,
+                cluster_release: None,
+                settled: settled(&c, &Next::Follow(0), &rolling),
+            },
+        )]
+        .into_iter()
+        .collect();
+        let s = statuses("prod", &r, &units, None);
+        let of = |sha: &str| {
+            s.iter()
+                .find(|(x, st)| x == sha && st.context == "lockstep/prod")
+                .map(|(_, st)| st.clone())
+                .unwrap()
+        };
+        assert_eq!(of("h2").state, State::Pending);
+        for sha in ["h0", "h1"] {
+            let st = of(sha);
+            assert_eq!(st.state, State::Success, "{sha}");
+            assert!(
+                st.description.starts_with("accepted: ")
+                    && st
+                        .description
+                        .ends_with("; h2 replaced it at the same release"),
+                "{}",
+                st.description
+            );
         }
     }
 }

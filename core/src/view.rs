@@ -961,6 +961,7 @@ mod tests {
         Step {
             sha: sha.into(),
             commits: vec![sha.into()],
+            earlier: Vec::new(),
             file: Arc::from("planes/a.yaml"),
             from: Some(from.into()),
             release: Some(to.into()),
@@ -1002,6 +1003,7 @@ mod tests {
                 needs_person: needs.map(str::to_owned),
                 waiting: None,
                 cluster_release: None,
+                settled: Default::default(),
             },
         )
     }

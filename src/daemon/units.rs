@@ -252,6 +252,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     needs_person: Some(format!("cluster unavailable: {e}")),
                     waiting: None,
                     cluster_release: None,
+                    settled: Default::default(),
                 };
             }
         };
@@ -302,6 +303,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             needs_person: None,
             waiting: None,
             cluster_release: state.spec.as_ref().and_then(|s| s.release.clone()),
+            settled: rollout::settled(chain, &next, &state),
         };
         let held = match next {
             Next::Apply(i) => self.preflight(chain, i, &state, gates).await,
@@ -519,6 +521,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 release: rollout::spec_release(k.kind, obj.release.as_deref(), obj.image.as_ref()),
                 image: obj.image.as_ref().map(ImageRef::reference),
             };
+            let installed = obj.status.installed().map(str::to_owned);
             let obs = match snapshot {
                 Some(s) => observation(&k, obj, &s.deployments(&k)),
                 None => {
@@ -540,7 +543,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }
             .follow_to(k.kind);
             let progress = assess(&to, &obs);
-            state.objects.insert(k, ObjectState { spec, progress });
+            state.objects.insert(
+                k,
+                ObjectState {
+                    spec,
+                    progress,
+                    installed,
+                },
+            );
         }
         Ok((state, versions))
     }

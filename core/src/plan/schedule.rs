@@ -642,6 +642,7 @@ mod tests {
         let step = |release: &str| Step {
             sha: "a".repeat(40),
             commits: vec!["a".repeat(40)],
+            earlier: Vec::new(),
             file: Arc::from("clouds/c01.yaml"),
             from: None,
             release: Some(release.into()),
@@ -662,6 +663,7 @@ mod tests {
             needs_person: None,
             waiting: None,
             cluster_release: None,
+            settled: Default::default(),
         };
         let done = report(Next::Done(0));
         assert!(complete_at(Some("2026.1"), Some(&done), None));
