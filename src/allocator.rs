@@ -1,7 +1,7 @@
 //! How the binary's allocator (mimalloc, `src/main.rs`) gives memory back.
 //!
 //! Measured with `cargo bench --bench daemon` on the 5,000-file fleet, the
-//! same build with and without (README.md, "Performance"): peak RSS
+//! same build with and without (docs/performance.md, "The daemon"): peak RSS
 //! 160–168 MiB idle and 181–186 MiB after pushes with mimalloc's defaults,
 //! 131 MiB and 149–156 MiB with both settings below, start-up and
 //! push-to-status unchanged. The heap itself is about 86 MiB either way;

@@ -71,7 +71,7 @@ pub type StepDocument = Result<Document, String>;
 /// runs (an apply never reads Git again), so the form kept matters: a
 /// parsed `serde_json::Value` tree costs several times its text in small
 /// allocations, which for a fleet of thousands of units was most of the
-/// daemon's memory (README, "Limits"). The text is parsed when the step is
+/// daemon's memory (docs/performance.md, "The daemon"). The text is parsed when the step is
 /// applied; a text that does not parse is an error naming the step, and
 /// nothing of it is applied. Clones share one allocation: the shell hands
 /// out one `Document` per distinct text, so steps that carry the same

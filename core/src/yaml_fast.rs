@@ -4,7 +4,7 @@
 //! serde-saphyr reads any YAML, but through serde's visitor machinery; on a
 //! whole tree of 20,000 manifests it spent twice what the parser beneath it
 //! (granit-parser, the same one) takes to produce the events
-//! (README, "Performance"). Manifests are nearly always maps, sequences,
+//! (docs/performance.md). Manifests are nearly always maps, sequences,
 //! strings, plain integers and booleans. This reader builds exactly those
 //! and answers `None` for anything else, and the caller then reads the text
 //! with serde-saphyr:

@@ -3,7 +3,7 @@
 //!
 //! After the fast reader (`yaml_fast`), the parser beneath it was most of a
 //! whole-tree check: granit-parser moves large tokens and events for every
-//! scalar (README, "Performance"). Manifests written by hand or by a
+//! scalar (docs/performance.md). Manifests written by hand or by a
 //! generator are nearly always the same few shapes: `key: value` lines and
 //! `- item` lines, indented with spaces, values plain or quoted on one line,
 //! comments. This reader reads exactly those and answers `None` for
