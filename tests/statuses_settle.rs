@@ -200,17 +200,21 @@ async fn each_status_goes_pending_to_success_once() {
 /// hop's step and applied again; the hop's commit and its objects stay
 /// success throughout (they read pending again before `rollout::settled`),
 /// and the patch goes pending → success. Driven pass by pass as above, for
-/// the standalone Nova and the prod ControlPlane (an override's tag).
+/// the standalone Nova and the prod ControlPlane (an override's tag), with
+/// the daemon restarted while the patch rolls: a new daemon knows nothing
+/// of what was posted and must say the same from Git and the cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_patch_after_a_completed_hop_leaves_the_hop_settled() {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use lockstep::cluster::Cluster as _;
     use lockstep::cluster::memory::MemoryCluster;
     use lockstep::daemon::{Daemon, Options, deliver_now};
     use lockstep::forge::AnyForge;
     use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
     use lockstep::forge::notes::Notes;
+    use lockstep::kind::{Key, Kind};
     use lockstep::metrics::Metrics;
     use lockstep::sim::{Params, World};
     use lockstep::source::{Origin, Source};
@@ -226,51 +230,63 @@ async fn a_patch_after_a_completed_hop_leaves_the_hop_settled() {
     let mem = MemoryCluster::new(World::new(Params::default()));
     let queue = StatusQueue::new(10_000);
     let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
-    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
-    let opts = Options {
-        cluster_name: "t".into(),
-        poll: Duration::from_millis(10),
-        ..Options::default()
+    let start = || {
+        let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+        let opts = Options {
+            cluster_name: "t".into(),
+            poll: Duration::from_millis(10),
+            ..Options::default()
+        };
+        let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
+        Daemon::new(
+            opts,
+            source,
+            mem.clone(),
+            clock,
+            queue.clone(),
+            Arc::new(Metrics::new()),
+        )
     };
-    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
-    let mut d = Daemon::new(
-        opts,
-        source,
-        mem.clone(),
-        clock,
-        queue.clone(),
-        Arc::new(Metrics::new()),
-    );
+    let mut d = start();
     let metrics = Metrics::new();
-    let mut idle = 0;
     let mut patch = None;
+    let mut since_patch = 0;
+    let mut finished = false;
     for _ in 0..4_000 {
         let out = d.pass().await;
         assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
         let busy = mem.step(Duration::from_secs(60)).expect("step");
+        if patch.is_some() {
+            since_patch += 1;
+            if since_patch == 3 {
+                // Restarted mid-roll: nothing of the old daemon survives.
+                d = start();
+                continue;
+            }
+        }
         if out.busy || busy {
             continue;
         }
-        idle += 1;
-        if idle == 1 {
-            // The hop completed and its statuses settled: now the patch.
-            let history = status_history(&repo);
-            assert_eq!(
-                history[&(hop.clone(), "lockstep/t".to_owned())]
-                    .last()
-                    .map(String::as_str),
-                Some("success"),
-                "{history:#?}"
-            );
-            repo.write(NOVA, nova("nova", "2026.2", "2026.2-p1"))
-                .write(PROD, prod("2026.2", "2026.2-p1"));
-            patch = Some(repo.commit("nova and prod's override patched on 2026.2"));
-        } else {
+        if patch.is_some() {
+            finished = true;
             break;
         }
+        // The hop completed and its statuses settled: now the patch.
+        let history = status_history(&repo);
+        assert_eq!(
+            history[&(hop.clone(), "lockstep/t".to_owned())]
+                .last()
+                .map(String::as_str),
+            Some("success"),
+            "{history:#?}"
+        );
+        repo.write(NOVA, nova("nova", "2026.2", "2026.2-p1"))
+            .write(PROD, prod("2026.2", "2026.2-p1"));
+        patch = Some(repo.commit("nova and prod's override patched on 2026.2"));
     }
     let patch = patch.expect("the hop did not finish");
-    assert_eq!(idle, 2, "the patch did not finish");
+    assert!(finished, "the patch did not finish");
+    assert!(since_patch > 3, "restarted after the patch finished");
     let history = status_history(&repo);
     for ((sha, ctx), states) in &history {
         if let Some(first) = states.iter().position(|s| s == "success") {
@@ -292,18 +308,26 @@ async fn a_patch_after_a_completed_hop_leaves_the_hop_settled() {
         "the patch: success before it was applied: {states:?}"
     );
     // The patch really was applied: the cluster runs its images.
-    use lockstep::cluster::Cluster as _;
-    let n = mem
-        .get(&lockstep::kind::Key::new(
-            lockstep::kind::Kind::Nova,
-            "compute",
-            "nova",
-        ))
-        .await
-        .expect("read")
-        .expect("nova");
+    let image = |kind, namespace, name| {
+        let mem = mem.clone();
+        async move {
+            mem.get(&Key::new(kind, namespace, name))
+                .await
+                .expect("read")
+                .and_then(|o| o.image)
+                .map(|i| i.reference())
+        }
+    };
     assert_eq!(
-        n.image.map(|i| i.reference()).as_deref(),
+        image(Kind::Nova, "compute", "nova").await.as_deref(),
         Some("ghcr.io/c5c3/nova:2026.2-p1")
     );
+    let patched = mem
+        .world()
+        .expect("world")
+        .objects
+        .values()
+        .filter(|o| o.image.reference().ends_with(":2026.2-p1"))
+        .count();
+    assert_eq!(patched, 2, "nova and prod's overridden service");
 }
