@@ -34,6 +34,7 @@ fn report(key: &Key, i: usize, children: &[Key]) -> UnitReport {
         image: None,
         children: BTreeMap::new(),
         abort: false,
+        reconfigured: false,
         document: Ok(doc),
     };
     let next = match i % 100 {

@@ -153,6 +153,69 @@ fn same_release_new_image_is_a_patch_and_same_image_is_unchanged() {
     assert_eq!(commit_verdict(&v), Verdict::Accepted);
 }
 
+/// A document that changes but keeps its release and image is a
+/// reconfiguration: accepted, and applied like a patch (`docs/gate.md`).
+/// Comments, quoting and layout are not the document: unchanged. A plane's
+/// own fields count; a plane whose children moved says so through them.
+#[test]
+fn a_changed_document_with_the_same_release_and_image_is_a_reconfiguration() {
+    let base = nova("nova", "2026.1", "2026.1");
+    let edited = base.replace(
+        "keystoneEndpoint: http://keystone.identity.svc:5000/v3",
+        "keystoneEndpoint: http://keystone-2.identity.svc:5000/v3",
+    );
+    assert_ne!(edited, base);
+    let v = judge(&[(F, &base)], &[(F, &edited)]);
+    let o = one(&v, "Nova", "nova");
+    assert_eq!(
+        (o.transition, o.verdict, o.reason),
+        (Transition::Reconfigure, Verdict::Accepted, None)
+    );
+    assert_eq!(
+        (o.from.as_deref(), o.to.as_deref()),
+        (Some("2026.1"), Some("2026.1"))
+    );
+    assert_eq!(o.line, 1, "points at the document");
+    // The same values written another way: nothing changed.
+    let respelled = base
+        .replace("openStackRelease: \"2026.1\"", "openStackRelease: '2026.1'")
+        .replace("kind: Nova\n", "kind: \"Nova\"   # the kind\n");
+    assert_ne!(respelled, base);
+    assert!(judge(&[(F, &base)], &[(F, &respelled)]).is_empty());
+
+    const P: &str = "prod.yaml";
+    let plane = prod("2026.1", "2026.1");
+    let regional = plane.replace("region: RegionOne", "region: RegionTwo");
+    assert_ne!(regional, plane);
+    let v = judge(&[(P, &plane)], &[(P, &regional)]);
+    assert_eq!(v.len(), 1, "only the plane, its children unchanged: {v:#?}");
+    assert_eq!(
+        one(&v, "ControlPlane", "prod").transition,
+        Transition::Reconfigure
+    );
+    // An override's tag moves a child: the child's patch says it all.
+    let v = judge(&[(P, &plane)], &[(P, &prod("2026.1", "2026.1-p1"))]);
+    assert!(
+        v.iter().all(|o| o.transition == Transition::Patch),
+        "{v:#?}"
+    );
+    assert!(!v.is_empty());
+    // A service block dropped: the child leaves (kept running), and the
+    // plane is reconfigured without it.
+    let start = plane.find("    horizon:\n").expect("horizon block");
+    let end = plane[start..].find("    glance:\n").expect("next block") + start;
+    let dropped = format!("{}{}", &plane[..start], &plane[end..]);
+    let v = judge(&[(P, &plane)], &[(P, &dropped)]);
+    assert_eq!(
+        one(&v, "Horizon", "prod-horizon").transition,
+        Transition::Remove
+    );
+    assert_eq!(
+        one(&v, "ControlPlane", "prod").transition,
+        Transition::Reconfigure
+    );
+}
+
 #[test]
 fn next_release_with_new_image_is_an_upgrade() {
     let v = judge(

@@ -1238,4 +1238,52 @@ async fn a_restart_reads_each_unit_once_and_a_changed_one_again() {
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(requests(&metrics, "get"), Some(1.0));
+
+    // A reconfiguration (another Keystone endpoint, same release and
+    // digest) is applied through the API server, whole, with the digest of
+    // the applied document left on the object (`docs/gate.md`).
+    let digest_of = async || -> Option<String> {
+        api.get(&glance().name)
+            .await
+            .ok()?
+            .metadata
+            .annotations?
+            .get(lockstep::rollout::APPLIED_ANNOTATION)
+            .cloned()
+    };
+    let before = digest_of().await;
+    let path = story.path().join("standalone/image/glance.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = text.replacen(
+        "keystoneEndpoint: http://keystone.identity.svc:5000/v3",
+        "keystoneEndpoint: http://keystone-2.identity.svc:5000/v3",
+        1,
+    );
+    assert_ne!(edited, text);
+    let change = commit_glance(story.path(), &edited, "glance: another keystone endpoint");
+    fleet
+        .wait(
+            "the reconfiguration applied",
+            Duration::from_secs(30),
+            async |_| {
+                api.get(&glance().name).await.ok().is_some_and(|o| {
+                    o.data["spec"]["keystoneEndpoint"] == "http://keystone-2.identity.svc:5000/v3"
+                })
+            },
+        )
+        .await;
+    let after = digest_of().await.expect("the applied document's digest");
+    assert_eq!(after.len(), 32, "{after}");
+    assert_ne!(Some(after), before, "the digest names the new document");
+    // Accepted, and pending while the paused operator has not caught up.
+    fleet
+        .wait(
+            "the reconfiguration's status",
+            Duration::from_secs(10),
+            async |_| {
+                note(story.path(), &change, &format!("lockstep/{CLUSTER}"))
+                    .is_some_and(|(s, _)| s == "pending")
+            },
+        )
+        .await;
 }

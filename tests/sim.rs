@@ -269,6 +269,7 @@ fn seeding_gives_each_child_the_plane_of_its_own_file() {
         image_line: 1,
         image_overridden: false,
         recreate_below: None,
+        fingerprint: None,
     };
     let plane_a = Key::new(Kind::ControlPlane, "a", "prod");
     let plane_b = Key::new(Kind::ControlPlane, "b", "prod");

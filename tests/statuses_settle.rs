@@ -331,3 +331,155 @@ async fn a_patch_after_a_completed_hop_leaves_the_hop_settled() {
         .count();
     assert_eq!(patched, 2, "nova and prod's overridden service");
 }
+
+/// The simulated cluster, counting applies per unit name.
+#[derive(Clone)]
+struct Counted {
+    inner: lockstep::cluster::memory::MemoryCluster,
+    applies: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl lockstep::cluster::Cluster for Counted {
+    crate::forward_cluster!(all_but apply);
+    async fn apply(
+        &self,
+        req: &lockstep::cluster::ApplyRequest,
+    ) -> Result<lockstep::cluster::ClusterObject, lockstep::cluster::ClusterError> {
+        self.applies.lock().unwrap().push(req.key.name.clone());
+        self.inner.apply(req).await
+    }
+}
+
+/// A commit that changes a document but neither its release nor its image
+/// (a reconfiguration, `docs/gate.md`) is applied: once, whole, with the
+/// digest of what was applied left on the object, pending until then and
+/// success after; a restarted daemon finds that digest and applies nothing
+/// again. The hop before it keeps its success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconfiguration_is_applied_once_and_settles() {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use lockstep::cluster::memory::MemoryCluster;
+    use lockstep::daemon::{Daemon, Options, deliver_now};
+    use lockstep::forge::AnyForge;
+    use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
+    use lockstep::forge::notes::Notes;
+    use lockstep::kind::{Key, Kind};
+    use lockstep::metrics::Metrics;
+    use lockstep::rollout::{APPLIED_ANNOTATION, Document};
+    use lockstep::sim::{Params, World};
+    use lockstep::source::{Origin, Source};
+
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"))
+        .write(PROD, prod("2026.1", "2026.1"));
+    repo.commit("fleet at 2026.1");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    let hop = repo.commit("nova to 2026.2");
+    let reconfigured = nova("nova", "2026.2", "2026.2").replace(
+        "keystoneEndpoint: http://keystone.identity.svc:5000/v3",
+        "keystoneEndpoint: http://keystone-2.identity.svc:5000/v3",
+    );
+    assert_ne!(reconfigured, nova("nova", "2026.2", "2026.2"));
+
+    let cluster = Counted {
+        inner: MemoryCluster::new(World::new(Params::default())),
+        applies: Arc::new(Mutex::new(Vec::new())),
+    };
+    let mem = cluster.inner.clone();
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let start = || {
+        let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+        let opts = Options {
+            cluster_name: "t".into(),
+            poll: Duration::from_millis(10),
+            ..Options::default()
+        };
+        let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
+        Daemon::new(
+            opts,
+            source,
+            cluster.clone(),
+            clock,
+            queue.clone(),
+            Arc::new(Metrics::new()),
+        )
+    };
+    let metrics = Metrics::new();
+    let mut d = start();
+    let until_idle = async |d: &mut Daemon<Counted, Source>| {
+        for _ in 0..2_000 {
+            let out = d.pass().await;
+            assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+            let busy = mem.step(Duration::from_secs(60)).expect("step");
+            if !out.busy && !busy {
+                return;
+            }
+        }
+        panic!("never idle");
+    };
+    until_idle(&mut d).await;
+    let novas = || {
+        cluster
+            .applies
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|n| *n == "nova")
+            .count()
+    };
+    let before = novas();
+    assert!(before >= 1, "the hop was applied");
+
+    repo.write(NOVA, &reconfigured);
+    let change = repo.commit("nova: another keystone endpoint");
+    until_idle(&mut d).await;
+    assert_eq!(novas(), before + 1, "the reconfiguration, applied once");
+    // The object carries the digest of the document applied: the commit's.
+    let parsed = lockstep::manifest::parse_file_keeping(
+        NOVA,
+        reconfigured.as_bytes(),
+        lockstep::manifest::DEFAULT_MAX_FILE_BYTES,
+        true,
+    );
+    let text = match &parsed.documents[0].source {
+        Some(Ok(t)) => t.clone(),
+        other => panic!("{other:?}"),
+    };
+    let key = Key::new(Kind::Nova, "compute", "nova");
+    assert_eq!(
+        mem.world()
+            .expect("world")
+            .annotation(&key, APPLIED_ANNOTATION),
+        Some(Document::from_text(text).digest())
+    );
+
+    // Restarted: the digest says the document runs; nothing is applied.
+    let mut d = start();
+    until_idle(&mut d).await;
+    assert_eq!(novas(), before + 1, "applied again after a restart");
+
+    let history = status_history(&repo);
+    let states = &history[&(change.clone(), "lockstep/t".to_owned())];
+    assert_eq!(
+        states.iter().map(String::as_str).collect::<Vec<_>>(),
+        vec!["pending", "success"],
+        "{history:#?}"
+    );
+    for ((sha, ctx), states) in &history {
+        if let Some(first) = states.iter().position(|s| s == "success") {
+            assert!(
+                states[first..].iter().all(|s| s == "success"),
+                "{sha} {ctx} went back from success: {states:?}"
+            );
+        }
+        assert_eq!(
+            states.last().map(String::as_str),
+            Some("success"),
+            "{sha} {ctx} ended {states:?}"
+        );
+    }
+    assert!(history.contains_key(&(hop, "lockstep/t".to_owned())));
+}

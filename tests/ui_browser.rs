@@ -1249,6 +1249,7 @@ fn hostile_strings_render_inert_and_auth_is_asked() {
         image: None,
         children: BTreeMap::new(),
         abort: false,
+        reconfigured: false,
         document: Ok(Document::from_text(Arc::from(doc.to_string()))),
     };
     let mut units = BTreeMap::new();

@@ -33,6 +33,11 @@ pub struct Desired {
     /// The release floor this document deliberately drops
     /// ([`crate::manifest::RECREATE_ANNOTATION`]; a plane's applies to its children).
     pub recreate_below: Option<String>,
+    /// The whole document's [`crate::manifest::Fingerprint`], for a unit
+    /// lockstep applies (a ControlPlane or a standalone service; `None` for
+    /// a projected child, whose document is its plane's): a change to it
+    /// with the same release and image is a reconfiguration.
+    pub fingerprint: Option<crate::manifest::Fingerprint>,
 }
 
 impl Desired {
@@ -78,6 +83,7 @@ pub fn expand_one(doc: &Document, out: &mut Vec<Desired>) {
                 image_line: s.image.line,
                 image_overridden: false,
                 recreate_below: doc.recreate_below.clone(),
+                fingerprint: Some(doc.fingerprint),
             });
         }
         Spec::Plane(p) => {
@@ -94,6 +100,7 @@ pub fn expand_one(doc: &Document, out: &mut Vec<Desired>) {
                 image_line: doc.line,
                 image_overridden: false,
                 recreate_below: doc.recreate_below.clone(),
+                fingerprint: Some(doc.fingerprint),
             });
             for svc in &p.services {
                 let (image, image_line, overridden) = match &svc.image {
@@ -126,6 +133,7 @@ pub fn expand_one(doc: &Document, out: &mut Vec<Desired>) {
                     image_line,
                     image_overridden: overridden,
                     recreate_below: doc.recreate_below.clone(),
+                    fingerprint: None,
                 });
             }
         }

@@ -251,6 +251,7 @@ mod tests {
                 }],
                 projected_by: None,
                 repair_record: None,
+                applied: None,
             },
             second_roll_done: true,
             image_reference: "ghcr.io/c5c3/glance:2026.2".into(),

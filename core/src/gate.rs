@@ -79,6 +79,9 @@ pub enum Transition {
     Install,
     Remove,
     Unchanged,
+    /// The document changed, its release and image did not (replicas, an
+    /// endpoint, a dropped service block): applied like a patch.
+    Reconfigure,
     Patch,
     Upgrade,
     Abort,
@@ -273,9 +276,22 @@ pub fn judge_commit(input: &CommitInput<'_>) -> Vec<ObjectVerdict> {
             continue;
         }
         let base = base_by_key.get(&d.key).copied();
-        if base.is_some_and(|b| b.same_target(d))
-            && base.is_some_and(|b| b.projected_by == d.projected_by)
+        if let Some(b) = base
+            && b.same_target(d)
+            && b.projected_by == d.projected_by
         {
+            if d.projected_by.is_none()
+                && b.fingerprint.is_some()
+                && d.fingerprint.is_some()
+                && b.fingerprint != d.fingerprint
+            {
+                out.push(accept(
+                    d,
+                    Some(b),
+                    Transition::Reconfigure,
+                    "the document changed; release and image did not".to_owned(),
+                ));
+            }
             continue;
         }
         let live = input.live.and_then(|l| l.get(&d.key));
@@ -308,6 +324,30 @@ pub fn judge_commit(input: &CommitInput<'_>) -> Vec<ObjectVerdict> {
             to_image: None,
             ..base_fields(b, Some(b))
         });
+    }
+    // A plane whose children moved carries its whole document with their
+    // step anyway: its reconfiguration is not said twice.
+    // A child is in its plane's file: the two name the plane. A child that
+    // only left the plane (its service block dropped) moves nothing: the
+    // plane's reconfiguration stays, and applies the plane without it.
+    let moved: HashSet<(&str, &str)> = out
+        .iter()
+        .filter(|o| o.transition != Transition::Remove)
+        .filter_map(|o| Some((&*o.file, o.projected_by.as_deref()?)))
+        .collect();
+    if !moved.is_empty() {
+        let keep: Vec<bool> = out
+            .iter()
+            .map(|o| {
+                !(o.transition == Transition::Reconfigure
+                    && o.kind == Some(Kind::ControlPlane)
+                    && o.name
+                        .as_deref()
+                        .is_some_and(|n| moved.contains(&(&*o.file, n))))
+            })
+            .collect();
+        let mut keep = keep.into_iter();
+        out.retain(|_| keep.next().unwrap_or(true));
     }
     out
 }

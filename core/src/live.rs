@@ -58,6 +58,9 @@ pub struct LiveStatus {
     /// `repair::RepairRecord` reads it). Only the API server and the
     /// simulated cluster fill it; a snapshot file never does.
     pub repair_record: Option<String>,
+    /// The digest of the document lockstep applied to this object last
+    /// (`rollout::APPLIED_ANNOTATION`), filled like `repair_record`.
+    pub applied: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -777,6 +780,7 @@ impl Reader<'_> {
             conditions,
             projected_by: None,
             repair_record: None,
+            applied: None,
         })
     }
 }

@@ -50,6 +50,62 @@ pub struct Document {
     /// document, but nothing of it can be applied, and the daemon says so
     /// rather than send something else.
     pub source: Option<Result<Arc<str>, String>>,
+    /// What the whole document says, as a digest of its values (comments,
+    /// layout and quoting aside; [`fingerprint`]): how the gate tells a
+    /// document changed although its release and image did not.
+    pub fingerprint: Fingerprint,
+}
+
+/// A digest of a document's values: the first 16 bytes of a SHA-256 over
+/// its node tree, each node tagged with its type and each string with its
+/// length, so that two trees have the same digest only if they are equal.
+pub type Fingerprint = [u8; 16];
+
+/// The [`Fingerprint`] of a node tree.
+pub fn fingerprint(node: &Node) -> Fingerprint {
+    use sha2::Digest as _;
+    fn feed(h: &mut sha2::Sha256, node: &Node) {
+        let text = |h: &mut sha2::Sha256, s: &str| {
+            h.update((s.len() as u64).to_le_bytes());
+            h.update(s.as_bytes());
+        };
+        match node {
+            Node::Null => h.update([0]),
+            Node::Bool(b) => h.update([1, u8::from(*b)]),
+            Node::Int(i) => {
+                h.update([2]);
+                h.update(i.to_le_bytes());
+            }
+            Node::Float(f) => {
+                h.update([3]);
+                h.update(f.to_bits().to_le_bytes());
+            }
+            Node::Str(s) => {
+                h.update([4]);
+                text(h, s);
+            }
+            Node::Seq(items) => {
+                h.update([5]);
+                h.update((items.len() as u64).to_le_bytes());
+                for i in items {
+                    feed(h, i);
+                }
+            }
+            Node::Map(entries) => {
+                h.update([6]);
+                h.update((entries.len() as u64).to_le_bytes());
+                for (k, v) in entries {
+                    text(h, k);
+                    feed(h, &v.value);
+                }
+            }
+        }
+    }
+    let mut h = sha2::Sha256::new();
+    feed(&mut h, node);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&h.finalize()[..16]);
+    out
 }
 
 /// The one escape from an identity's release floor (`docs/gate.md`,
@@ -273,6 +329,7 @@ fn read_document(file: &Arc<str>, doc: At<Node>, keep_source: bool, out: &mut Pa
         problems: Vec::new(),
     };
     if let Some(mut document) = extract(kind, root, line, &mut ctx) {
+        document.fingerprint = fingerprint(&doc.value);
         if keep_source {
             document.source = Some(
                 serde_json::to_string(&doc.value)
@@ -428,6 +485,7 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
         labels,
         recreate_below,
         source: None,
+        fingerprint: [0; 16],
     })
 }
 

@@ -54,6 +54,11 @@ pub struct Step {
     /// the hop before it is in flight. It is applied without waiting for
     /// that hop, which it ends.
     pub abort: bool,
+    /// A commit folded into the step changed the document but neither
+    /// release nor image (`Transition::Reconfigure`): the step is applied
+    /// even where the cluster carries no [`APPLIED_ANNOTATION`] to compare
+    /// with (an object applied by an older lockstep, or adopted).
+    pub reconfigured: bool,
     /// The unit's whole document at `sha`, parsed when the step was judged:
     /// what an apply sends (server-side apply owns what it sends, so a
     /// smaller apply would drop fields). An apply never reads Git again; a
@@ -77,39 +82,58 @@ pub type StepDocument = Result<Document, String>;
 /// out one `Document` per distinct text, so steps that carry the same
 /// document (a blob read at several commits) hold it once.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Document(Arc<str>);
+pub struct Document {
+    text: Arc<str>,
+    /// [`Document::digest`], computed once.
+    digest: [u8; 16],
+}
+
+/// The annotation each apply writes on the unit's object: the
+/// [`Document::digest`] of the document applied. It is how a later pass
+/// (or a restarted daemon) tells that the cluster runs a step's document,
+/// not only its release and image (a reconfiguration changes neither).
+pub const APPLIED_ANNOTATION: &str = "lockstep.c5c3.io/applied";
 
 impl Document {
     /// The document as JSON text (one line, no insignificant space).
     pub fn from_value(value: &serde_json::Value) -> Result<Self, String> {
         serde_json::to_string(value)
-            .map(|t| Self(Arc::from(t)))
+            .map(|t| Self::from_text(Arc::from(t)))
             .map_err(|e| format!("cannot keep the document: {e}"))
     }
 
     /// Text already produced by [`Document::from_value`] (or an interned
     /// copy of one).
     pub fn from_text(text: Arc<str>) -> Self {
-        Self(text)
+        use sha2::Digest as _;
+        let mut digest = [0u8; 16];
+        digest.copy_from_slice(&sha2::Sha256::digest(text.as_bytes())[..16]);
+        Self { text, digest }
     }
 
     pub fn text(&self) -> &str {
-        &self.0
+        &self.text
     }
 
     /// The shared text, for interning.
     pub fn shared(&self) -> &Arc<str> {
-        &self.0
+        &self.text
+    }
+
+    /// The first 16 bytes of the text's SHA-256, in hex: what
+    /// [`APPLIED_ANNOTATION`] holds once this document is applied.
+    pub fn digest(&self) -> String {
+        hex::encode(self.digest)
     }
 
     /// The document again as a value, for an apply.
     pub fn parse(&self) -> Result<serde_json::Value, serde_json::Error> {
-        serde_json::from_str(&self.0)
+        serde_json::from_str(&self.text)
     }
 
     /// Whether two documents are one allocation (not only equal text).
     pub fn same(a: &Self, b: &Self) -> bool {
-        Arc::ptr_eq(&a.0, &b.0)
+        Arc::ptr_eq(&a.text, &b.text)
     }
 }
 
@@ -307,7 +331,13 @@ pub fn extend_chains(
                 (None, Kind::ControlPlane) => {
                     planes.insert(
                         key.name.clone(),
-                        (key, o.from.clone(), o.to.clone(), o.file.clone()),
+                        (
+                            key,
+                            o.from.clone(),
+                            o.to.clone(),
+                            o.file.clone(),
+                            o.transition,
+                        ),
                     );
                 }
                 (None, _) => push_step(
@@ -319,7 +349,7 @@ pub fn extend_chains(
                     o.from.clone(),
                     target,
                     BTreeMap::new(),
-                    o.transition == Transition::Abort,
+                    o.transition,
                 ),
             }
         }
@@ -344,7 +374,7 @@ pub fn extend_chains(
                 }
                 continue;
             }
-            let (key, from, to, file) = match planes.remove(&plane) {
+            let (key, from, to, file, how) = match planes.remove(&plane) {
                 Some(p) => p,
                 None => {
                     let file = kids
@@ -357,7 +387,7 @@ pub fn extend_chains(
                     };
                     let last = out.get(&key).and_then(|ch| ch.steps.last());
                     let release = last.and_then(|s| s.release.clone());
-                    (key, release.clone(), release, file)
+                    (key, release.clone(), release, file, Transition::Patch)
                 }
             };
             let mut map: BTreeMap<Key, Target> = out
@@ -383,10 +413,10 @@ pub fn extend_chains(
                     image: None,
                 },
                 map,
-                false,
+                how,
             );
         }
-        for (_, (key, from, to, file)) in planes {
+        for (_, (key, from, to, file, how)) in planes {
             let map = out
                 .get(&key)
                 .and_then(|ch| ch.steps.last())
@@ -404,7 +434,7 @@ pub fn extend_chains(
                     image: None,
                 },
                 map,
-                false,
+                how,
             );
         }
     }
@@ -429,13 +459,14 @@ fn applies(o: &crate::gate::ObjectVerdict) -> bool {
         Transition::Install
             | Transition::Upgrade
             | Transition::Patch
+            | Transition::Reconfigure
             | Transition::Abort
             | Transition::Queued
     )
 }
 
-/// A plane's own change in one commit: key, from, to, file.
-type PlaneChange = (Key, Option<String>, Option<String>, Arc<str>);
+/// A plane's own change in one commit: key, from, to, file, transition.
+type PlaneChange = (Key, Option<String>, Option<String>, Arc<str>, Transition);
 
 fn child_file(c: &crate::verdict::CommitReport, key: &Key) -> Option<Arc<str>> {
     c.objects
@@ -454,8 +485,10 @@ fn push_step(
     from: Option<String>,
     target: Target,
     children: BTreeMap<Key, Target>,
-    abort: bool,
+    how: Transition,
 ) {
+    let abort = how == Transition::Abort;
+    let reconfigured = how == Transition::Reconfigure;
     let chain = Arc::make_mut(out.entry(key.clone()).or_insert_with(|| {
         Arc::new(Chain {
             unit: key,
@@ -493,6 +526,7 @@ fn push_step(
         last.file = file;
         last.image = target.image.or(last.image.take());
         last.children = children;
+        last.reconfigured |= reconfigured;
         touched
             .entry(chain.unit.clone())
             .or_default()
@@ -513,6 +547,7 @@ fn push_step(
         image: target.image,
         children,
         abort,
+        reconfigured,
         document: Err(NOT_READ.into()),
     });
 }
@@ -532,6 +567,9 @@ pub struct UnitState {
     /// The ControlPlane the cluster shows projecting the unit's object, if
     /// one does (`LiveStatus::projected_by`).
     pub projected_by: Option<Key>,
+    /// The unit object's [`APPLIED_ANNOTATION`]: the digest of the document
+    /// lockstep applied to it last (`None`: none there).
+    pub applied: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -748,6 +786,9 @@ fn next_step(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool)
 /// Whether the cluster's specs are exactly step `i`'s.
 fn applied(chain: &Chain, i: usize, state: &UnitState) -> bool {
     let s = &chain.steps[i];
+    if !document_applied(s, state) {
+        return false;
+    }
     if chain.unit.kind != Kind::ControlPlane {
         return state
             .spec
@@ -763,6 +804,20 @@ fn applied(chain: &Chain, i: usize, state: &UnitState) -> bool {
             t.image.is_none() || o.spec.image.is_none() || o.spec.image == t.image || lagging(o)
         })
     })
+}
+
+/// Whether the unit runs step `s`'s whole document, by the digest its last
+/// apply left ([`APPLIED_ANNOTATION`]). Without one (an object an older
+/// lockstep applied, or one adopted as the cluster ran it) release and
+/// image decide as they always did, unless the step reconfigures: then only
+/// an apply brings the document. A document that could not be read is
+/// applied (and refused with its error) only for a reconfiguration, for
+/// which release and image say nothing.
+fn document_applied(s: &Step, state: &UnitState) -> bool {
+    match (&state.applied, &s.document) {
+        (Some(a), Ok(d)) => *a == d.digest(),
+        (None, Ok(_)) | (_, Err(_)) => !s.reconfigured,
+    }
 }
 
 /// The release a spec's image tag names (a projected child's image always
@@ -1320,6 +1375,7 @@ mod tests {
             }),
             objects: BTreeMap::new(),
             projected_by: None,
+            applied: None,
         }
     }
 
@@ -1432,6 +1488,7 @@ mod tests {
             .into_iter()
             .collect(),
             abort: false,
+            reconfigured: false,
             document: Err(String::new()),
         };
         let c = Chain {
@@ -1466,6 +1523,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             projected_by: None,
+            applied: None,
         };
         assert_eq!(
             next(&c, &state("2026.1", Some("2026.1")), |_| true),
@@ -2261,6 +2319,7 @@ mod tests {
                 .into_iter()
                 .collect(),
                 projected_by: None,
+                applied: None,
             }
         }
 
@@ -2448,6 +2507,7 @@ mod tests {
             .into_iter()
             .collect(),
             projected_by: None,
+            applied: None,
         };
         let settle = |s: &UnitState| settled(&c, &Next::Apply(0), s);
         // h1 ran to completion; h2 is still to be applied.
@@ -2501,5 +2561,91 @@ mod tests {
                 st.description
             );
         }
+    }
+
+    /// A reconfiguration folds into the step of its release and makes it
+    /// applied again: the cluster's [`APPLIED_ANNOTATION`] names the
+    /// document it runs. Without the annotation (an older lockstep's apply,
+    /// an adopted object) release and image decide, as before, unless the
+    /// step reconfigures.
+    #[test]
+    fn a_reconfiguration_is_applied_by_the_digest_of_the_document() {
+        let n = nova();
+        let doc = |text: &str| Document::from_text(Arc::from(text));
+        let r = report(vec![
+            commit(
+                "a",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.1"),
+                    "2026.2",
+                    &img("2026.2"),
+                    Transition::Upgrade,
+                )],
+            ),
+            commit(
+                "b",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.2"),
+                    "2026.2",
+                    &img("2026.2"),
+                    Transition::Reconfigure,
+                )],
+            ),
+        ]);
+        let texts = |sha: &str| format!("{{\"at\":\"{sha}\"}}");
+        let c = chains(&r, |_, _, _| None, |sha, _, _| Ok(doc(&texts(sha))))
+            .remove(&n)
+            .unwrap();
+        assert_eq!(c.steps.len(), 1, "folded into the hop's step");
+        let step = &c.steps[0];
+        assert_eq!(step.commits, vec!["a", "b"]);
+        assert!(step.reconfigured);
+        assert_eq!(
+            step.document.as_ref().map(Document::text),
+            Ok(texts("b").as_str())
+        );
+        let first = doc(&texts("a")).digest();
+        let newest = doc(&texts("b")).digest();
+        assert_ne!(first, newest);
+        assert_eq!(newest.len(), 32);
+        let mut state = at("2026.2", &img("2026.2"));
+        state.objects.insert(
+            n.clone(),
+            ObjectState {
+                spec: state.spec.clone().unwrap(),
+                progress: Progress::Complete,
+                installed: Some("2026.2".into()),
+            },
+        );
+        // The hop's document runs: the reconfiguration is applied.
+        state.applied = Some(first.clone());
+        assert_eq!(next(&c, &state, |_| true), Next::Apply(0));
+        // Its own runs: done.
+        state.applied = Some(newest.clone());
+        assert_eq!(next(&c, &state, |_| true), Next::Done(0));
+        // No annotation: a reconfiguring step is applied, another is not.
+        state.applied = None;
+        assert_eq!(next(&c, &state, |_| true), Next::Apply(0));
+        let hop_only = chains(
+            &report(r.commits[..1].to_vec()),
+            |_, _, _| None,
+            |sha, _, _| Ok(doc(&texts(sha))),
+        )
+        .remove(&n)
+        .unwrap();
+        assert!(!hop_only.steps[0].reconfigured);
+        assert_eq!(next(&hop_only, &state, |_| true), Next::Done(0));
+        // An annotation from another document: applied again, also for a
+        // step that does not reconfigure.
+        state.applied = Some(newest);
+        assert_eq!(next(&hop_only, &state, |_| true), Next::Apply(0));
+        // While it is applied again, the hop's commit stays settled.
+        state.applied = Some(first);
+        let how = settled(&c, &Next::Apply(0), &state);
+        assert_eq!(how.get("a"), Some(&Settled::Own));
     }
 }

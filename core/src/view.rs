@@ -968,6 +968,7 @@ mod tests {
             image: None,
             children: BTreeMap::new(),
             abort: false,
+            reconfigured: false,
             document: Ok(Document::from_text(Arc::from(
                 r#"{"metadata":{"name":"a","labels":{"tier":"gold","n":1}}}"#,
             ))),

@@ -219,6 +219,12 @@ fn to_object(key: &Key, obj: &DynamicObject) -> ClusterObject {
                 .as_ref()
                 .and_then(|a| a.get(crate::repair::RECORD_ANNOTATION))
                 .cloned(),
+            applied: obj
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::rollout::APPLIED_ANNOTATION))
+                .cloned(),
             installed_release: text(status, "installedRelease"),
             target_release: text(status, "targetRelease"),
             upgrade_phase: text(status, "upgradePhase"),

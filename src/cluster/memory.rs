@@ -152,6 +152,7 @@ impl Cluster for MemoryCluster {
                 image: None,
                 status: crate::live::LiveStatus {
                     repair_record: w.annotation(key, crate::repair::RECORD_ANNOTATION),
+                    applied: w.annotation(key, crate::rollout::APPLIED_ANNOTATION),
                     ..Default::default()
                 },
             }));
@@ -161,6 +162,7 @@ impl Cluster for MemoryCluster {
             status.generation = Some(o.generation);
             status.projected_by = o.projected_by.clone();
             status.repair_record = w.annotation(key, crate::repair::RECORD_ANNOTATION);
+            status.applied = w.annotation(key, crate::rollout::APPLIED_ANNOTATION);
             ClusterObject {
                 key: key.clone(),
                 generation: o.generation,
@@ -227,6 +229,20 @@ impl Cluster for MemoryCluster {
                     .map(|o| o.key.clone()),
             );
             w.settle_only(&touched);
+            // The annotation the apply carries, as the API server keeps it
+            // (the simulated operator reads no other field of the document).
+            if let Some(digest) = req
+                .document
+                .as_ref()
+                .and_then(|d| d.pointer("/metadata/annotations"))
+                .and_then(|a| a.get(crate::rollout::APPLIED_ANNOTATION))
+                .and_then(|v| v.as_str())
+            {
+                w.annotations.entry(req.key.clone()).or_default().insert(
+                    crate::rollout::APPLIED_ANNOTATION.to_owned(),
+                    digest.to_owned(),
+                );
+            }
             // Announced here, once: the next step reports only what
             // changes after this.
             for k in touched {

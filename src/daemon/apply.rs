@@ -20,12 +20,17 @@ pub(super) enum ApplyError {
     Document(String),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    /// The object came back without the digest the apply wrote (a webhook
+    /// or another tool strips it): the next pass could not tell that the
+    /// document runs and would apply it again and again.
+    #[error("{0}")]
+    Unmarked(String),
 }
 
 impl ApplyError {
     pub fn retryable(&self) -> bool {
         match self {
-            ApplyError::Document(_) => false,
+            ApplyError::Document(_) | ApplyError::Unmarked(_) => false,
             ApplyError::Cluster(e) => e.retryable(),
         }
     }
@@ -48,13 +53,37 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             .map_err(|e| ApplyError::Document(e.clone()))?;
         // Kept as text since judgment (`rollout::Document`); text that does
         // not read back is this step's error, never a smaller apply.
-        let document = document.parse().map_err(|e| {
+        let digest = document.digest();
+        let wrote = digest.clone();
+        let mut document = document.parse().map_err(|e| {
             ApplyError::Document(format!(
                 "the document of {} at {} does not read back: {e}",
                 chain.unit,
                 step.sha.get(..10).unwrap_or(&step.sha)
             ))
         })?;
+        // Which document the cluster runs, for the next pass and a
+        // restarted daemon: release and image alone cannot tell a
+        // reconfiguration (`rollout::APPLIED_ANNOTATION`). A copy in Git is
+        // replaced, never trusted.
+        if let Some(metadata) = document
+            .as_object_mut()
+            .map(|d| d.entry("metadata").or_insert_with(|| serde_json::json!({})))
+            .and_then(|m| m.as_object_mut())
+        {
+            let annotations = metadata
+                .entry("annotations")
+                .or_insert_with(|| serde_json::json!({}));
+            if !annotations.is_object() {
+                *annotations = serde_json::json!({});
+            }
+            if let Some(a) = annotations.as_object_mut() {
+                a.insert(
+                    crate::rollout::APPLIED_ANNOTATION.to_owned(),
+                    serde_json::Value::String(digest),
+                );
+            }
+        }
         let image = step
             .image
             .as_deref()
@@ -74,7 +103,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             r.is_ok(),
             t.elapsed(),
         );
-        r?;
+        let stored = r?;
+        if stored.status.applied.as_deref() != Some(wrote.as_str()) {
+            return Err(ApplyError::Unmarked(format!(
+                "{} was applied, but the API server returned it without annotation {}: lockstep cannot tell that the document runs; let the annotation through (an admission webhook may strip it)",
+                chain.unit,
+                crate::rollout::APPLIED_ANNOTATION
+            )));
+        }
         tracing::info!(
             commit = %step.sha,
             object = %chain.unit,

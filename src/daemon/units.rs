@@ -493,6 +493,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }),
             objects: BTreeMap::new(),
             projected_by: unit.as_ref().and_then(|o| o.status.projected_by.clone()),
+            applied: unit.as_ref().and_then(|o| o.status.applied.clone()),
         };
         // Followed objects: the unit, or every child any step names.
         let mut keys: Vec<Key> = Vec::new();

@@ -649,6 +649,7 @@ mod tests {
             image: None,
             children: BTreeMap::new(),
             abort: false,
+            reconfigured: false,
             document: Err("not read".into()),
         };
         let report = |next: Next| UnitReport {
