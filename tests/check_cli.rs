@@ -133,6 +133,18 @@ fn every_gate_row_through_git_and_the_cli() {
             code: 0,
         },
         Row {
+            name: "reconfigure",
+            base: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
+            next: vec![(
+                NOVA,
+                nova("nova", "2026.1", "2026.1")
+                    .replace("keystone.identity.svc:5000", "keystone-2.identity.svc:5000"),
+            )],
+            live: None,
+            expect: ("Nova", "nova", "reconfigure", "accepted", Value::Null),
+            code: 0,
+        },
+        Row {
             name: "upgrade",
             base: vec![(NOVA, nova("nova", "2026.1", "2026.1"))],
             next: vec![(NOVA, nova("nova", "2026.2", "2026.2"))],
