@@ -1025,6 +1025,20 @@ pub fn statuses<M>(
                     failed.get_or_insert(m);
                 }
                 StepState::Pending(m) => {
+                    // A later commit of a release the cluster has installed
+                    // (a patch, a reconfiguration): the step's hop is long
+                    // over, so its own words say what is being applied.
+                    let step = &u.chain.steps[*i];
+                    let m = if position(&u.next) == Some(*i)
+                        && c.sha != step.hop_commit()
+                        && u.settled.contains_key(step.hop_commit())
+                    {
+                        verdict
+                            .description
+                            .replacen("accepted:", "accepted, applying:", 1)
+                    } else {
+                        m
+                    };
                     waiting.get_or_insert(m);
                 }
             }
@@ -2643,9 +2657,41 @@ mod tests {
         // step that does not reconfigure.
         state.applied = Some(newest);
         assert_eq!(next(&hop_only, &state, |_| true), Next::Apply(0));
-        // While it is applied again, the hop's commit stays settled.
+        // While it is applied again, the hop's commit stays settled, and
+        // the reconfiguration says what is applied (not the long-done hop).
         state.applied = Some(first);
         let how = settled(&c, &Next::Apply(0), &state);
         assert_eq!(how.get("a"), Some(&Settled::Own));
+        let units: BTreeMap<Key, UnitReport> = [(
+            n.clone(),
+            UnitReport {
+                chain: Arc::new(c.clone()),
+                next: Next::Follow(0),
+                progress: [(n.clone(), Progress::Settling { what: "a roll" })]
+                    .into_iter()
+                    .collect(),
+                needs_person: None,
+                waiting: None,
+                cluster_release: None,
+                settled: how,
+            },
+        )]
+        .into_iter()
+        .collect();
+        let s = statuses("prod", &r, &units, None);
+        let of = |sha: &str| {
+            s.iter()
+                .find(|(x, st)| x == sha && st.context == "lockstep/prod")
+                .map(|(_, st)| (st.state, st.description.clone()))
+                .unwrap()
+        };
+        assert_eq!(of("a").0, State::Success);
+        assert_eq!(
+            of("b"),
+            (
+                State::Pending,
+                "accepted, applying: nova reconfigured".to_owned()
+            )
+        );
     }
 }
