@@ -8,14 +8,14 @@
 //! is real Git, changed between passes as a person would push.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
 
+use common::counted::Counted;
 use git2::{Repository, Signature};
 use lockstep::cluster::memory::MemoryCluster;
-use lockstep::cluster::{ApplyRequest, Cluster, ClusterError, ClusterObject};
 use lockstep::daemon::{Daemon, Options, deliver_now};
 use lockstep::forge::AnyForge;
 use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
@@ -28,32 +28,6 @@ use lockstep::sim::{Params, World};
 use lockstep::source::{Origin, Source};
 
 const PLANE: &str = "clusters/prod/controlplane.yaml";
-
-/// The simulated cluster, logging every apply by unit.
-#[derive(Clone)]
-struct Counted {
-    inner: MemoryCluster,
-    applies: Arc<Mutex<Vec<Key>>>,
-}
-
-impl Counted {
-    fn applies_of(&self, name: &str) -> usize {
-        self.applies
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|k| k.name == name)
-            .count()
-    }
-}
-
-impl Cluster for Counted {
-    crate::forward_cluster!(all_but apply);
-    async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
-        self.applies.lock().unwrap().push(req.key.clone());
-        self.inner.apply(req).await
-    }
-}
 
 /// Commits `files` (path, text) as main's whole tree.
 fn commit(dir: &Path, files: &[(&str, String)], message: &str) -> String {
@@ -133,10 +107,7 @@ impl Story {
             "prod to 2026.2",
         );
         let mem = MemoryCluster::new(World::new(Params::default()));
-        let cluster = Counted {
-            inner: mem.clone(),
-            applies: Arc::default(),
-        };
+        let cluster = Counted::new(mem.clone());
         let source = Source::open(Origin::Local(dir.path().to_owned()), "main").unwrap();
         let opts = Options {
             cluster_name: "prod".into(),

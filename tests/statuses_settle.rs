@@ -10,11 +10,70 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
+use common::counted::Counted;
 use common::{FleetRepo, lockstep, nova, prod};
+use lockstep::cluster::Cluster;
+use lockstep::cluster::memory::MemoryCluster;
+use lockstep::daemon::{Daemon, Options, deliver_now};
+use lockstep::forge::AnyForge;
+use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
+use lockstep::forge::notes::Notes;
+use lockstep::metrics::Metrics;
+use lockstep::sim::{Params, World};
+use lockstep::source::{Origin, Source};
 
 const NOVA: &str = "standalone/compute/nova.yaml";
 const PROD: &str = "clusters/prod/controlplane.yaml";
+
+/// A daemon on `repo`'s main in `sim` mode (cluster name `t`) over
+/// `cluster` (the simulated cluster `mem`, or a wrapper around it), its
+/// statuses queued on `queue`. Called again, it is a restart: nothing of the
+/// first daemon survives but Git and the cluster.
+fn simulated<C: Cluster + Clone + 'static>(
+    repo: &FleetRepo,
+    mem: &MemoryCluster,
+    cluster: C,
+    queue: &StatusQueue,
+) -> Daemon<C, Source> {
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        cluster_name: "t".into(),
+        poll: Duration::from_millis(10),
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(mem, &source, &opts).expect("seeded");
+    Daemon::new(
+        opts,
+        source,
+        cluster,
+        clock,
+        queue.clone(),
+        Arc::new(Metrics::new()),
+    )
+}
+
+/// Passes, each followed by delivery into `forge` and a minute of the
+/// simulated operator, until neither has anything left to do.
+async fn until_idle<C: Cluster + Clone + 'static>(
+    d: &mut Daemon<C, Source>,
+    mem: &MemoryCluster,
+    queue: &StatusQueue,
+    forge: &AnyForge,
+) {
+    let metrics = Metrics::new();
+    for _ in 0..2_000 {
+        let out = d.pass().await;
+        assert!(deliver_now(queue, forge, &metrics, &RetryPolicy::default()).await);
+        let busy = mem.step(Duration::from_secs(60)).expect("step");
+        if !out.busy && !busy {
+            return;
+        }
+    }
+    panic!("never idle");
+}
 
 /// For every (commit, context): the states it had, in the order lockstep
 /// wrote them (oldest notes commit first, repeats folded).
@@ -129,49 +188,12 @@ fn run_until_idle_leaves_every_hop_and_object_settled() {
 /// history shows each commit's status as it moved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_status_goes_pending_to_success_once() {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use lockstep::cluster::memory::MemoryCluster;
-    use lockstep::daemon::{Daemon, Options, deliver_now};
-    use lockstep::forge::AnyForge;
-    use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
-    use lockstep::forge::notes::Notes;
-    use lockstep::metrics::Metrics;
-    use lockstep::sim::{Params, World};
-    use lockstep::source::{Origin, Source};
-
     let (repo, hops, install) = chained_fleet();
     let mem = MemoryCluster::new(World::new(Params::default()));
     let queue = StatusQueue::new(10_000);
     let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
-    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
-    let opts = Options {
-        cluster_name: "t".into(),
-        poll: Duration::from_millis(10),
-        ..Options::default()
-    };
-    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
-    let mut d = Daemon::new(
-        opts,
-        source,
-        mem.clone(),
-        clock,
-        queue.clone(),
-        Arc::new(Metrics::new()),
-    );
-    let metrics = Metrics::new();
-    let mut settled = false;
-    for _ in 0..2_000 {
-        let out = d.pass().await;
-        assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
-        let busy = mem.step(Duration::from_secs(60)).expect("step");
-        if !out.busy && !busy {
-            settled = true;
-            break;
-        }
-    }
-    assert!(settled, "the upgrade did not finish");
+    let mut d = simulated(&repo, &mem, mem.clone(), &queue);
+    until_idle(&mut d, &mem, &queue, &forge).await;
     let history = status_history(&repo);
     assert_settled(&history, &hops, &install);
     for sha in &hops {
@@ -205,19 +227,7 @@ async fn each_status_goes_pending_to_success_once() {
 /// of what was posted and must say the same from Git and the cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_patch_after_a_completed_hop_leaves_the_hop_settled() {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use lockstep::cluster::Cluster as _;
-    use lockstep::cluster::memory::MemoryCluster;
-    use lockstep::daemon::{Daemon, Options, deliver_now};
-    use lockstep::forge::AnyForge;
-    use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
-    use lockstep::forge::notes::Notes;
     use lockstep::kind::{Key, Kind};
-    use lockstep::metrics::Metrics;
-    use lockstep::sim::{Params, World};
-    use lockstep::source::{Origin, Source};
 
     let repo = FleetRepo::new();
     repo.write(NOVA, nova("nova", "2026.1", "2026.1"))
@@ -230,63 +240,30 @@ async fn a_patch_after_a_completed_hop_leaves_the_hop_settled() {
     let mem = MemoryCluster::new(World::new(Params::default()));
     let queue = StatusQueue::new(10_000);
     let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
-    let start = || {
-        let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
-        let opts = Options {
-            cluster_name: "t".into(),
-            poll: Duration::from_millis(10),
-            ..Options::default()
-        };
-        let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
-        Daemon::new(
-            opts,
-            source,
-            mem.clone(),
-            clock,
-            queue.clone(),
-            Arc::new(Metrics::new()),
-        )
-    };
-    let mut d = start();
+    let mut d = simulated(&repo, &mem, mem.clone(), &queue);
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    // The hop completed and its statuses settled: now the patch.
+    let history = status_history(&repo);
+    assert_eq!(
+        history[&(hop.clone(), "lockstep/t".to_owned())]
+            .last()
+            .map(String::as_str),
+        Some("success"),
+        "{history:#?}"
+    );
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2-p1"))
+        .write(PROD, prod("2026.2", "2026.2-p1"));
+    let patch = repo.commit("nova and prod's override patched on 2026.2");
     let metrics = Metrics::new();
-    let mut patch = None;
-    let mut since_patch = 0;
-    let mut finished = false;
-    for _ in 0..4_000 {
+    for _ in 0..3 {
         let out = d.pass().await;
         assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
         let busy = mem.step(Duration::from_secs(60)).expect("step");
-        if patch.is_some() {
-            since_patch += 1;
-            if since_patch == 3 {
-                // Restarted mid-roll: nothing of the old daemon survives.
-                d = start();
-                continue;
-            }
-        }
-        if out.busy || busy {
-            continue;
-        }
-        if patch.is_some() {
-            finished = true;
-            break;
-        }
-        // The hop completed and its statuses settled: now the patch.
-        let history = status_history(&repo);
-        assert_eq!(
-            history[&(hop.clone(), "lockstep/t".to_owned())]
-                .last()
-                .map(String::as_str),
-            Some("success"),
-            "{history:#?}"
-        );
-        repo.write(NOVA, nova("nova", "2026.2", "2026.2-p1"))
-            .write(PROD, prod("2026.2", "2026.2-p1"));
-        patch = Some(repo.commit("nova and prod's override patched on 2026.2"));
+        assert!(out.busy || busy, "the patch finished before the restart");
     }
-    let patch = patch.expect("the hop did not finish");
-    assert!(finished, "the patch did not finish");
-    assert!(since_patch > 3, "restarted after the patch finished");
+    // Restarted mid-roll: nothing of the old daemon survives.
+    let mut d = simulated(&repo, &mem, mem.clone(), &queue);
+    until_idle(&mut d, &mem, &queue, &forge).await;
     let history = status_history(&repo);
     for ((sha, ctx), states) in &history {
         if let Some(first) = states.iter().position(|s| s == "success") {
@@ -332,24 +309,6 @@ async fn a_patch_after_a_completed_hop_leaves_the_hop_settled() {
     assert_eq!(patched, 2, "nova and prod's overridden service");
 }
 
-/// The simulated cluster, counting applies per unit name.
-#[derive(Clone)]
-struct Counted {
-    inner: lockstep::cluster::memory::MemoryCluster,
-    applies: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl lockstep::cluster::Cluster for Counted {
-    crate::forward_cluster!(all_but apply);
-    async fn apply(
-        &self,
-        req: &lockstep::cluster::ApplyRequest,
-    ) -> Result<lockstep::cluster::ClusterObject, lockstep::cluster::ClusterError> {
-        self.applies.lock().unwrap().push(req.key.name.clone());
-        self.inner.apply(req).await
-    }
-}
-
 /// A commit that changes a document but neither its release nor its image
 /// (a reconfiguration, `docs/gate.md`) is applied: once, whole, with the
 /// digest of what was applied left on the object, pending until then and
@@ -357,19 +316,8 @@ impl lockstep::cluster::Cluster for Counted {
 /// again. The hop before it keeps its success.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconfiguration_is_applied_once_and_settles() {
-    use std::sync::{Arc, Mutex};
-    use std::time::Duration;
-
-    use lockstep::cluster::memory::MemoryCluster;
-    use lockstep::daemon::{Daemon, Options, deliver_now};
-    use lockstep::forge::AnyForge;
-    use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
-    use lockstep::forge::notes::Notes;
     use lockstep::kind::{Key, Kind};
-    use lockstep::metrics::Metrics;
     use lockstep::rollout::{APPLIED_ANNOTATION, Document};
-    use lockstep::sim::{Params, World};
-    use lockstep::source::{Origin, Source};
 
     let repo = FleetRepo::new();
     repo.write(NOVA, nova("nova", "2026.1", "2026.1"))
@@ -383,60 +331,23 @@ async fn a_reconfiguration_is_applied_once_and_settles() {
     );
     assert_ne!(reconfigured, nova("nova", "2026.2", "2026.2"));
 
-    let cluster = Counted {
-        inner: MemoryCluster::new(World::new(Params::default())),
-        applies: Arc::new(Mutex::new(Vec::new())),
-    };
-    let mem = cluster.inner.clone();
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let cluster = Counted::new(mem.clone());
     let queue = StatusQueue::new(10_000);
     let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
-    let start = || {
-        let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
-        let opts = Options {
-            cluster_name: "t".into(),
-            poll: Duration::from_millis(10),
-            ..Options::default()
-        };
-        let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
-        Daemon::new(
-            opts,
-            source,
-            cluster.clone(),
-            clock,
-            queue.clone(),
-            Arc::new(Metrics::new()),
-        )
-    };
-    let metrics = Metrics::new();
-    let mut d = start();
-    let until_idle = async |d: &mut Daemon<Counted, Source>| {
-        for _ in 0..2_000 {
-            let out = d.pass().await;
-            assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
-            let busy = mem.step(Duration::from_secs(60)).expect("step");
-            if !out.busy && !busy {
-                return;
-            }
-        }
-        panic!("never idle");
-    };
-    until_idle(&mut d).await;
-    let novas = || {
-        cluster
-            .applies
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|n| *n == "nova")
-            .count()
-    };
-    let before = novas();
+    let mut d = simulated(&repo, &mem, cluster.clone(), &queue);
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    let before = cluster.applies_of("nova");
     assert!(before >= 1, "the hop was applied");
 
     repo.write(NOVA, &reconfigured);
     let change = repo.commit("nova: another keystone endpoint");
-    until_idle(&mut d).await;
-    assert_eq!(novas(), before + 1, "the reconfiguration, applied once");
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    assert_eq!(
+        cluster.applies_of("nova"),
+        before + 1,
+        "the reconfiguration, applied once"
+    );
     // The object carries the digest of the document applied: the commit's.
     let parsed = lockstep::manifest::parse_file_keeping(
         NOVA,
@@ -457,9 +368,13 @@ async fn a_reconfiguration_is_applied_once_and_settles() {
     );
 
     // Restarted: the digest says the document runs; nothing is applied.
-    let mut d = start();
-    until_idle(&mut d).await;
-    assert_eq!(novas(), before + 1, "applied again after a restart");
+    let mut d = simulated(&repo, &mem, cluster.clone(), &queue);
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    assert_eq!(
+        cluster.applies_of("nova"),
+        before + 1,
+        "applied again after a restart"
+    );
 
     let history = status_history(&repo);
     let states = &history[&(change.clone(), "lockstep/t".to_owned())];

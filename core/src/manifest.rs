@@ -56,44 +56,48 @@ pub struct Document {
     pub fingerprint: Fingerprint,
 }
 
-/// A digest of a document's values: the first 16 bytes of a SHA-256 over
-/// its node tree, each node tagged with its type and each string with its
-/// length, so that two trees have the same digest only if they are equal.
+/// A digest of a document's values: SipHash-1-3 (128 bits) over its node
+/// tree, each node tagged with its type and each string with its length, so
+/// that two trees have the same digest only if they are equal (or collide,
+/// at odds of 2^-128 for documents nobody chose to collide; a collision
+/// only leaves a reconfiguration for the next apply). It is compared within
+/// one process (baseline against next, the floors in memory), never stored.
 pub type Fingerprint = [u8; 16];
 
 /// The [`Fingerprint`] of a node tree.
 pub fn fingerprint(node: &Node) -> Fingerprint {
-    use sha2::Digest as _;
-    fn feed(h: &mut sha2::Sha256, node: &Node) {
-        let text = |h: &mut sha2::Sha256, s: &str| {
-            h.update((s.len() as u64).to_le_bytes());
-            h.update(s.as_bytes());
+    use siphasher::sip128::{Hasher128 as _, SipHasher13};
+    use std::hash::Hasher as _;
+    fn feed(h: &mut SipHasher13, node: &Node) {
+        let text = |h: &mut SipHasher13, s: &str| {
+            h.write_u64(s.len() as u64);
+            h.write(s.as_bytes());
         };
         match node {
-            Node::Null => h.update([0]),
-            Node::Bool(b) => h.update([1, u8::from(*b)]),
+            Node::Null => h.write_u8(0),
+            Node::Bool(b) => h.write(&[1, u8::from(*b)]),
             Node::Int(i) => {
-                h.update([2]);
-                h.update(i.to_le_bytes());
+                h.write_u8(2);
+                h.write(&i.to_le_bytes());
             }
             Node::Float(f) => {
-                h.update([3]);
-                h.update(f.to_bits().to_le_bytes());
+                h.write_u8(3);
+                h.write_u64(f.to_bits());
             }
             Node::Str(s) => {
-                h.update([4]);
+                h.write_u8(4);
                 text(h, s);
             }
             Node::Seq(items) => {
-                h.update([5]);
-                h.update((items.len() as u64).to_le_bytes());
+                h.write_u8(5);
+                h.write_u64(items.len() as u64);
                 for i in items {
                     feed(h, i);
                 }
             }
             Node::Map(entries) => {
-                h.update([6]);
-                h.update((entries.len() as u64).to_le_bytes());
+                h.write_u8(6);
+                h.write_u64(entries.len() as u64);
                 for (k, v) in entries {
                     text(h, k);
                     feed(h, &v.value);
@@ -101,11 +105,9 @@ pub fn fingerprint(node: &Node) -> Fingerprint {
             }
         }
     }
-    let mut h = sha2::Sha256::new();
+    let mut h = SipHasher13::new_with_keys(0, 0);
     feed(&mut h, node);
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&h.finalize()[..16]);
-    out
+    h.finish128().as_bytes()
 }
 
 /// The one escape from an identity's release floor (`docs/gate.md`,

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod counted;
 pub mod forward;
 pub mod gitea;
 pub mod kube;
