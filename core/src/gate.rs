@@ -326,10 +326,10 @@ pub fn judge_commit(input: &CommitInput<'_>) -> Vec<ObjectVerdict> {
         });
     }
     // A plane whose children moved carries its whole document with their
-    // step anyway: its reconfiguration is not said twice.
-    // A child is in its plane's file: the two name the plane. A child that
-    // only left the plane (its service block dropped) moves nothing: the
-    // plane's reconfiguration stays, and applies the plane without it.
+    // step anyway: its reconfiguration is not said twice. A child is in its
+    // plane's file, so file and plane name find the plane. A child that only
+    // left the plane (its service block dropped) moves nothing: the plane's
+    // reconfiguration stays, and applies the plane without it.
     let moved: HashSet<(&str, &str)> = out
         .iter()
         .filter(|o| o.transition != Transition::Remove)

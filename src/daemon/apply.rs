@@ -54,7 +54,6 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // Kept as text since judgment (`rollout::Document`); text that does
         // not read back is this step's error, never a smaller apply.
         let digest = document.digest();
-        let wrote = digest.clone();
         let mut document = document.parse().map_err(|e| {
             ApplyError::Document(format!(
                 "the document of {} at {} does not read back: {e}",
@@ -80,7 +79,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             if let Some(a) = annotations.as_object_mut() {
                 a.insert(
                     crate::rollout::APPLIED_ANNOTATION.to_owned(),
-                    serde_json::Value::String(digest),
+                    serde_json::Value::String(digest.clone()),
                 );
             }
         }
@@ -104,7 +103,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             t.elapsed(),
         );
         let stored = r?;
-        if stored.status.applied.as_deref() != Some(wrote.as_str()) {
+        if stored.status.applied.as_deref() != Some(digest.as_str()) {
             return Err(ApplyError::Unmarked(format!(
                 "{} was applied, but the API server returned it without annotation {}: lockstep cannot tell that the document runs; let the annotation through (an admission webhook may strip it)",
                 chain.unit,
