@@ -3,7 +3,8 @@
 //! examples), then times the real `lockstep` binary from process start to
 //! exit and reads its peak RSS from `wait4`. Each figure is paired with a
 //! yardstick run alternately with it (`git diff` of the same range for a
-//! pull request, `git archive` of the same tree for a whole-tree judgment):
+//! pull request, `git grep` of every file for a check that must search
+//! them, `git archive` of the same tree for a whole-tree judgment):
 //! the ratio of the two medians is what to compare across machines.
 //!
 //! Run: `cargo bench --bench fleet` (add `-- --quick` for fewer repetitions).
@@ -399,6 +400,17 @@ fn main() {
             &plain,
             &fleet.path,
             &["diff", "HEAD~1", "HEAD"],
+        );
+        // What Git itself takes to search every file of the tree for one
+        // name (the new one, in the tree before it: no match, so every blob
+        // is read), which a plain check cannot avoid: no file may define the
+        // new name a second time (`docs/names-index.md`).
+        measure_paired(
+            "  the same, against Git searching every file",
+            reps,
+            &plain,
+            &fleet.path,
+            &["grep", "-F", "-q", "-e", "nova-new", "HEAD~1"],
         );
         measure_two(
             "  the same again (paired with the next)",

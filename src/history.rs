@@ -9,7 +9,7 @@
 //! an object name that could collide with them (and then only the files that
 //! contain that name).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use git2::Oid;
@@ -136,21 +136,14 @@ impl Memory {
     fn accept(&mut self, baseline: &[Desired], next: Vec<Desired>, commit: &Arc<str>) {
         self.floors.reserve(baseline.len() + next.len());
         for b in baseline {
-            self.floors.entry(b.key.clone()).or_insert_with(|| {
-                Arc::new(Floor {
-                    last: b.clone(),
-                    commit: None,
-                })
-            });
+            self.floors
+                .entry(b.key.clone())
+                .or_insert_with(|| Arc::new(Floor::after(b.clone(), None, None)));
         }
         for d in next {
-            self.floors.insert(
-                d.key.clone(),
-                Arc::new(Floor {
-                    last: d,
-                    commit: Some(commit.clone()),
-                }),
-            );
+            let key = d.key.clone();
+            let floor = Floor::after(d, Some(commit.clone()), self.floors.get(&key));
+            self.floors.insert(key, Arc::new(floor));
         }
     }
 }
@@ -1142,10 +1135,30 @@ impl Walker<'_> {
             }
         };
         for k in keys {
-            if !self.memory.floors.contains_key(*k)
-                && let Some(f) = memory.floors.get(*k)
-            {
-                self.memory.floors.insert((*k).clone(), f.clone());
+            let Some(past) = memory.floors.get(*k) else {
+                continue;
+            };
+            match self.memory.floors.get(*k) {
+                None => {
+                    self.memory.floors.insert((*k).clone(), past.clone());
+                }
+                // Known since the range began, but without a release that
+                // parses: the release the history before it accepted.
+                Some(now) if now.released().is_none() => {
+                    let released = if gate::parsed_release(&past.last).is_some() {
+                        Some(past.clone())
+                    } else {
+                        past.released.clone()
+                    };
+                    if released.is_some() {
+                        let floor = Floor {
+                            released,
+                            ..(**now).clone()
+                        };
+                        self.memory.floors.insert((*k).clone(), Arc::new(floor));
+                    }
+                }
+                Some(_) => {}
             }
         }
         Ok(())
@@ -1266,11 +1279,37 @@ impl Walker<'_> {
         // objects, grown by doubling, were copied about twice over.
         let (baseline, next) = (joined(olds), joined(news));
 
-        let base_keys: BTreeSet<&Key> = baseline.iter().map(|d| &d.key).collect();
+        let base_keys: BTreeMap<&Key, &Desired> = baseline.iter().map(|d| (&d.key, d)).collect();
         let new_keys: Vec<&Key> = next
             .iter()
             .map(|d| &d.key)
-            .filter(|k| !base_keys.contains(k))
+            .filter(|k| !base_keys.contains_key(k))
+            .collect();
+        // An object that writes a release that parses where what the gate
+        // knows of it names none (a baseline or a floor pinned by digest, a
+        // starting baseline taken as given at a commit the gate refused, an
+        // identity that came with the starting baseline so): the gate
+        // judges it from the last release its history accepted
+        // (`gate::Floor::released`), which may lie before the range.
+        let unreleased: Vec<&Key> = next
+            .iter()
+            .filter(|d| match base_keys.get(&d.key) {
+                Some(b) => {
+                    b.release != d.release
+                        && gate::parsed_release(b).is_none()
+                        && gate::parsed_release(d).is_some()
+                }
+                None => {
+                    self.memory.floors.contains_key(&d.key) && gate::parsed_release(d).is_some()
+                }
+            })
+            .map(|d| &d.key)
+            .filter(|k| {
+                self.memory
+                    .floors
+                    .get(*k)
+                    .is_none_or(|f| f.released().is_none())
+            })
             .collect();
         // From nothing, every manifest file of the tree is among the
         // changes, so none is elsewhere; looking found nothing but cost a
@@ -1291,11 +1330,12 @@ impl Walker<'_> {
         };
 
         // Identities new to the baseline may have a past: look it up once.
-        if !new_keys.is_empty() {
+        if !new_keys.is_empty() || !unreleased.is_empty() {
             let unknown: Vec<&Key> = new_keys
                 .iter()
                 .copied()
                 .filter(|k| !self.memory.floors.contains_key(*k))
+                .chain(unreleased)
                 .collect();
             self.look_back(&unknown)?;
         }

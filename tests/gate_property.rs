@@ -49,17 +49,25 @@ const RELEASES: [&str; 7] = [
 ];
 
 /// The objects a history plays with: two standalone Novas, the prod
-/// ControlPlane (eight projected children) and a standalone Nova named like
-/// prod's own child.
+/// ControlPlane (eight projected children), a standalone Nova named like
+/// prod's own child, and a standalone Keystone, whose release is its image
+/// tag and which may be pinned by digest (no release at all).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Obj {
     Nova,
     NovaB,
     Prod,
     ProdNova,
+    Keystone,
 }
 
-const OBJS: [Obj; 4] = [Obj::Nova, Obj::NovaB, Obj::Prod, Obj::ProdNova];
+const OBJS: [Obj; 5] = [
+    Obj::Nova,
+    Obj::NovaB,
+    Obj::Prod,
+    Obj::ProdNova,
+    Obj::Keystone,
+];
 
 impl Obj {
     /// Where it may live: the usual file, another extension, another
@@ -90,12 +98,19 @@ impl Obj {
                 "moved/prod-nova.yaml",
                 "standalone/openstack/prod-nova.bak",
             ],
+            Obj::Keystone => [
+                "standalone/identity/keystone.yaml",
+                "standalone/identity/keystone.yml",
+                "moved/keystone.yaml",
+                "standalone/identity/keystone.yaml.off",
+            ],
         }
     }
 
     fn typos(self) -> [&'static str; 3] {
         match self {
             Obj::Prod => ["Controlplane", "CONTROLPLANE", "\"ControlPlane \""],
+            Obj::Keystone => ["KEYSTONE", "keystone", "\"Keystone \""],
             _ => ["NOVA", "nova", "\"Nova \""],
         }
     }
@@ -110,6 +125,8 @@ struct Written {
     tag: usize,
     patch: bool,
     typo: Option<usize>,
+    /// Keystone only: the image pinned by digest instead of a tag.
+    pinned: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -145,6 +162,9 @@ enum Op {
     FixTypo {
         obj: Obj,
     },
+    /// Keystone's image pinned by digest, or back to its tag (no effect on
+    /// the others).
+    Pin,
     /// The fleet's UpgradePolicy blocking Nova 2026.1 → 2026.2: written
     /// (true) or removed (false).
     Policy(bool),
@@ -177,6 +197,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (obj.clone(), 0..4usize, rel).prop_map(|(obj, path, release)| Op::Add { obj, path, release }),
         1 => (obj.clone(), 0..3usize).prop_map(|(obj, typo)| Op::Typo { obj, typo }),
         1 => obj.prop_map(|obj| Op::FixTypo { obj }),
+        1 => Just(Op::Pin),
         1 => prop::bool::ANY.prop_map(Op::Policy),
     ]
 }
@@ -225,14 +246,25 @@ fn content(obj: Obj, w: &Written) -> String {
             1,
         ),
         Obj::Prod => common::prod(release, &tag),
+        // Keystone's release is its tag: a stale image is a stale release.
+        Obj::Keystone => {
+            let image = if w.pinned {
+                format!("digest: sha256:{}", "6c".repeat(32))
+            } else {
+                format!("tag: \"{tag}\"")
+            };
+            format!(
+                "apiVersion: keystone.openstack.c5c3.io/v1alpha1\nkind: Keystone\nmetadata:\n  name: keystone\n  namespace: identity\nspec:\n  image:\n    repository: ghcr.io/c5c3/keystone\n    {image}\n"
+            )
+        }
     };
     match w.typo {
         None => text,
         Some(t) => {
-            let kind = if obj == Obj::Prod {
-                "kind: ControlPlane"
-            } else {
-                "kind: Nova"
+            let kind = match obj {
+                Obj::Prod => "kind: ControlPlane",
+                Obj::Keystone => "kind: Keystone",
+                _ => "kind: Nova",
             };
             text.replacen(kind, &format!("kind: {}", obj.typos()[t]), 1)
         }
@@ -252,6 +284,7 @@ fn apply_op(state: &mut BTreeMap<Obj, Written>, op: &Op) {
                 tag: *release,
                 patch: false,
                 typo: None,
+                pinned: false,
             });
             if !stale_image {
                 w.tag = *release;
@@ -281,6 +314,7 @@ fn apply_op(state: &mut BTreeMap<Obj, Written>, op: &Op) {
                     tag: *release,
                     patch: false,
                     typo: None,
+                    pinned: false,
                 },
             );
         }
@@ -292,6 +326,11 @@ fn apply_op(state: &mut BTreeMap<Obj, Written>, op: &Op) {
         Op::FixTypo { obj } => {
             if let Some(w) = state.get_mut(obj) {
                 w.typo = None;
+            }
+        }
+        Op::Pin => {
+            if let Some(w) = state.get_mut(&Obj::Keystone) {
+                w.pinned = !w.pinned;
             }
         }
         Op::Policy(_) => {}

@@ -487,3 +487,147 @@ fn a_re_add_inside_a_large_batch_keeps_its_floor() {
     );
     assert_eq!(find(&objects, "Nova", "nova-69")["transition"], "install");
 }
+
+/// A standalone Keystone at `image` (`tag: "…"` or `digest: sha256:…`):
+/// its release is its tag, and a digest names none.
+fn keystone(image: &str) -> String {
+    format!(
+        "apiVersion: keystone.openstack.c5c3.io/v1alpha1\nkind: Keystone\nmetadata:\n  name: keystone\n  namespace: identity\nspec:\n  image:\n    repository: ghcr.io/c5c3/keystone\n    {image}\n"
+    )
+}
+
+fn keystone_in(json: &Value, summary: &str) -> Value {
+    let c = json["commits"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["summary"] == summary))
+        .unwrap_or_else(|| panic!("no commit {summary:?} in {json:#}"));
+    find(
+        c["objects"].as_array().expect("objects"),
+        "Keystone",
+        "keystone",
+    )
+    .clone()
+}
+
+/// A Keystone pinned by digest names no release (the operator freezes its
+/// release tracking where it was), and a tag written again is judged from
+/// the last release the history accepted: pinning was a way past every
+/// rule (a skip, a downgrade) when the gate forgot where the object stood.
+/// The same from a range starting at the pin (the release looked up in the
+/// history before it) and for a Keystone removed while pinned.
+#[test]
+fn a_pin_by_digest_keeps_the_release_it_froze() {
+    const KS: &str = "standalone/identity/keystone.yaml";
+    let digest = format!("digest: sha256:{}", "6c".repeat(32));
+    let repo = FleetRepo::new();
+    repo.write(KS, keystone("tag: \"2026.1\""));
+    repo.commit("keystone at 2026.1");
+    repo.write(KS, keystone(&digest));
+    repo.commit("pin keystone");
+    repo.write(KS, keystone("tag: \"2027.1\""));
+    repo.commit("unpin to 2027.1");
+    repo.write(KS, keystone("tag: \"2025.2\""));
+    repo.commit("unpin to 2025.2");
+    repo.write(KS, keystone("tag: \"2026.2\""));
+    repo.commit("unpin to 2026.2");
+    for base in [EMPTY, "HEAD~3"] {
+        let (code, json) = check_json(&repo, &["--base", base]);
+        assert_eq!(code, 1, "base {base}: {json:#}");
+        let skip = keystone_in(&json, "unpin to 2027.1");
+        assert_eq!(
+            skip["reason"], "UpgradePathInvalid",
+            "base {base}: {skip:#}"
+        );
+        assert_eq!(skip["from"], "2026.1", "base {base}: {skip:#}");
+        assert!(
+            skip["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("the baseline names no release (pinned by digest); judged from the last accepted release 2026.1")),
+            "base {base}: {skip:#}"
+        );
+        let down = keystone_in(&json, "unpin to 2025.2");
+        assert_eq!(
+            down["reason"], "DowngradeNotSupported",
+            "base {base}: {down:#}"
+        );
+        let hop = keystone_in(&json, "unpin to 2026.2");
+        assert_eq!(hop["verdict"], "accepted", "base {base}: {hop:#}");
+        assert_eq!(hop["transition"], "upgrade", "base {base}: {hop:#}");
+    }
+    // Removed while pinned, re-added: from the release it froze.
+    let repo = FleetRepo::new();
+    repo.write(KS, keystone("tag: \"2026.1\""));
+    repo.commit("keystone at 2026.1");
+    repo.write(KS, keystone(&digest));
+    repo.commit("pin keystone");
+    repo.remove(KS);
+    repo.commit("drop keystone");
+    repo.write(KS, keystone("tag: \"2025.1\""));
+    repo.commit("keystone back lower");
+    for base in [EMPTY, "HEAD~1", "HEAD~2"] {
+        let (code, json) = check_json(&repo, &["--base", base]);
+        assert_eq!(code, 1, "base {base}: {json:#}");
+        let o = keystone_in(&json, "keystone back lower");
+        assert_eq!(o["reason"], "DowngradeNotSupported", "base {base}: {o:#}");
+        assert_eq!(o["from"], "2026.1", "base {base}: {o:#}");
+    }
+}
+
+/// A range whose base is a commit the gate refused for a release that does
+/// not parse: the baseline is taken as given, but it names no release, so
+/// the object is judged from the last release its history accepted. A skip
+/// or a downgrade read as "the baseline had none that parses" before.
+#[test]
+fn a_base_with_a_release_that_does_not_parse_judges_from_history() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova at 2026.1");
+    repo.write(NOVA, nova("nova", "2026.x", "2026.1"));
+    repo.commit("a typo");
+    repo.write(NOVA, nova("nova", "2027.2", "2027.2"));
+    repo.commit("past the typo, two releases on");
+    let (code, json) = check_json(&repo, &["--base", "HEAD~1"]);
+    assert_eq!(code, 1, "{json:#}");
+    let o = nova_in(&json, "past the typo, two releases on");
+    assert_eq!(o["reason"], "UpgradePathInvalid", "{o:#}");
+    assert_eq!(o["from"], "2026.1", "{o:#}");
+    repo.write(NOVA, nova("nova", "2025.1", "2025.1"));
+    repo.commit("below");
+    let (code, json) = check_json(&repo, &["--base", "HEAD~2"]);
+    assert_eq!(code, 1, "{json:#}");
+    assert_eq!(nova_in(&json, "below")["reason"], "DowngradeNotSupported");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("one hop");
+    let (_, json) = check_json(&repo, &["--base", "HEAD~3"]);
+    let hop = nova_in(&json, "one hop");
+    assert_eq!(hop["verdict"], "accepted", "{hop:#}");
+    assert_eq!(hop["transition"], "upgrade", "{hop:#}");
+}
+
+/// The re-creation annotation drops a floor only for a release below it:
+/// above the floor it drops nothing, and a re-add two releases past the
+/// floor is the skip it always was.
+#[test]
+fn the_recreate_annotation_never_lets_a_skip_past_the_floor() {
+    let annotated = |release: &str| {
+        nova("nova", release, release).replacen(
+            "  namespace: compute\n",
+            "  namespace: compute\n  annotations:\n    lockstep.c5c3.io/recreate-below: \"2026.2\"\n",
+            1,
+        )
+    };
+    let repo = hopped();
+    repo.remove(NOVA);
+    repo.commit("drop nova");
+    repo.write(NOVA, annotated("2027.2"));
+    repo.commit("back two releases on");
+    repo.write(NOVA, annotated("2027.1"));
+    repo.commit("back one release on");
+    let (code, json) = check_json(&repo, &["--base", "HEAD~2"]);
+    assert_eq!(code, 1, "{json:#}");
+    let skip = nova_in(&json, "back two releases on");
+    assert_eq!(skip["reason"], "UpgradePathInvalid", "{skip:#}");
+    let hop = nova_in(&json, "back one release on");
+    assert_eq!(hop["verdict"], "accepted", "{hop:#}");
+    assert_eq!(hop["transition"], "upgrade", "{hop:#}");
+}

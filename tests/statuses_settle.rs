@@ -398,3 +398,46 @@ async fn a_reconfiguration_is_applied_once_and_settles() {
     }
     assert!(history.contains_key(&(hop, "lockstep/t".to_owned())));
 }
+
+/// A pull request judged while the hop it builds on is in flight is held
+/// (pending, "held: … waits for the upgrade"), and judged again on every
+/// pass until that hop completes: then its status turns to the verdict.
+/// It stayed pending for ever when only a commit-level held verdict (which
+/// the gate never gives) counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_pull_request_turns_once_the_hop_it_waits_for_completes() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova at 2026.1");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let mut d = simulated(&repo, &mem, mem.clone(), &queue);
+    until_idle(&mut d, &mem, &queue, &forge).await;
+
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova to 2026.2");
+    let metrics = Metrics::new();
+    // The hop is applied and in flight; the request builds on it.
+    d.pass().await;
+    assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+    repo.git(&["checkout", "-q", "-b", "pr"]);
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+    let pr = repo.commit("nova to 2027.1");
+    repo.git(&["update-ref", "refs/pull/5/head", &pr]);
+    repo.git(&["checkout", "-q", "main"]);
+    d.pass().await;
+    assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+    let history = status_history(&repo);
+    let states = &history[&(pr.clone(), "lockstep/t".to_owned())];
+    assert_eq!(states, &["pending"], "held while the hop is in flight");
+    let note = repo.git(&["notes", "--ref", "lockstep", "show", &pr]);
+    assert!(note.contains("held: nova"), "{note}");
+
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    let history = status_history(&repo);
+    let states = &history[&(pr.clone(), "lockstep/t".to_owned())];
+    assert_eq!(states, &["pending", "success"], "{history:#?}");
+    let note = repo.git(&["notes", "--ref", "lockstep", "show", &pr]);
+    assert!(note.contains("accepted: nova 2026.2→2027.1"), "{note}");
+}

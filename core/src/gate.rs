@@ -161,9 +161,46 @@ pub struct Floor {
     /// The commit that accepted it; `None` when it came with the starting
     /// baseline, taken as given.
     pub commit: Option<Arc<str>>,
+    /// When `last` names no release that parses (a Keystone pinned by
+    /// digest: the operator freezes its release where it was), the last
+    /// accepted definition that did. A release written again later is
+    /// judged from it, or a pin would forget where the object stands and
+    /// let a skip or a downgrade through ([`Floor::released`]).
+    pub released: Option<Arc<Floor>>,
 }
 
 impl Floor {
+    /// A floor for `last`, accepted by `commit`, after `before` (the
+    /// identity's floor until then).
+    pub fn after(last: Desired, commit: Option<Arc<str>>, before: Option<&Arc<Floor>>) -> Self {
+        // Nothing before (most of a whole tree judged from nothing): no
+        // release to parse.
+        let released = before.and_then(|b| {
+            if parsed_release(&last).is_some() {
+                None
+            } else if parsed_release(&b.last).is_some() {
+                Some(b.clone())
+            } else {
+                b.released.clone()
+            }
+        });
+        Self {
+            last,
+            commit,
+            released,
+        }
+    }
+
+    /// The last accepted definition that names a release that parses:
+    /// `last` itself, or the one before a pin.
+    pub fn released(&self) -> Option<&Floor> {
+        if parsed_release(&self.last).is_some() {
+            Some(self)
+        } else {
+            self.released.as_deref()
+        }
+    }
+
     /// Where the floor comes from, for messages: `standalone/nova.yaml at 3f2a9c1e20`.
     fn origin(&self) -> String {
         match &self.commit {
@@ -297,6 +334,13 @@ pub fn judge_commit(input: &CommitInput<'_>) -> Vec<ObjectVerdict> {
         let live = input.live.and_then(|l| l.get(&d.key));
         let v = match (base, input.floors.get(&d.key)) {
             (None, Some(floor)) => judge_readd(floor, d, live),
+            (Some(b), Some(floor))
+                if parsed_release(b).is_none()
+                    && parsed_release(d).is_some()
+                    && let Some(released) = floor.released() =>
+            {
+                judge_from_released(b, released, d, live)
+            }
             _ => judge_object(base, d, live),
         };
         out.push(apply_policies(v, d, live, input));
@@ -476,9 +520,22 @@ fn refuse(
 /// however long it was gone. The one way below the floor is the
 /// [`crate::manifest::RECREATE_ANNOTATION`] naming exactly that floor.
 fn judge_readd(floor: &Floor, d: &Desired, live: Option<&LiveStatus>) -> ObjectVerdict {
+    // Removed while pinned by digest: it stands where its release was last
+    // written ([`Floor::released`]).
+    let floor = match floor.released() {
+        Some(f) if parsed_release(d).is_some() => f,
+        _ => floor,
+    };
     let was = floor.last.release.as_deref().unwrap_or("no release");
     let origin = floor.origin();
-    if let Some(ack) = &d.recreate_below {
+    // The annotation drops the floor only for a release below it: at or
+    // above the floor there is nothing to drop, and the object is judged
+    // from its floor like any re-add (a skip past the floor stays a skip).
+    let below = match (parsed_release(d), parsed_release(&floor.last)) {
+        (Some(r), Some(f)) => r < f,
+        _ => true,
+    };
+    if let Some(ack) = d.recreate_below.as_ref().filter(|_| below) {
         if floor.last.release.as_deref() == Some(ack.as_str()) {
             // Judged as new, against the live state only: the person says the
             // object was deleted and is created again from nothing.
@@ -537,6 +594,49 @@ pub fn projected_in_cluster(key: &Key, plane: &Key) -> String {
         "the cluster shows {key} projected by ControlPlane {}/{}, which re-asserts it on every pass (also after the plane left Git: lockstep never deletes); a standalone definition would flap against it. Change the plane in Git instead, or delete the plane from the cluster deliberately first",
         plane.namespace, plane.name
     )
+}
+
+/// The release `d` names, read as its kind reads it (Keystone's from its
+/// image tag); `None` when it names none (Horizon, a digest) or one that
+/// does not parse.
+pub fn parsed_release(d: &Desired) -> Option<Release> {
+    let raw = d.release.as_deref()?;
+    if d.key.kind.release_source() == crate::kind::ReleaseSource::ImageTag {
+        TaggedRelease::parse(raw).ok().map(|t| t.release)
+    } else {
+        Release::parse_strict(raw).ok()
+    }
+}
+
+/// An object whose baseline names no release that parses (pinned by
+/// digest, or a starting baseline taken as given at a commit the gate
+/// refused) writes one again: it is judged from the last accepted release
+/// its history knows, as if the release-less definitions between were not
+/// there. The operator did the same: a digest freezes `installedRelease`
+/// where it was.
+fn judge_from_released(
+    base: &Desired,
+    floor: &Floor,
+    d: &Desired,
+    live: Option<&LiveStatus>,
+) -> ObjectVerdict {
+    let was = floor.last.release.as_deref().unwrap_or("no release");
+    let origin = floor.origin();
+    let mut v = judge_object(Some(&floor.last), d, live);
+    let baseline = match &base.release {
+        Some(r) => format!("names release {r:?}, which does not parse"),
+        None => "names no release (pinned by digest)".to_owned(),
+    };
+    let prefix = format!(
+        "the baseline {baseline}; judged from the last accepted release {was} ({origin}): "
+    );
+    if v.transition == Transition::Unchanged {
+        v.transition = Transition::Patch;
+        v.message = format!("{prefix}takes release {was} again");
+    } else {
+        v.message = format!("{prefix}{}", v.message);
+    }
+    v
 }
 
 /// The rules for one object (`docs/gate.md`, "Rules for one object in one commit").
@@ -631,13 +731,7 @@ fn judge_object_inner(
     }
 
     // The last good release: Git's baseline, or where Git has none, the cluster's.
-    let base_rel = base.and_then(|b| b.release.as_deref()).and_then(|r| {
-        if what.release_source() == crate::kind::ReleaseSource::ImageTag {
-            TaggedRelease::parse(r).ok().map(|t| t.release)
-        } else {
-            Release::parse_strict(r).ok()
-        }
-    });
+    let base_rel = base.and_then(parsed_release);
     let live_installed = live
         .and_then(LiveStatus::installed)
         .and_then(|s| TaggedRelease::parse(s).ok())

@@ -320,7 +320,7 @@ pub fn extend_chains(
                 continue;
             }
             let target = Target {
-                release: o.to.clone(),
+                release: as_spec_release(key.kind, o.to.as_deref()),
                 image: o.to_image.clone(),
             };
             match (&o.projected_by, key.kind) {
@@ -340,13 +340,13 @@ pub fn extend_chains(
                         ),
                     );
                 }
-                (None, _) => push_step(
+                (None, kind) => push_step(
                     out,
                     &mut touched,
                     key,
                     &c.sha,
                     o.file.clone(),
-                    o.from.clone(),
+                    as_spec_release(kind, o.from.as_deref()),
                     target,
                     BTreeMap::new(),
                     o.transition,
@@ -449,6 +449,23 @@ pub fn extend_chains(
             }
         }
     }
+}
+
+/// A release as a verdict names it, the way the cluster's specs are read
+/// ([`spec_release`]): Keystone's release is its image tag, and its patch
+/// tag `2026.1-p1` is release 2026.1, so the patch folds into the step of
+/// its release like any other kind's image patch. Read as written, a
+/// Keystone patch was a step of a release the cluster never showed: the
+/// unit was applied back and forth between the patch and the step before
+/// it, for ever.
+fn as_spec_release(kind: Kind, release: Option<&str>) -> Option<String> {
+    let r = release?;
+    Some(match kind.release_source() {
+        ReleaseSource::ImageTag => crate::release::TaggedRelease::parse(r)
+            .map(|t| t.release.to_string())
+            .unwrap_or_else(|_| r.to_owned()),
+        ReleaseSource::Field | ReleaseSource::None => r.to_owned(),
+    })
 }
 
 /// Whether an accepted object is something lockstep applies (a step of its
@@ -745,11 +762,13 @@ fn next_step(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool)
         // Git's accepted state is re-asserted.
         return Next::Apply(i);
     }
-    // An accepted abort ends the hop before it wherever that hop stands:
-    // it is applied at once (the operator deletes the phase Jobs and
-    // returns to the installed release), never after a completion that a
-    // wedged Job will not bring.
-    if let Some(abort) = chain.steps.get(i + 1).filter(|s| s.abort) {
+    // An accepted abort ends the hop it returns from wherever that hop
+    // stands, with any commit held behind it (`abort_for`): it is applied
+    // at once (the operator deletes the phase Jobs and returns to the
+    // installed release), never after a completion that a wedged Job will
+    // not bring.
+    if let Some(a) = abort_for(chain, i) {
+        let abort = &chain.steps[a];
         if let Some(by) = &chain.removed {
             // Removed from Git with its abort: the abort is not applied,
             // and the hop it would have ended goes on, followed to its end.
@@ -771,7 +790,7 @@ fn next_step(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool)
                 chain.steps[i].release.as_deref().unwrap_or("?"),
             ));
         }
-        return Next::Apply(i + 1);
+        return Next::Apply(a);
     }
     if !complete(i) {
         return Next::Follow(i);
@@ -1143,7 +1162,24 @@ pub fn statuses<M>(
 
 /// The abort step that ended step `i`, if the next step is one.
 fn aborted_by(chain: &Chain, i: usize) -> Option<&Step> {
-    chain.steps.get(i + 1).filter(|s| s.abort)
+    abort_for(chain, i).map(|a| &chain.steps[a])
+}
+
+/// The index of the abort step that ends step `i`: the first abort after
+/// it, when the hop that abort returns from (the last step before it that
+/// starts at the release it returns to) is `i`, or is before `i` and `i`
+/// was queued behind it (a commit held while that hop was in flight, never
+/// applied). The abort is applied at once in both cases: a held step
+/// between a wedged hop and its abort must not keep the abort waiting for
+/// a completion the wedged Job never brings.
+fn abort_for(chain: &Chain, i: usize) -> Option<usize> {
+    let a = (i + 1..chain.steps.len()).find(|&a| chain.steps[a].abort)?;
+    let back = chain.steps[a].release.as_deref();
+    let hop = (0..a).rev().find(|&h| {
+        let s = &chain.steps[h];
+        !s.abort && s.from.as_deref() == back && s.from != s.release
+    })?;
+    (hop <= i).then_some(a)
 }
 
 /// The abort that ended step `i`, once the unit got that far (from the
@@ -1592,6 +1628,180 @@ mod tests {
         ));
         // Gone from the cluster: created at 2025.2.
         assert_eq!(next(c, &UnitState::default(), |_| true), Next::Apply(1));
+    }
+
+    /// A hop wedged in flight, a commit held behind it (queued in the
+    /// chain), then an abort back to the installed release: the abort is
+    /// applied at once, over the held step, which is never applied and
+    /// ends failed with the hop ("aborted by"). The abort waited for ever
+    /// behind the held step when only the step right after a hop counted.
+    #[test]
+    fn an_abort_behind_a_held_commit_is_applied_at_once() {
+        let n = nova();
+        let r = report(vec![
+            commit(
+                "hop",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.1"),
+                    "2026.2",
+                    &img("2026.2"),
+                    Transition::Upgrade,
+                )],
+            ),
+            commit(
+                "held",
+                Verdict::Accepted,
+                vec![ObjectVerdict {
+                    verdict: Verdict::Held,
+                    ..ov(
+                        &n,
+                        Some("2026.2"),
+                        "2027.1",
+                        &img("2027.1"),
+                        Transition::Queued,
+                    )
+                }],
+            ),
+            commit(
+                "abort",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2027.1"),
+                    "2026.1",
+                    &img("2026.1"),
+                    Transition::Abort,
+                )],
+            ),
+        ]);
+        let c = &chains(&r, |_, _, _| None, |_, _, _| Err(String::new()))[&n];
+        assert_eq!(c.steps.len(), 3, "{c:#?}");
+        // The hop in flight, wedged: the abort, not the held step.
+        assert_eq!(
+            next(c, &at("2026.2", &img("2026.2")), |_| false),
+            Next::Apply(2)
+        );
+        // Once the hop completed, lockstep never goes backwards.
+        assert!(matches!(
+            next(c, &at("2026.2", &img("2026.2")), |i| i == 0),
+            Next::Blocked(m) if m.contains("before the abort")
+        ));
+        // Aborted: the abort step is followed like any other.
+        assert_eq!(
+            next(c, &at("2026.1", &img("2026.1")), |_| false),
+            Next::Follow(2)
+        );
+        let unit = UnitReport {
+            chain: Arc::new(c.clone()),
+            next: Next::Apply(2),
+            progress: BTreeMap::new(),
+            needs_person: None,
+            waiting: None,
+            cluster_release: None,
+            settled: BTreeMap::new(),
+        };
+        let units: BTreeMap<Key, UnitReport> = [(n.clone(), unit)].into_iter().collect();
+        let st = statuses("prod", &r, &units, None);
+        let of = |sha: &str| {
+            st.iter()
+                .find(|(x, s)| x == sha && s.context == "lockstep/prod")
+                .map(|(_, s)| (s.state, s.description.clone()))
+                .expect("a status")
+        };
+        assert_eq!(of("hop").0, State::Failure, "{:?}", of("hop"));
+        assert_eq!(of("held").0, State::Failure, "{:?}", of("held"));
+        assert!(
+            of("held").1.contains("aborted by abort"),
+            "{:?}",
+            of("held")
+        );
+        assert_eq!(of("abort").0, State::Pending, "{:?}", of("abort"));
+        // A completed hop before the aborted one is not ended by it.
+        let r2 = report(vec![
+            commit(
+                "first",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2025.2"),
+                    "2026.1",
+                    &img("2026.1"),
+                    Transition::Upgrade,
+                )],
+            ),
+            commit(
+                "second",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.1"),
+                    "2026.2",
+                    &img("2026.2"),
+                    Transition::Upgrade,
+                )],
+            ),
+            commit(
+                "back",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.2"),
+                    "2026.1",
+                    &img("2026.1"),
+                    Transition::Abort,
+                )],
+            ),
+        ]);
+        let c2 = &chains(&r2, |_, _, _| None, |_, _, _| Err(String::new()))[&n];
+        assert_eq!(abort_for(c2, 0), None);
+        assert_eq!(abort_for(c2, 1), Some(2));
+    }
+
+    /// Keystone's release is its tag: a patch tag (`2026.1-p1`) is release
+    /// 2026.1 as the cluster's spec is read, so the patch folds into the
+    /// step of its release and the unit settles. Kept as written, the patch
+    /// was a step of a release the cluster never showed, and the daemon
+    /// applied the patch and the step before it in turn, for ever.
+    #[test]
+    fn a_keystone_patch_folds_into_its_release() {
+        let k = Key::new(Kind::Keystone, "identity", "keystone");
+        let ks = |t: &str| format!("ghcr.io/c5c3/keystone:{t}");
+        let r = report(vec![
+            commit(
+                "install",
+                Verdict::Accepted,
+                vec![ov(&k, None, "2026.1", &ks("2026.1"), Transition::Install)],
+            ),
+            commit(
+                "patch",
+                Verdict::Accepted,
+                vec![ov(
+                    &k,
+                    Some("2026.1"),
+                    "2026.1-p1",
+                    &ks("2026.1-p1"),
+                    Transition::Patch,
+                )],
+            ),
+        ]);
+        let c = &chains(&r, |_, _, _| None, |_, _, _| Err(String::new()))[&k];
+        assert_eq!(c.steps.len(), 1, "{c:#?}");
+        assert_eq!(c.steps[0].release.as_deref(), Some("2026.1"));
+        let spec = |tag: &str| UnitState {
+            spec: Some(Target {
+                release: spec_release(
+                    Kind::Keystone,
+                    None,
+                    ImageRef::parse_reference(&ks(tag)).ok().as_ref(),
+                ),
+                image: Some(ks(tag)),
+            }),
+            ..UnitState::default()
+        };
+        assert_eq!(next(c, &spec("2026.1"), |_| true), Next::Apply(0));
+        assert_eq!(next(c, &spec("2026.1-p1"), |_| true), Next::Done(0));
     }
 
     #[test]

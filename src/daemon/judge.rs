@@ -380,8 +380,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         self.queue_status(c.sha.clone(), s).await;
                     }
                     // A held request is judged again every pass: its status
-                    // turns once the hop it waits for completes.
-                    if report.commits.iter().all(|c| c.verdict != Verdict::Held) {
+                    // turns once the hop it waits for completes. Held is an
+                    // object's verdict (its commit is accepted, as a person
+                    // reads it: `describe::daemon_status`).
+                    let held = report
+                        .commits
+                        .iter()
+                        .any(|c| c.objects.iter().any(|o| o.verdict == Verdict::Held));
+                    if !held {
                         self.pulls.insert(n, oid);
                     } else {
                         self.pulls.remove(&n);
