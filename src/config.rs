@@ -481,8 +481,8 @@ impl Config {
             lockstep_core::duration::positive(v)
                 .map_err(|_| bad(field, "expected a duration like 90s, 15m or 1h"))?;
         }
-        if self.cluster.name.is_empty() || self.cluster.name.contains(char::is_whitespace) {
-            return Err(bad("cluster.name", "a non-empty name without spaces"));
+        if let Err(why) = lockstep_core::status::valid_cluster_name(&self.cluster.name) {
+            return Err(bad("cluster.name", &why));
         }
         if self.report.kind == ReportKind::Gitea && self.report.url.is_none() {
             return Err(bad("report.url", "Gitea/Forgejo needs the server's URL"));
@@ -962,6 +962,29 @@ mod tests {
         let c: Config =
             serde_saphyr::from_str("source: {repo: x}\nleaderElection: {enabled: true}\n").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("kube"));
+        // A cluster name is one segment of a context: a '/' let cluster
+        // `eu/compute/nova` write over cluster `eu`'s Nova line.
+        for bad in [
+            "eu/compute/nova",
+            "eu west",
+            "",
+            "eu\\u001b",
+            &"x".repeat(64),
+        ] {
+            let c: Config = serde_saphyr::from_str(&format!(
+                "source: {{repo: x}}\ncluster: {{name: \"{bad}\"}}\n"
+            ))
+            .unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("cluster.name"), "{bad:?}: {e}");
+        }
+        for good in ["eu", "eu-de-1", "Prod_2.west"] {
+            let c: Config = serde_saphyr::from_str(&format!(
+                "source: {{repo: x}}\ncluster: {{name: {good}}}\n"
+            ))
+            .unwrap();
+            c.validate().unwrap();
+        }
     }
 
     #[test]

@@ -18,6 +18,22 @@ use lockstep::repair::Retried;
 use lockstep::secret::Secret;
 use lockstep::{demo, live, manifest, rehearse, report};
 
+/// `print!`, `println!` and `eprintln!` panic when the stream cannot be
+/// written (`check > /dev/full`); these return the error instead (`emit`)
+/// or, for standard error, drop what cannot be written.
+macro_rules! out {
+    ($($t:tt)*) => { emit(format_args!($($t)*))? };
+}
+macro_rules! outln {
+    ($($t:tt)*) => { emit(format_args!("{}\n", format_args!($($t)*)))? };
+}
+macro_rules! errln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 /// mimalloc, not glibc's malloc: after the first judgement frees a large,
 /// fragmented heap, glibc's `posix_memalign` (behind every tokio task)
 /// spent 150-400 ms per poll sorting its free lists, and its per-thread
@@ -220,7 +236,7 @@ fn run_daemon(args: &RunArgs, rt: &Runtime) -> anyhow::Result<ExitCode> {
     let _example = if example {
         let (dir, tmp) = demo::workdir(args.keep.as_deref())?;
         demo::build_repository(&dir)?;
-        eprintln!(
+        errln!(
             "lockstep: no source given: running on the example fleet at {}{}",
             dir.display(),
             if tmp.is_some() {
@@ -240,18 +256,18 @@ fn run_daemon(args: &RunArgs, rt: &Runtime) -> anyhow::Result<ExitCode> {
         .block_on(lockstep::service::run(config.clone(), args.until_idle))?;
     if args.until_idle {
         let repo = config.source.repo.clone().unwrap_or_default();
-        print!(
+        out!(
             "{}",
             lockstep::forge::notes::history_text(&repo, &config.source.branch)
         );
         if summary.undelivered > 0 {
-            eprintln!(
+            errln!(
                 "lockstep: {} statuses could not be delivered",
                 summary.undelivered
             );
         }
         if let Some(first) = summary.needs_person.first() {
-            eprintln!(
+            errln!(
                 "lockstep: {} waiting on a person; first: {}",
                 summary.needs_person.len(),
                 Escaped(first)
@@ -289,7 +305,8 @@ struct ReportArgs {
         long,
         hide_env_values = true,
         env = "LOCKSTEP_CLUSTER",
-        default_value = "default"
+        default_value = "default",
+        value_parser = cluster_name
     )]
     cluster: String,
     /// API base (GitHub Enterprise: https://HOST/api/v3) or server URL (GitLab, Gitea).
@@ -368,7 +385,7 @@ fn main() -> ExitCode {
     match run(cli, &rt) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("lockstep: error: {}", Escaped(format_args!("{e:#}")));
+            errln!("lockstep: error: {}", Escaped(format_args!("{e:#}")));
             ExitCode::from(2)
         }
     }
@@ -445,7 +462,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
             {
                 tracing::debug!(file = %names.path().display(), error = %e, "names index not saved");
             }
-            print(&report, output);
+            print(&report, output)?;
             if let Some(spec) = spec {
                 post_statuses(&spec, &report_args, &report, rt)?;
             }
@@ -487,7 +504,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                 let s = rt.get()?.block_on(lockstep::plan::rehearse::rehearse(
                     &repo, &branch, faults, start,
                 ))?;
-                print!("{}", lockstep::plan::rehearse::text(&s, start));
+                out!("{}", lockstep::plan::rehearse::text(&s, start));
                 write_html(lockstep::plan::rehearse::html(&s, start))?;
                 return Ok(if s.failed {
                     ExitCode::from(1)
@@ -504,12 +521,12 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                 params: lockstep::sim::Params::default(),
             }))?;
             if r.refused > 0 {
-                println!(
+                outln!(
                     "{} refused commit(s) in the range are not rehearsed (see lockstep check)",
                     r.refused
                 );
             }
-            print!("{}", rehearse::text(&r));
+            out!("{}", rehearse::text(&r));
             write_html(rehearse::html(&r))?;
             Ok(if r.failed {
                 ExitCode::from(1)
@@ -528,18 +545,18 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
             })?;
             match outcome {
                 Retried::Deleted(job) => {
-                    println!("{key}: deleted failed Job {job}; the operator runs it again");
+                    outln!("{key}: deleted failed Job {job}; the operator runs it again");
                     Ok(ExitCode::SUCCESS)
                 }
                 Retried::Nothing(why) => {
-                    println!("{}", Escaped(&why));
+                    outln!("{}", Escaped(&why));
                     Ok(ExitCode::from(1))
                 }
             }
         }
         Command::Run(args) => run_daemon(&args, rt),
         Command::ConfigSchema => {
-            print!("{}", lockstep::config::schema_json());
+            out!("{}", lockstep::config::schema_json());
             Ok(ExitCode::SUCCESS)
         }
         Command::Plan {
@@ -547,21 +564,21 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
         } => {
             // Its errors name the repository.
             let text = lockstep::plan::status::render(&repo, &rev, &paths)?;
-            print!("{text}");
+            out!("{text}");
             Ok(ExitCode::SUCCESS)
         }
         Command::PlanSchema => {
-            print!("{}", lockstep::plan::schema_json());
+            out!("{}", lockstep::plan::schema_json());
             Ok(ExitCode::SUCCESS)
         }
         Command::PolicySchema => {
-            print!("{}", lockstep::policy::schema_json());
+            out!("{}", lockstep::policy::schema_json());
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { keep, output } => {
             let (dir, tmp) = demo::workdir(keep.as_deref())?;
             if matches!(output, Output::Text) {
-                println!(
+                outln!(
                     "lockstep demo: a fleet repository with a scripted history, built in {}{}\n",
                     dir.display(),
                     if tmp.is_some() {
@@ -572,9 +589,9 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                 );
             }
             let report = demo::run(&dir)?;
-            print(&report, output);
+            print(&report, output)?;
             if matches!(output, Output::Text) {
-                println!(
+                outln!(
                     "\nEach refused commit left the baseline where it was, so each fix was judged against the last good state.\nTry it yourself: lockstep demo --keep ./demo-fleet && lockstep check --repo ./demo-fleet --base HEAD~5 -o json\n(HEAD~5 is the accepted prod upgrade: the five commits after it are judged as above)"
                 );
             }
@@ -600,7 +617,7 @@ fn post_statuses(
         args.target_url.as_deref(),
     ))?;
     for (sha, outcome) in &posted {
-        eprintln!(
+        errln!(
             "lockstep: status lockstep/{} on {}: {}",
             args.cluster,
             &sha[..sha.len().min(10)],
@@ -620,12 +637,18 @@ fn post_statuses(
         };
         lockstep::git::load_certificates()?;
         n.push(&remote)?;
-        eprintln!(
+        errln!(
             "lockstep: pushed {} to {remote}",
             lockstep::forge::notes::NOTES_REF
         );
     }
     Ok(())
+}
+
+/// `--cluster`: a name contexts cannot confuse
+/// (`lockstep_core::status::valid_cluster_name`).
+fn cluster_name(s: &str) -> Result<String, String> {
+    lockstep_core::status::valid_cluster_name(s).map(|()| s.to_owned())
 }
 
 /// `kind/namespace/name`, the kind by its service name or kind name.
@@ -639,16 +662,32 @@ fn parse_object(s: &str) -> anyhow::Result<lockstep::kind::Key> {
     Ok(lockstep::kind::Key::new(kind, *ns, *name))
 }
 
-fn print(report: &lockstep::history::CheckReport, output: Output) {
+fn print(report: &lockstep::history::CheckReport, output: Output) -> anyhow::Result<()> {
     match output {
-        Output::Text => print!("{}", report::text(report)),
+        Output::Text => out!("{}", report::text(report)),
         Output::Json => {
             use std::io::Write as _;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            if let Err(e) = report::write_json(report, &mut out).and_then(|()| out.flush()) {
-                // As `println!` would.
-                panic!("failed printing to stdout: {e}");
-            }
+            written(report::write_json(report, &mut out).and_then(|()| out.flush()))?;
         }
     }
+    Ok(())
+}
+
+/// What writing to standard output came to. A reader that went away
+/// (`| head`) is not an error: the exit code still says the verdict.
+/// Anything else (a full disk, `> /dev/full`) is one, exit 2 with a plain
+/// message, never a panic.
+fn written(r: std::io::Result<()>) -> anyhow::Result<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("cannot write to standard output: {e}")),
+    }
+}
+
+fn emit(args: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    written(out.write_fmt(args).and_then(|()| out.flush()))
 }

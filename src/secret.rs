@@ -23,6 +23,10 @@ pub enum SecretError {
     Env(String),
 }
 
+/// The most a secret file may hold (a token, a webhook secret, a
+/// dashboard credentials file of a few lines).
+pub const MAX_FILE_BYTES: u64 = 64 * 1024;
+
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into())
@@ -30,11 +34,25 @@ impl Secret {
 
     /// Reads a secret file (a mounted Kubernetes Secret, say); one trailing
     /// newline is not part of the secret.
+    /// At most [`MAX_FILE_BYTES`] are read: a path naming `/dev/zero`
+    /// (or a log file by mistake) is an error, not memory without end.
     pub fn from_file(path: &Path) -> Result<Self, SecretError> {
-        let text = std::fs::read_to_string(path).map_err(|e| SecretError::File {
+        use std::io::Read as _;
+        let fail = |message: String| SecretError::File {
             path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| fail(e.to_string()))?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(fail(format!(
+                "larger than {MAX_FILE_BYTES} bytes; a secret file holds one token or key"
+            )));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| fail("not UTF-8 text".into()))?;
         let value = text.strip_suffix('\n').unwrap_or(&text);
         let value = value.strip_suffix('\r').unwrap_or(value);
         if value.is_empty() {
@@ -100,5 +118,32 @@ mod tests {
         assert!(Secret::from_file(&p).is_err());
         let err = Secret::from_file(&dir.path().join("missing")).unwrap_err();
         assert!(err.to_string().contains("missing"));
+    }
+
+    /// `/dev/zero` (or any path named by mistake) is a bounded read and an
+    /// error naming the file, not memory without end.
+    #[test]
+    fn from_file_reads_a_bounded_amount() {
+        let err = Secret::from_file(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("/dev/zero") && err.contains("larger than"),
+            "{err}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("token");
+        std::fs::write(&p, "x".repeat(MAX_FILE_BYTES as usize)).unwrap();
+        assert_eq!(
+            Secret::from_file(&p).unwrap().expose().len(),
+            MAX_FILE_BYTES as usize
+        );
+        std::fs::write(&p, [0xff, 0xfe]).unwrap();
+        assert!(
+            Secret::from_file(&p)
+                .unwrap_err()
+                .to_string()
+                .contains("UTF-8")
+        );
     }
 }

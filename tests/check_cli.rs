@@ -499,6 +499,22 @@ fn exit_code_two_for_usage_and_unreadable_input() {
     let out = lockstep(&["check", "--repo", &path, "--live", &bad_live]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("live.yaml"));
+    // Standard output that cannot be written (a full disk) is an error
+    // like any other, never a panic (it was one, exit 101 and a backtrace).
+    for output in ["text", "json"] {
+        let full = std::fs::File::create("/dev/full").expect("/dev/full");
+        let out = std::process::Command::new(common::lockstep_bin())
+            .args(["check", "--repo", &path, "-o", output])
+            .stdout(full)
+            .output()
+            .expect("run lockstep");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "-o {output}: {err}");
+        assert!(
+            err.contains("cannot write to standard output") && !err.contains("panicked"),
+            "-o {output}: {err}"
+        );
+    }
 }
 
 #[test]

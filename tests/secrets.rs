@@ -103,3 +103,38 @@ fn a_host_that_echoes_the_request_never_gets_the_token_printed() {
         );
     }
 }
+
+/// Secret files are read with a bound, and a dashboard credentials file
+/// that no browser could ever match is refused at start (it locked the
+/// dashboard with no word why): exit 2, the file named, its content never
+/// printed.
+#[test]
+fn unusable_secret_files_stop_the_start_by_name() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let no_colon = dir.path().join("basic-auth");
+    std::fs::write(&no_colon, "admin-hunter2\n").expect("write");
+    let cases = [
+        (
+            vec!["--ui-listen", "127.0.0.1:0", "--ui-basic-auth-file"],
+            no_colon.to_string_lossy().into_owned(),
+            "expected one line user:password",
+        ),
+        (
+            vec!["--ui-listen", "127.0.0.1:0", "--ui-token-file"],
+            "/dev/zero".to_owned(),
+            "larger than",
+        ),
+    ];
+    for (flags, file, why) in cases {
+        let out = Command::new(lockstep_bin())
+            .args(["run", "--until-idle"])
+            .args(&flags)
+            .arg(&file)
+            .output()
+            .expect("run lockstep");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(err.contains(&file) && err.contains(why), "{flags:?}: {err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}

@@ -494,5 +494,5 @@ pub fn standalone(title: &str, summary: &[String], hops: &[Hop], now: u64) -> St
         }
     };
     let _ = s;
-    page.into_string()
+    super::shown(page.into_string())
 }

@@ -493,9 +493,35 @@ fn current(app: &App) -> Arc<Snapshot> {
 fn html_page(body: maud::Markup) -> Response {
     (
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        body.into_string(),
+        shown(body.into_string()),
     )
         .into_response()
+}
+
+/// A page as a person reads it: maud escapes HTML, and this escapes what
+/// HTML does not (`docs/gate.md`, "Text from others"): an ANSI sequence,
+/// a bidi override or an invisible character from a commit summary, a
+/// file name or an operator's message would otherwise reach the browser
+/// raw, where a bidi override reorders what it shows. One pass over every
+/// page rather than a wrapper at each field, so no field can be missed.
+/// Newlines, carriage returns and tabs are kept: HTML shows them as
+/// spaces, and the page's own style sheet has them.
+pub(crate) fn shown(page: String) -> String {
+    use crate::escape::{escape, is_escaped};
+    let hostile = |c: char| is_escaped(c) && !matches!(c, '\n' | '\r' | '\t');
+    if !page.chars().any(hostile) {
+        return page;
+    }
+    let mut out = String::with_capacity(page.len() + 64);
+    let mut buf = [0u8; 4];
+    for c in page.chars() {
+        if hostile(c) {
+            out.push_str(&escape(c.encode_utf8(&mut buf)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn pairs(q: &Option<String>) -> Vec<(String, String)> {
@@ -750,6 +776,34 @@ async fn api_pulls(State(app): State<App>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Git's text reaches a page escaped: control characters and bidi
+    /// overrides as `\x1b` and `\u{202e}`, whatever field carried them;
+    /// HTML's own escaping stays, and the layout's whitespace is kept.
+    #[test]
+    fn pages_show_control_and_bidi_characters_escaped() {
+        let summary = "\u{1b}[31mred\u{1b}[0m \u{202e}evil <b>";
+        let file = "x\u{202e}lmy.yaml\u{200b}";
+        let page = shown(
+            maud::html! { style { "a {\n\tcolor: red;\r\n}" } td { (summary) } td { (file) } }
+                .into_string(),
+        );
+        assert!(
+            !page
+                .chars()
+                .any(|c| crate::escape::is_escaped(c) && !matches!(c, '\n' | '\r' | '\t')),
+            "{page:?}"
+        );
+        assert!(
+            page.contains("\\x1b[31mred\\x1b[0m \\u{202e}evil &lt;b&gt;"),
+            "{page}"
+        );
+        assert!(page.contains("x\\u{202e}lmy.yaml\\u{200b}"), "{page}");
+        assert!(page.contains("a {\n\tcolor: red;\r\n}"), "{page:?}");
+        // Nothing to escape: the page as it was.
+        let plain = maud::html! { p { "nova 2026.1→2026.2" } }.into_string();
+        assert_eq!(shown(plain.clone()), plain);
+    }
 
     #[test]
     fn history_read_back_comes_first_on_the_wall_clock() {

@@ -49,6 +49,26 @@ pub struct Status {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Context(String);
 
+/// Whether `name` may name a cluster in contexts: 1 to 63 of `A-Z a-z 0-9
+/// . _ -`. A `/` would let one cluster's commit context be another's
+/// object context (cluster `eu/compute/nova` writing over cluster `eu`'s
+/// Nova line), and anything else is text a host or a note shows.
+pub fn valid_cluster_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 63 {
+        return Err(format!("1 to 63 characters, not {}", name.len()));
+    }
+    match name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        Some(c) => Err(format!(
+            "letters, digits, '.', '_' and '-' only, not {:?} (statuses go under lockstep/<cluster>/<namespace>/<name>)",
+            c
+        )),
+        None => Ok(()),
+    }
+}
+
 impl Context {
     /// `lockstep/<cluster>`: the verdict on a commit.
     pub fn commit(cluster: &str) -> Self {
