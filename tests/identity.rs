@@ -252,6 +252,18 @@ fn mistyped_kinds_and_groups_are_refused_never_ignored() {
             "not served for Nova",
         ),
         ("nova.openstack.c5c3.io", "Nova", "not served for Nova"),
+        // A slash too many: our group, a version nobody serves (it read as
+        // nobody's group, and the Nova as removed).
+        (
+            "nova.openstack.c5c3.io/v1alpha1/",
+            "Nova",
+            "not served for Nova",
+        ),
+        (
+            "nova.openstack.c5c3.io/v1alpha1/extra",
+            "Nova",
+            "not served for Nova",
+        ),
     ] {
         let repo = hopped();
         // The typo and a downgrade in one commit: the typo must not read as
@@ -630,4 +642,41 @@ fn the_recreate_annotation_never_lets_a_skip_past_the_floor() {
     let hop = nova_in(&json, "back one release on");
     assert_eq!(hop["verdict"], "accepted", "{hop:#}");
     assert_eq!(hop["transition"], "upgrade", "{hop:#}");
+}
+
+/// A child in another namespace than its plane (`services.nova.namespace`)
+/// defined standalone as well: the refusal points at the plane's file and
+/// line and never names it in the child's namespace (it said "ControlPlane
+/// cells/prod", a plane that does not exist). The plane's own namespace is
+/// said when its document is among what the commit read.
+#[test]
+fn a_projected_child_elsewhere_names_its_plane_rightly() {
+    let repo = FleetRepo::new();
+    repo.write(
+        PROD,
+        prod("2026.1", "2026.1").replacen(
+            "    nova:                         # requires placement, glance, neutron and infrastructure.messaging\n",
+            "    nova:                         # requires placement, glance, neutron and infrastructure.messaging\n      namespace:\n        name: cells\n",
+            1,
+        ),
+    );
+    repo.commit("prod, nova in namespace cells");
+    repo.write(
+        "standalone/cells/prod-nova.yaml",
+        nova("prod-nova", "2026.1", "2026.1").replacen("namespace: compute", "namespace: cells", 1),
+    );
+    repo.commit("prod-nova standalone too");
+    let (code, json) = check_json(&repo, &["--base", "HEAD~1"]);
+    assert_eq!(code, 1, "{json:#}");
+    let o = find(&last_objects(&json), "Nova", "prod-nova").clone();
+    assert_eq!(o["reason"], "ProjectedChildEdited", "{o:#}");
+    let m = o["message"].as_str().unwrap_or_default();
+    assert!(
+        m.contains("projected by ControlPlane prod (clusters/prod/controlplane.yaml:")
+            || m.contains(
+                "projected by ControlPlane openstack/prod (clusters/prod/controlplane.yaml:"
+            ),
+        "{m}"
+    );
+    assert!(!m.contains("cells/prod "), "{m}");
 }

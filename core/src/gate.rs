@@ -264,14 +264,13 @@ pub fn judge_commit(input: &CommitInput<'_>) -> Vec<ObjectVerdict> {
                 } else {
                     (projected[0], d)
                 };
-                let plane_name = plane.projected_by.as_deref().unwrap_or_default();
                 refuse(
                     d,
                     None,
                     Transition::Invalid,
                     Reason::ProjectedChildEdited,
                     format!(
-                        "{key} is projected by ControlPlane {}/{plane_name} ({}:{}) and also defined standalone at {}:{}; write the plane, never its children (the operator re-asserts them and would revert the edit)",
+                        "{key} is projected by ControlPlane {} ({}:{}) and also defined standalone at {}:{}; write the plane, never its children (the operator re-asserts them and would revert the edit)",
                         plane_ns(plane, input),
                         plane.file,
                         plane.line,
@@ -434,14 +433,19 @@ fn apply_policies(
     }
 }
 
-fn plane_ns<'a>(child: &'a Desired, input: &'a CommitInput<'_>) -> &'a str {
+/// The plane projecting `child`, as messages name it: `namespace/name`,
+/// the plane's document found beside the child in its file. A child may
+/// live in another namespace than its plane (`services.<svc>.namespace`),
+/// so without the document only the name is said, never a guess.
+fn plane_ns<'a>(child: &'a Desired, input: &'a CommitInput<'_>) -> String {
     let plane = child.projected_by.as_deref().unwrap_or_default();
     input
         .next
         .iter()
         .chain(input.elsewhere)
+        .chain(input.baseline)
         .find(|d| d.key.kind == Kind::ControlPlane && d.key.name == plane && d.file == child.file)
-        .map_or(child.key.namespace.as_str(), |d| d.key.namespace.as_str())
+        .map_or(plane.to_owned(), |d| format!("{}/{plane}", d.key.namespace))
 }
 
 /// A commit is refused when any of its objects is.

@@ -170,8 +170,11 @@ impl Kind {
     /// case-sensitively); anything in or near a C5C3 group that is not
     /// served exactly is [`Recognised::Unknown`], never `None`.
     pub fn recognise(api_version: &str, kind: &str) -> Option<Recognised> {
-        // `apiVersion: nova.openstack.c5c3.io` (no version) is still our group.
-        let (group, version) = api_version.rsplit_once('/').unwrap_or((api_version, ""));
+        // `apiVersion: nova.openstack.c5c3.io` (no version) is still our
+        // group. The group ends at the first `/`: whatever follows is the
+        // version, so `…c5c3.io/v1alpha1/` is our group with a version
+        // nobody serves (refused), not a group of nobody's (skipped).
+        let (group, version) = api_version.split_once('/').unwrap_or((api_version, ""));
         let served = GROUPS.iter().find(|g| g.group == group);
         let Some(served) = served else {
             return near_group(group).map(|near| {

@@ -271,7 +271,7 @@ fn read_document(file: &Arc<str>, doc: At<Node>, keep_source: bool, out: &mut Pa
             file: file.clone(),
             line,
             message: format!(
-                "a YAML {} is not a Kubernetes object",
+                "YAML holding {} is not a Kubernetes object",
                 doc.value.kind_name()
             ),
         });
@@ -349,7 +349,7 @@ fn read_document(file: &Arc<str>, doc: At<Node>, keep_source: bool, out: &mut Pa
 fn looks_like_ours(root: &Map, api_version: Option<&str>, kind: Option<&str>) -> Option<String> {
     let written = |field: &str| match get(root, field) {
         None => "no".to_owned(),
-        Some(n) => format!("a {}", n.value.kind_name()),
+        Some(n) => n.value.kind_name().to_owned(),
     };
     match (api_version, kind) {
         (Some(api), None) => Kind::recognise(api, "").map(|_| {
@@ -467,7 +467,7 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
                 ctx.fail(
                     to_line(v.line),
                     format!(
-                        "annotation {RECREATE_ANNOTATION} must be a quoted release string, not a {}",
+                        "annotation {RECREATE_ANNOTATION} must be a quoted release string, not {}",
                         other.kind_name()
                     ),
                 );
@@ -509,7 +509,7 @@ fn plane_spec(spec: &Map, spec_line: u32, ctx: &mut Ctx<'_>) -> Option<PlaneSpec
                             ctx.fail(
                                 entry_line,
                                 format!(
-                                    "spec.services.{} must be a mapping, not a {}",
+                                    "spec.services.{} must be a mapping, not {}",
                                     svc.service(),
                                     other.kind_name()
                                 ),
@@ -537,10 +537,7 @@ fn plane_spec(spec: &Map, spec_line: u32, ctx: &mut Ctx<'_>) -> Option<PlaneSpec
             Node::Null => {}
             other => ctx.fail(
                 to_line(svcs.line),
-                format!(
-                    "spec.services must be a mapping, not a {}",
-                    other.kind_name()
-                ),
+                format!("spec.services must be a mapping, not {}", other.kind_name()),
             ),
         }
     }
@@ -596,7 +593,7 @@ fn release_field(
             ctx.fail(
                 line,
                 format!(
-                    "spec.openStackRelease must be a string, not a {}",
+                    "spec.openStackRelease must be a string, not {}",
                     other.kind_name()
                 ),
             );
@@ -623,7 +620,7 @@ fn image_spec(node: &At<Node>, field: &str, ctx: &mut Ctx<'_>) -> Option<Located
                     ctx.fail(
                         to_line(n.line),
                         format!(
-                            "{field}.{key} must be a string, not a {}{}",
+                            "{field}.{key} must be a string, not {}{}",
                             other.kind_name(),
                             if matches!(other, Node::Float(_) | Node::Int(_)) {
                                 "; quote it"
@@ -751,15 +748,16 @@ impl Node {
         }
     }
 
+    /// What the node is, with its article, for "must be a string, not …".
     fn kind_name(&self) -> &'static str {
         match self {
             Node::Null => "null",
-            Node::Bool(_) => "boolean",
-            Node::Int(_) => "integer",
-            Node::Float(_) => "number",
-            Node::Str(_) => "string",
-            Node::Seq(_) => "sequence",
-            Node::Map(_) => "mapping",
+            Node::Bool(_) => "a boolean",
+            Node::Int(_) => "an integer",
+            Node::Float(_) => "a number",
+            Node::Str(_) => "a string",
+            Node::Seq(_) => "a sequence",
+            Node::Map(_) => "a mapping",
         }
     }
 }
@@ -1089,6 +1087,31 @@ spec:
                 .message
                 .contains("only glance.openstack.c5c3.io/v1alpha1")
         );
+        // Wrong types, named with the right article.
+        for (from, to, expect) in [
+            (
+                "openStackRelease: \"2026.1\"",
+                "openStackRelease: [x]",
+                "must be a string, not a sequence",
+            ),
+            (
+                "openStackRelease: \"2026.1\"",
+                "openStackRelease: 7",
+                "must be a string, not an integer",
+            ),
+            (
+                "openStackRelease: \"2026.1\"",
+                "openStackRelease: ~",
+                "must be a string, not null",
+            ),
+        ] {
+            let p = parse(&GLANCE.replacen(from, to, 1));
+            assert!(
+                p.problems.iter().any(|x| x.message.contains(expect)),
+                "{to:?}: {:?}",
+                p.problems
+            );
+        }
     }
 
     #[test]

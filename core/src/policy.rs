@@ -462,18 +462,45 @@ pub fn parse(file: &str, text: &str) -> (Vec<Policy>, Vec<PolicyError>) {
 
 /// The acknowledgements a commit message gives: its `Lockstep-Ack: <id>`
 /// trailers (one id per line; a line of several ids, comma-separated, too).
+///
+/// Read as git reads trailers (`git interpret-trailers --parse`): the last
+/// paragraph, and only when it is a trailer block, every line a `Token:
+/// value` trailer at the start of the line (a token of letters, digits and
+/// `-`) or a continuation of the one before (a line starting with a space or
+/// a tab, folded into its value). A line `Lockstep-Ack: …` indented under
+/// another trailer is that trailer's text, not an acknowledgement, and a
+/// paragraph of prose that mentions one gives none: git would see none
+/// there, and an acknowledgement a person cannot see in `git log
+/// --format=%(trailers)` must not count.
 pub fn acks_in_message(message: &str) -> BTreeSet<String> {
-    // Trailers are the last paragraph's `Key: value` lines.
     let last = message.trim_end().rsplit("\n\n").next().unwrap_or("");
-    last.lines()
-        .filter_map(|l| l.split_once(':'))
-        .filter(|(k, _)| k.trim().eq_ignore_ascii_case(ACK_TRAILER))
-        .flat_map(|(_, v)| {
-            v.split(',')
-                .map(|s| s.trim().to_owned())
-                .collect::<Vec<_>>()
-        })
+    let mut trailers: Vec<(&str, String)> = Vec::new();
+    for line in last.lines() {
+        if line.starts_with([' ', '\t']) {
+            match trailers.last_mut() {
+                Some((_, value)) => {
+                    value.push(' ');
+                    value.push_str(line.trim());
+                }
+                None => return BTreeSet::new(),
+            }
+            continue;
+        }
+        let Some((token, value)) = line.split_once(':') else {
+            return BTreeSet::new();
+        };
+        let token = token.trim_end();
+        if token.is_empty() || !token.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return BTreeSet::new();
+        }
+        trailers.push((token, value.to_owned()));
+    }
+    trailers
+        .iter()
+        .filter(|(token, _)| token.eq_ignore_ascii_case(ACK_TRAILER))
+        .flat_map(|(_, v)| v.split(',').map(str::trim))
         .filter(|s| is_ack_id(s))
+        .map(str::to_owned)
         .collect()
 }
 
@@ -651,6 +678,25 @@ spec:
         let body =
             acks_in_message("Nova\n\nLockstep-Ack: nova-api-removal\n\nSigned-off-by: a <a@b>");
         assert!(body.is_empty(), "{body:?}");
+        // As git reads trailers: an indented line is the trailer above
+        // continued, and prose is no trailer block.
+        for message in [
+            "Nova\n\nSigned-off-by: x\n    Lockstep-Ack: nova-api-removal\n",
+            "Nova\n\nWe acked it. Lockstep-Ack: nova-api-removal\n",
+            "Nova\n\nThe trailer follows\nLockstep-Ack: nova-api-removal\n",
+            "Nova\n\n Lockstep-Ack: nova-api-removal\n",
+            "Nova\n\nLockstep Ack: nova-api-removal\n",
+        ] {
+            let none = acks_in_message(message);
+            assert!(none.is_empty(), "{message:?}: {none:?}");
+        }
+        let folded = acks_in_message(
+            "Nova\n\nSigned-off-by: a <a@b>\nLockstep-Ack: nova-api-removal,\n  cells-v2\n",
+        );
+        assert_eq!(
+            folded.into_iter().collect::<Vec<_>>(),
+            ["cells-v2", "nova-api-removal"]
+        );
         let mut given = s.clone();
         Arc::make_mut(&mut given.policies[0])
             .given
