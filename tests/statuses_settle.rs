@@ -38,10 +38,22 @@ fn simulated<C: Cluster + Clone + 'static>(
     cluster: C,
     queue: &StatusQueue,
 ) -> Daemon<C, Source> {
+    simulated_since(repo, mem, cluster, queue, None)
+}
+
+/// [`simulated`], judging only the commits after `since` (`--since`).
+fn simulated_since<C: Cluster + Clone + 'static>(
+    repo: &FleetRepo,
+    mem: &MemoryCluster,
+    cluster: C,
+    queue: &StatusQueue,
+    since: Option<String>,
+) -> Daemon<C, Source> {
     let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
     let opts = Options {
         cluster_name: "t".into(),
         poll: Duration::from_millis(10),
+        since,
         ..Options::default()
     };
     let clock = lockstep::daemon::virtual_start(mem, &source, &opts).expect("seeded");
@@ -440,4 +452,30 @@ async fn a_held_pull_request_turns_once_the_hop_it_waits_for_completes() {
     assert_eq!(states, &["pending", "success"], "{history:#?}");
     let note = repo.git(&["notes", "--ref", "lockstep", "show", &pr]);
     assert!(note.contains("accepted: nova 2026.2→2027.1"), "{note}");
+}
+
+/// With `--since`, the simulated cluster starts from that commit's tree
+/// (what the range takes as given), so the first judged commit is applied
+/// like any other before its status says so. It started from the first
+/// judged commit's own tree: its hop was "applied" without an apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn since_seeds_the_simulation_with_the_state_it_takes_as_given() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let since = repo.commit("nova at 2026.1");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    let hop = repo.commit("nova to 2026.2");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let counted = Counted::new(mem.clone());
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let mut d = simulated_since(&repo, &mem, counted.clone(), &queue, Some(since));
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    assert_eq!(counted.applies_of("nova"), 1, "the hop was applied once");
+    let history = status_history(&repo);
+    assert_eq!(
+        history[&(hop.clone(), "lockstep/t".to_owned())],
+        ["pending", "success"],
+        "{history:#?}"
+    );
 }

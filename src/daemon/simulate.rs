@@ -30,10 +30,14 @@ pub enum SeedError {
     Cluster(#[from] crate::cluster::ClusterError),
 }
 
-/// Gives a simulated cluster the state the daemon takes as given: the tree
-/// of the first commit it will judge (the first after `opts.since` on the
-/// head's first parents), every object installed and steady. Returns how
-/// many objects that is.
+/// Gives a simulated cluster the state the daemon takes as given, every
+/// object installed and steady: with `opts.since`, that revision's tree
+/// (the range starts after it, so the cluster runs it); without, the tree
+/// of the first commit of the head's first-parent history (the fleet as it
+/// began). Returns how many objects that is. The first judged commit's
+/// tree was seeded with `since` too, so its own changes were in the
+/// cluster before any apply, and its status said "applied" for work
+/// lockstep never did.
 pub fn seed_simulation(
     world: &MemoryCluster,
     path: &Path,
@@ -41,16 +45,17 @@ pub fn seed_simulation(
     opts: &Options,
 ) -> Result<usize, SeedError> {
     let repo = GitRepo::open(path)?;
-    let base = match opts.since.as_deref() {
-        None => None,
+    let tree = match opts.since.as_deref() {
         Some(rev) => match repo.resolve(rev)? {
-            Resolved::Commit(c) => Some(c),
-            Resolved::Tree(_) => None,
+            Resolved::Commit(c) => repo.commit(c)?.tree,
+            Resolved::Tree(t) => t,
+        },
+        None => match repo.first_parent_range(None, head)?.into_iter().next() {
+            Some(first) => first.tree,
+            None => return Ok(0),
         },
     };
-    let first = repo.first_parent_range(base, head)?.into_iter().next();
-    let Some(first) = first else { return Ok(0) };
-    seed_tree(world, &repo, Some(first.tree), opts)
+    seed_tree(world, &repo, Some(tree), opts)
 }
 
 /// A simulated cluster made ready for the engine: seeded as
