@@ -479,3 +479,60 @@ async fn since_seeds_the_simulation_with_the_state_it_takes_as_given() {
         "{history:#?}"
     );
 }
+
+/// A simulated world that never settles (every pass moves virtual time on
+/// and finds it busy again) still stops when asked: the loop that goes on
+/// at once in virtual time never looked at the stop, and SIGTERM was
+/// ignored for as long as the world was busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_world_that_never_settles_still_stops_when_asked() {
+    struct Restless(Arc<dyn lockstep::daemon::Clock>);
+    impl lockstep::daemon::Clock for Restless {
+        fn now(&self) -> Duration {
+            self.0.now()
+        }
+        fn wall(&self) -> jiff::Timestamp {
+            self.0.wall()
+        }
+        fn between_passes(&self, _busy: bool) -> Option<bool> {
+            Some(true)
+        }
+    }
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova at 2026.1");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        cluster_name: "t".into(),
+        until_idle: true,
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
+    let mut d = Daemon::new(
+        opts,
+        source,
+        mem.clone(),
+        Arc::new(Restless(clock)),
+        StatusQueue::new(100),
+        Arc::new(Metrics::new()),
+    );
+    let (_tx, triggers) = tokio::sync::mpsc::channel(1);
+    let (_leader_tx, leader) = tokio::sync::watch::channel(true);
+    let started = std::time::Instant::now();
+    let stopped = tokio::time::timeout(
+        Duration::from_secs(30),
+        d.run(
+            triggers,
+            leader,
+            tokio::time::sleep(Duration::from_millis(300)),
+        ),
+    )
+    .await;
+    assert!(stopped.is_ok(), "still running 30 s after the stop");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -626,8 +626,13 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 break;
             }
             if world.is_some() && (world_busy || last.busy) {
-                // Virtual time: go on at once (the clock moved the world).
+                // Virtual time: go on at once (the clock moved the world),
+                // but a stop asked for meanwhile still stops it: a world
+                // that never settles ignored SIGTERM.
                 tokio::task::yield_now().await;
+                if shutdown.as_mut().now_or_never().is_some() {
+                    return last;
+                }
                 continue;
             }
             // Wait for the poll, a trigger, leadership, or a watch event
