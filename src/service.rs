@@ -494,7 +494,9 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
     }
     if let Some(addr) = &config.ui.listen {
         let listener = bind("dashboard listener", addr).await?;
+        let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
         let auth = crate::ui::Auth {
+            loopback,
             token: config
                 .ui
                 .token_file

@@ -1357,6 +1357,7 @@ fn hostile_strings_render_inert_and_auth_is_asked() {
     let auth = lockstep::ui::Auth {
         token: Some(lockstep::secret::Secret::from_file(&token).expect("token")),
         basic: None,
+        loopback: true,
     };
     rt.spawn(lockstep::server::serve(
         listener,

@@ -377,6 +377,39 @@ pub struct Auth {
     pub token: Option<Secret>,
     /// `user:password`.
     pub basic: Option<Secret>,
+    /// The dashboard listens on a loopback address: only requests that
+    /// name a loopback host (`localhost`, `*.localhost`, `127.0.0.1`,
+    /// `[::1]`, any port) are answered. A page of another site whose name
+    /// its owner points at 127.0.0.1 (DNS rebinding) sends that name, and
+    /// could otherwise read a dashboard without credentials from the
+    /// browser of anyone running it locally.
+    pub loopback: bool,
+}
+
+/// Whether a request names a loopback host (`Host`, or an HTTP/2
+/// request's authority).
+fn names_loopback(req: &axum::extract::Request) -> bool {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    let Some(host) = host else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').map_or(rest, |(h, _)| h),
+        None => match host.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => host,
+        },
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 impl Auth {
@@ -452,7 +485,13 @@ async fn guard(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let mut res = if app.auth.allows(req.headers()) {
+    let mut res = if app.auth.loopback && !names_loopback(&req) {
+        (
+            StatusCode::MISDIRECTED_REQUEST,
+            "this dashboard answers only requests for localhost\n",
+        )
+            .into_response()
+    } else if app.auth.allows(req.headers()) {
         next.run(req).await
     } else {
         let challenge = if app.auth.basic.is_some() {
@@ -904,6 +943,7 @@ mod tests {
         let a = Auth {
             token: Some(Secret::new("t0ken")),
             basic: Some(Secret::new("ann:pw")),
+            loopback: false,
         };
         let h = |v: &str| {
             let mut m = HeaderMap::new();
@@ -917,5 +957,58 @@ mod tests {
         assert!(!a.allows(&h("Basic !!!")));
         assert!(!a.allows(&HeaderMap::new()));
         assert!(Auth::default().allows(&HeaderMap::new()));
+    }
+
+    /// Bound to loopback, the dashboard answers only requests naming a
+    /// loopback host: a rebound name (`Host: attacker.example`) gets 421
+    /// and no page, through the whole router, security headers included.
+    #[tokio::test]
+    async fn a_loopback_dashboard_answers_only_loopback_names() {
+        use tower::ServiceExt as _;
+        let (_p, rx) = Publisher::new("t", None);
+        let app = router(
+            rx,
+            Auth {
+                loopback: true,
+                ..Auth::default()
+            },
+        );
+        for (host, ok) in [
+            ("127.0.0.1:8080", true),
+            ("localhost:8080", true),
+            ("LOCALHOST", true),
+            ("dash.localhost:1", true),
+            ("[::1]:8080", true),
+            ("127.0.0.2", true),
+            ("attacker.example", false),
+            ("attacker.example:8080", false),
+            ("127.0.0.1.attacker.example", false),
+            ("localhost.attacker.example", false),
+            ("[::2]:8080", false),
+            ("", false),
+        ] {
+            let req = axum::http::Request::builder()
+                .uri("/api/v1/snapshot")
+                .header(header::HOST, host)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let res = app.clone().oneshot(req).await.unwrap();
+            let want = if ok {
+                StatusCode::OK
+            } else {
+                StatusCode::MISDIRECTED_REQUEST
+            };
+            assert_eq!(res.status(), want, "Host: {host:?}");
+            assert!(res.headers().contains_key(header::CONTENT_SECURITY_POLICY));
+        }
+        // Not bound to loopback (a pod's 0.0.0.0 behind a Service): any name.
+        let (_p, rx) = Publisher::new("t", None);
+        let open = router(rx, Auth::default());
+        let req = axum::http::Request::builder()
+            .uri("/api/v1/snapshot")
+            .header(header::HOST, "lockstep.ops.svc")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        assert_eq!(open.oneshot(req).await.unwrap().status(), StatusCode::OK);
     }
 }
