@@ -36,7 +36,10 @@ pub fn text(report: &CheckReport) -> String {
         if n == 1 { "" } else { "s" },
     );
     if n == 0 {
-        let _ = writeln!(s, "  nothing to judge: head is the base");
+        let _ = writeln!(
+            s,
+            "  nothing to judge: the head has no commit the base lacks (it is the base, or behind it)"
+        );
     }
     for c in &report.commits {
         commit_text(&mut s, c);

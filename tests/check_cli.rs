@@ -1291,3 +1291,39 @@ fn modes_are_closed_lists_shared_by_check_and_run() {
         assert!(err.contains(listed), "{err}");
     }
 }
+
+/// `--base B --head H` judges what H has that B lacks, from where H forked
+/// from B: a head behind its base has nothing of its own (the text says
+/// so, and the JSON's base is the starting point used, not B), and a
+/// branch forked from an older base answers only for its own commits.
+#[test]
+fn a_range_starts_where_the_head_forked_from_the_base() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let a = repo.commit("nova at 2026.1");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    let b = repo.commit("nova to 2026.2");
+    let path = repo.path().to_string_lossy().into_owned();
+    let out = lockstep(&["check", "--repo", &path, "--base", &b, "--head", &a]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "nothing to judge: the head has no commit the base lacks (it is the base, or behind it)"
+        ),
+        "{text}"
+    );
+    let (code, json) = check_json(&repo, &["--base", &b, "--head", &a]);
+    assert_eq!(code, 0);
+    assert_eq!(json["base"], a.as_str(), "{json:#}");
+    assert_eq!(json["commits"].as_array().map(Vec::len), Some(0));
+    // A branch from the first commit, judged against the newer main: its
+    // own commit only, from the fork point.
+    repo.git(&["checkout", "-q", "-b", "side", &a]);
+    repo.write("README.md", "docs\n");
+    let side = repo.commit("docs only");
+    let (code, json) = check_json(&repo, &["--base", &b, "--head", &side]);
+    assert_eq!(code, 0, "{json:#}");
+    assert_eq!(json["base"], a.as_str(), "{json:#}");
+    assert_eq!(json["commits"].as_array().map(Vec::len), Some(1));
+}
