@@ -484,6 +484,22 @@ impl Config {
         if let Err(why) = lockstep_core::status::valid_cluster_name(&self.cluster.name) {
             return Err(bad("cluster.name", &why));
         }
+        // Addresses are checked here, with the key (and flag) named, not
+        // when the listener is opened after the first pass.
+        for (field, addr) in [
+            ("webhook.listen (--listen)", &self.webhook.listen),
+            ("server.listen (--metrics-listen)", &self.server.listen),
+            ("ui.listen (--ui-listen)", &self.ui.listen),
+        ] {
+            if let Some(a) = addr
+                && a.parse::<std::net::SocketAddr>().is_err()
+            {
+                return Err(bad(
+                    field,
+                    "not an address; expected IP:PORT, like 127.0.0.1:8080 or [::1]:8080",
+                ));
+            }
+        }
         if self.report.kind == ReportKind::Gitea && self.report.url.is_none() {
             return Err(bad("report.url", "Gitea/Forgejo needs the server's URL"));
         }
@@ -977,6 +993,25 @@ mod tests {
             .unwrap();
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains("cluster.name"), "{bad:?}: {e}");
+        }
+        for (text, key) in [
+            (
+                "server: {listen: not-an-addr}",
+                "server.listen (--metrics-listen)",
+            ),
+            (
+                "webhook: {listen: \"localhost:80\"}",
+                "webhook.listen (--listen)",
+            ),
+            ("ui: {listen: \"8081\"}", "ui.listen (--ui-listen)"),
+        ] {
+            let c: Config =
+                serde_saphyr::from_str(&format!("source: {{repo: x}}\n{text}\n")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(
+                e.starts_with(key) && e.contains("not an address"),
+                "{text}: {e}"
+            );
         }
         for good in ["eu", "eu-de-1", "Prod_2.west"] {
             let c: Config = serde_saphyr::from_str(&format!(

@@ -402,6 +402,12 @@ mod tests {
                 .contains("unknown job")
         );
         assert!(parse_fault("nova:db-down=soon").is_err());
+        // Bounded: years of virtual time cost minutes of real time.
+        assert!(parse_fault("nova:roll-stall=720h").is_ok());
+        let e = parse_fault("nova:roll-stall=999999h")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 30d"), "{e}");
         assert_eq!(clock(Duration::from_secs(3725)), "1:02:05");
     }
 }

@@ -1200,6 +1200,9 @@ pub struct FaultError {
 /// Parses `nova:expand:fail=2`, `prod-glance:db-down=15m`,
 /// `prod-nova:roll-stall=20m`: one grammar for `rehearse --fault` and
 /// `run --fault` (sim mode), so both inject the same trouble.
+/// The longest fault a simulation takes (`db-down`, `roll-stall`).
+pub const MAX_FAULT_DURATION: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
 pub fn parse_fault(spec: &str) -> Result<Fault, FaultError> {
     let bad = |why: &str| FaultError {
         spec: spec.to_owned(),
@@ -1231,6 +1234,11 @@ pub fn parse_fault(spec: &str) -> Result<Fault, FaultError> {
                 .ok_or_else(|| bad("expected KEY=VALUE"))?;
             let d =
                 crate::duration::parse(v).map_err(|_| bad("bad duration (e.g. 90s, 15m, 1h)"))?;
+            // Virtual time still costs a pass per simulated minute or so: a
+            // fault of years ran for minutes of real time.
+            if d > MAX_FAULT_DURATION {
+                return Err(bad("at most 30d (720h)"));
+            }
             match k {
                 "db-down" => Ok(Fault::DatabaseDown {
                     object: (*object).to_owned(),
