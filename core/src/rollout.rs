@@ -1047,8 +1047,15 @@ pub fn statuses<M>(
                     // A later commit of a release the cluster has installed
                     // (a patch, a reconfiguration): the step's hop is long
                     // over, so its own words say what is being applied.
+                    // A commit the gate held, still behind the hop it waits
+                    // for, says so in the gate's words (`held: … waits for
+                    // the upgrade to … in flight`), not as a queued step.
                     let step = &u.chain.steps[*i];
-                    let m = if position(&u.next) == Some(*i)
+                    let held = c.objects.iter().any(|o| o.verdict == Verdict::Held)
+                        && position(&u.next).is_some_and(|p| p < *i);
+                    let m = if held {
+                        verdict.description.clone()
+                    } else if position(&u.next) == Some(*i)
                         && c.sha != step.hop_commit()
                         && u.settled.contains_key(step.hop_commit())
                     {
@@ -1718,6 +1725,29 @@ mod tests {
             of("held")
         );
         assert_eq!(of("abort").0, State::Pending, "{:?}", of("abort"));
+        // Before the abort, the held commit says it is held, in the
+        // gate's words.
+        let waiting = UnitReport {
+            next: Next::Follow(0),
+            ..units[&n].clone()
+        };
+        let st = statuses(
+            "prod",
+            &r,
+            &[(n.clone(), waiting)].into_iter().collect(),
+            None,
+        );
+        let held = st
+            .iter()
+            .find(|(x, s)| x == "held" && s.context == "lockstep/prod")
+            .map(|(_, s)| (s.state, s.description.clone()))
+            .expect("a status");
+        assert_eq!(held.0, State::Pending);
+        assert!(
+            held.1
+                .starts_with("held: nova 2026.2→2027.1 waits for the upgrade"),
+            "{held:?}"
+        );
         // A completed hop before the aborted one is not ended by it.
         let r2 = report(vec![
             commit(
