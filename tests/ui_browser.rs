@@ -525,6 +525,11 @@ fn the_story_fleet_in_a_real_browser() {
             .contains("<script>window.__pwned=1</script>"),
         "{summary}"
     );
+    // Its BEL and ESC shown escaped, never raw (`ui::shown`).
+    assert!(
+        summary.as_str().unwrap_or("").ends_with("& \\x07\\x1b[31m"),
+        "{summary}"
+    );
     rules(&mut b, "nova");
     b.screenshot("unit-nova");
 
@@ -1317,7 +1322,16 @@ fn hostile_strings_render_inert_and_auth_is_asked() {
     assert!(action.as_str().unwrap_or("").contains("Git"), "{action}");
     // The fleet row (written without the macro) shows the release as text.
     let cell = b.eval("document.querySelector('table.units tbody tr').cells[2].textContent");
-    assert_eq!(cell, json!(format!("? → {hostile}")));
+    // Text as text; its control characters shown escaped (`ui::shown`).
+    assert_eq!(
+        cell,
+        json!(format!("? → {}", lockstep::escape::escape(hostile)))
+    );
+    let raw = b.eval("document.documentElement.outerHTML");
+    assert!(
+        !raw.as_str().unwrap_or("").contains(['\u{1b}', '\u{7}']),
+        "a control character reached the page"
+    );
     rules(&mut b, "hostile fleet");
     b.screenshot("hostile");
     // The contrast rule can fail, and it judges text on the background it

@@ -394,8 +394,11 @@ fn names_loopback(req: &axum::extract::Request) -> bool {
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    // No name at all (an HTTP/1.0 client of its own): not a browser, so
+    // not a page of another site; rebinding needs a browser, and every
+    // browser sends `Host`.
     let Some(host) = host else {
-        return false;
+        return true;
     };
     let name = match host.strip_prefix('[') {
         Some(rest) => rest.split_once(']').map_or(rest, |(h, _)| h),
@@ -1001,6 +1004,15 @@ mod tests {
             assert_eq!(res.status(), want, "Host: {host:?}");
             assert!(res.headers().contains_key(header::CONTENT_SECURITY_POLICY));
         }
+        // No Host at all (an HTTP/1.0 client, never a browser): answered.
+        let req = axum::http::Request::builder()
+            .uri("/api/v1/snapshot")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        assert_eq!(
+            app.clone().oneshot(req).await.unwrap().status(),
+            StatusCode::OK
+        );
         // Not bound to loopback (a pod's 0.0.0.0 behind a Service): any name.
         let (_p, rx) = Publisher::new("t", None);
         let open = router(rx, Auth::default());
