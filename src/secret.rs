@@ -25,7 +25,7 @@ pub enum SecretError {
 
 /// The most a secret file may hold (a token, a webhook secret, a
 /// dashboard credentials file of a few lines).
-pub const MAX_FILE_BYTES: u64 = 64 * 1024;
+pub const MAX_FILE_BYTES: usize = 64 * 1024;
 
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
@@ -34,25 +34,25 @@ impl Secret {
 
     /// Reads a secret file (a mounted Kubernetes Secret, say); one trailing
     /// newline is not part of the secret.
-    /// At most [`MAX_FILE_BYTES`] are read: a path naming `/dev/zero`
-    /// (or a log file by mistake) is an error, not memory without end.
+    /// At most [`MAX_FILE_BYTES`] are read (`file::read_text`, the bounded
+    /// read every file a person names goes through): a path naming
+    /// `/dev/zero` (or a log file by mistake) is an error, not memory
+    /// without end.
     pub fn from_file(path: &Path) -> Result<Self, SecretError> {
-        use std::io::Read as _;
-        let fail = |message: String| SecretError::File {
-            path: path.display().to_string(),
-            message,
+        use crate::yaml::ReadError;
+        let limit = crate::yaml::Limit {
+            bytes: MAX_FILE_BYTES,
+            what: "secret file",
+            raise: "a secret file holds one token or key",
         };
-        let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
-        let mut bytes = Vec::new();
-        file.take(MAX_FILE_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| fail(e.to_string()))?;
-        if bytes.len() as u64 > MAX_FILE_BYTES {
-            return Err(fail(format!(
-                "larger than {MAX_FILE_BYTES} bytes; a secret file holds one token or key"
-            )));
-        }
-        let text = String::from_utf8(bytes).map_err(|_| fail("not UTF-8 text".into()))?;
+        let text = crate::file::read_text(path, &limit).map_err(|e| SecretError::File {
+            path: path.display().to_string(),
+            message: match e {
+                ReadError::Io(e) => e.to_string(),
+                ReadError::NotUtf8 { .. } => "not UTF-8 text".to_owned(),
+                e @ ReadError::TooLarge { .. } => e.to_string(),
+            },
+        })?;
         let value = text.strip_suffix('\n').unwrap_or(&text);
         let value = value.strip_suffix('\r').unwrap_or(value);
         if value.is_empty() {
@@ -133,10 +133,10 @@ mod tests {
         );
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("token");
-        std::fs::write(&p, "x".repeat(MAX_FILE_BYTES as usize)).unwrap();
+        std::fs::write(&p, "x".repeat(MAX_FILE_BYTES)).unwrap();
         assert_eq!(
             Secret::from_file(&p).unwrap().expose().len(),
-            MAX_FILE_BYTES as usize
+            MAX_FILE_BYTES
         );
         std::fs::write(&p, [0xff, 0xfe]).unwrap();
         assert!(
