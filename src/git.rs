@@ -400,14 +400,19 @@ impl GitRepo {
             .find_commit(id)
             .map_err(self.fail(format!("commit {id}")))?;
         let committer = c.committer();
-        let (signature, signed) = match self.repo.extract_signature(&id, None) {
-            Ok(pair) => pair,
-            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
-            Err(e) => return Err(self.fail(format!("the signature of commit {id}"))(e)),
+        let odb = self
+            .repo
+            .odb()
+            .map_err(self.fail(format!("the signature of commit {id}")))?;
+        let raw = odb
+            .read(id)
+            .map_err(self.fail(format!("the signature of commit {id}")))?;
+        let Some((signature, signed_data)) = split_signature(raw.data()) else {
+            return Ok(None);
         };
         Ok(Some(CommitSignature {
-            signature: signature.to_vec(),
-            signed_data: signed.to_vec(),
+            signature,
+            signed_data,
             when: committer.when().seconds(),
             committer_email: String::from_utf8_lossy(committer.email_bytes()).into_owned(),
         }))
@@ -1069,6 +1074,40 @@ pub fn under_prefixes(path: &str, prefixes: &[String]) -> bool {
                 || path == p
                 || (path.starts_with(p) && path.as_bytes().get(p.len()) == Some(&b'/'))
         })
+}
+
+/// A raw commit object's `gpgsig` header (its continuation lines unfolded)
+/// and the bytes it signs: the object without that header. Only the header
+/// is searched, which ends at the first empty line, as git does
+/// (`git verify-commit`): libgit2's `extract_signature` reads on into the
+/// message, so a signature pasted there made an unsigned commit look signed
+/// by whoever signed the commit it was copied from. Several `gpgsig`
+/// headers are joined, as git joins them (and such a signature then fails
+/// to verify).
+pub fn split_signature(raw: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let header_end = raw
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .map_or(raw.len(), |i| i + 1);
+    let (header, rest) = raw.split_at(header_end);
+    let mut signature = Vec::new();
+    let mut signed = Vec::with_capacity(raw.len());
+    let mut in_signature = false;
+    let mut found = false;
+    for line in header.split_inclusive(|&b| b == b'\n') {
+        if let Some(value) = line.strip_prefix(b"gpgsig ") {
+            in_signature = true;
+            found = true;
+            signature.extend_from_slice(value);
+        } else if in_signature && line.first() == Some(&b' ') {
+            signature.extend_from_slice(&line[1..]);
+        } else {
+            in_signature = false;
+            signed.extend_from_slice(line);
+        }
+    }
+    signed.extend_from_slice(rest);
+    found.then_some((signature, signed))
 }
 
 #[cfg(test)]

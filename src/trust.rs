@@ -730,20 +730,27 @@ impl Keyring {
             let primary = &key.primary_key;
             let source = file.display().to_string();
             let name = format!("OpenPGP key {}", hex_fp(&primary.fingerprint()));
+            // The primary key's validity bounds every subkey's: a subkey
+            // outliving an expired primary key is not trusted (as gpg and
+            // `git verify-commit` say "This key has expired").
+            let primary_expiry = key
+                .details
+                .users
+                .iter()
+                .flat_map(|u| &u.signatures)
+                .filter_map(|s| Some((s.created()?, s.key_expiration_time())))
+                .max_by_key(|(c, _)| c.as_secs())
+                .and_then(|(_, e)| e);
+            let mut windows = vec![(
+                ("not yet created", "expired"),
+                i64::from(primary.created_at().as_secs()),
+                primary_expiry,
+            )];
             // The component that made the signature: the primary key or a
-            // subkey bound for signing.
-            let (created, expiry) = if names(&primary.fingerprint(), &primary.legacy_key_id()) {
+            // subkey whose newest binding signature binds it for signing.
+            if names(&primary.fingerprint(), &primary.legacy_key_id()) {
                 sig.verify(primary, signed_data)
                     .map_err(|_| Untrusted::BadSignature { key: name.clone() })?;
-                let expiry = key
-                    .details
-                    .users
-                    .iter()
-                    .flat_map(|u| &u.signatures)
-                    .filter_map(|s| Some((s.created()?, s.key_expiration_time())))
-                    .max_by_key(|(c, _)| c.as_secs())
-                    .and_then(|(_, e)| e);
-                (primary.created_at(), expiry)
             } else if let Some(sub) = key
                 .public_subkeys
                 .iter()
@@ -752,9 +759,8 @@ impl Keyring {
                 let binding = sub
                     .signatures
                     .iter()
-                    .filter(|s| s.key_flags().sign())
                     .max_by_key(|s| s.created().map(|c| c.as_secs()));
-                let Some(binding) = binding else {
+                let Some(binding) = binding.filter(|b| b.key_flags().sign()) else {
                     return Err(Untrusted::UnknownKey {
                         key: format!("{name} (a subkey not bound for signing)"),
                         origin: source,
@@ -762,21 +768,30 @@ impl Keyring {
                 };
                 sig.verify(&sub.key, signed_data)
                     .map_err(|_| Untrusted::BadSignature { key: name.clone() })?;
-                (sub.key.created_at(), binding.key_expiration_time())
+                windows.push((
+                    (
+                        "without its signing subkey",
+                        "past its signing subkey's expiry",
+                    ),
+                    i64::from(sub.key.created_at().as_secs()),
+                    binding.key_expiration_time(),
+                ));
             } else {
                 continue;
-            };
-            let created = i64::from(created.as_secs());
-            let why = if when < created {
-                Some(format!("not yet created (created {})", show_time(created)))
-            } else {
-                expiry
-                    .map(|d| d.as_secs())
-                    .filter(|&d| d > 0)
-                    .map(|d| created.saturating_add(i64::from(d)))
-                    .filter(|&end| when > end)
-                    .map(|end| format!("expired (at {})", show_time(end)))
-            };
+            }
+            let why = windows
+                .iter()
+                .find_map(|&((early, late), created, expiry)| {
+                    if when < created {
+                        return Some(format!("{early} (created {})", show_time(created)));
+                    }
+                    expiry
+                        .map(|d| d.as_secs())
+                        .filter(|&d| d > 0)
+                        .map(|d| created.saturating_add(i64::from(d)))
+                        .filter(|&end| when > end)
+                        .map(|end| format!("{late} (at {})", show_time(end)))
+                });
             let uid = key
                 .details
                 .users

@@ -461,3 +461,91 @@ spec:
         );
     }
 }
+
+/// An acknowledgement counts only where git shows it: for random messages
+/// (titles that look like trailers, blank and white-space-only lines,
+/// indented continuations, prose, comments, trailers of other tokens),
+/// every id `acks_in_message` finds is in a `Lockstep-Ack` trailer that
+/// `git interpret-trailers --parse` prints for the same message. lockstep
+/// may see fewer (it wants a block made wholly of trailers, where git also
+/// takes one a quarter trailers under a `Signed-off-by`), never more.
+#[test]
+fn an_acknowledgement_counts_only_where_git_reads_a_trailer() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    use std::collections::BTreeSet;
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    fn git_acks(message: &str) -> BTreeSet<String> {
+        let mut child = Command::new("git")
+            .args(["interpret-trailers", "--parse", "--no-divider"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("git runs");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(message.as_bytes())
+            .expect("write the message");
+        let out = child.wait_with_output().expect("git answers");
+        assert!(out.status.success(), "git interpret-trailers failed");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(token, _)| token.trim().eq_ignore_ascii_case("Lockstep-Ack"))
+            .flat_map(|(_, v)| {
+                v.split(',')
+                    .map(|s| s.trim().to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    let id = prop::sample::select(vec!["nova-a", "cells-v2", "x1"]);
+    let line = prop_oneof![
+        id.clone().prop_map(|i| format!("Lockstep-Ack: {i}")),
+        (id.clone(), id.clone()).prop_map(|(a, b)| format!("lockstep-ack : {a}, {b}")),
+        id.clone().prop_map(|i| format!("Lockstep-Ack:{i}")),
+        Just("Signed-off-by: A U Thor <a@example.org>".to_owned()),
+        id.clone().prop_map(|i| format!("  {i}")),
+        id.clone().prop_map(|i| format!("\tLockstep-Ack: {i}")),
+        Just(String::new()),
+        Just("   ".to_owned()),
+        Just("nova: to 2026.2".to_owned()),
+        Just("We read the release notes.".to_owned()),
+        Just("# a comment".to_owned()),
+        id.prop_map(|i| format!("Lockstep Ack: {i}")),
+    ];
+    let message = (prop::collection::vec(line, 1..9), any::<bool>()).prop_map(|(lines, nl)| {
+        let mut m = lines.join("\n");
+        if nl {
+            m.push('\n');
+        }
+        m
+    });
+    let (some, none) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+    let mut runner = TestRunner::new(Config {
+        cases: 512,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&message, |m| {
+            let ours = lockstep::policy::acks_in_message(&m);
+            let git = git_acks(&m);
+            let side = if ours.is_empty() { &none } else { &some };
+            side.set(side.get() + 1);
+            prop_assert!(
+                ours.is_subset(&git),
+                "{m:?}: lockstep reads {ours:?}, git {git:?}"
+            );
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The generator reaches both sides of the rule.
+    let (some, none) = (some.get(), none.get());
+    assert!(some > 20 && none > 20, "{some} with, {none} without");
+}

@@ -360,6 +360,57 @@ fn a_commit_changed_after_signing_is_refused() {
     assert_eq!(json["head"], tampered.to_string());
 }
 
+/// A signature is read from the commit's header only, as `git
+/// verify-commit` reads it: a `gpgsig` block moved from the header to the end
+/// of the message leaves an unsigned commit (libgit2's own extraction reads
+/// on into the message and finds the original signed bytes there).
+#[test]
+fn a_signature_pasted_into_the_message_signs_nothing() {
+    let f = Fixture::new();
+    let (alice, alice_pub) = ssh_key(f.keys.path(), "alice");
+    let signers = f.file("allowed_signers", &format!("{EMAIL} {alice_pub}\n"));
+    let good = f.commit_ssh("2026.2", Some(&alice), WHEN);
+
+    let repo = git2::Repository::open(f.repo.path()).expect("open");
+    let odb = repo.odb().expect("odb");
+    let raw = odb
+        .read(git2::Oid::from_str(&good).expect("oid"))
+        .expect("read")
+        .data()
+        .to_vec();
+    let text = String::from_utf8(raw).expect("utf-8");
+    let (header, message) = text.split_once("\n\n").expect("a message");
+    let mut kept = Vec::new();
+    let mut block = Vec::new();
+    for line in header.lines() {
+        if line.starts_with("gpgsig ") || (!block.is_empty() && line.starts_with(' ')) {
+            block.push(line);
+        } else {
+            kept.push(line);
+        }
+    }
+    assert!(!block.is_empty(), "the commit is signed");
+    let moved = format!("{}\n\n{message}{}\n", kept.join("\n"), block.join("\n"));
+    let moved = odb
+        .write(git2::ObjectType::Commit, moved.as_bytes())
+        .expect("write the commit");
+    repo.reference("refs/heads/main", moved, true, "move the signature")
+        .expect("move main");
+    let verify = Command::new("git")
+        .args(["verify-commit", &moved.to_string()])
+        .current_dir(f.repo.path())
+        .output()
+        .expect("git verify-commit");
+    assert!(!verify.status.success(), "git sees no signature either");
+
+    let (code, json) = f.check(&["--allowed-signers", &signers]);
+    assert_eq!(code, 1, "{json:#}");
+    let (reason, message) = refusal(&json);
+    assert_eq!(reason, "UntrustedCommit");
+    assert!(message.contains("not signed"), "{message}");
+    assert_eq!(json["head"], moved.to_string());
+}
+
 /// First-parent judging makes the merge the unit: its own signature is what
 /// counts, the side branch's commits are not judged one by one.
 #[test]
@@ -561,12 +612,44 @@ fn openpgp_signed_commits() {
         .and_then(|l| l.split(':').find(|x| !x.is_empty()))
         .expect("subkey fingerprint")
         .to_owned();
+    // A primary key that expires in a day, with a signing subkey that never
+    // does: the subkey is no longer trusted once its primary key expired.
+    f.gpg(&[
+        "--quick-gen-key",
+        &format!("Short Primary <{EMAIL}>"),
+        "ed25519",
+        "cert",
+        "1d",
+    ]);
+    let listing = f.gpg(&["--with-colons", "--list-keys", "Short Primary"]);
+    let short_primary = listing
+        .lines()
+        .find_map(|l| l.strip_prefix("fpr:"))
+        .and_then(|l| l.split(':').find(|x| !x.is_empty()))
+        .expect("primary fingerprint")
+        .to_owned();
+    f.gpg(&[
+        "--quick-add-key",
+        &short_primary,
+        "ed25519",
+        "sign",
+        "never",
+    ]);
+    let listing = f.gpg(&["--with-colons", "--list-keys", "Short Primary"]);
+    let short_primary_sub = listing
+        .lines()
+        .skip_while(|l| !l.starts_with("sub:"))
+        .find_map(|l| l.strip_prefix("fpr:"))
+        .and_then(|l| l.split(':').find(|x| !x.is_empty()))
+        .expect("subkey fingerprint")
+        .to_owned();
     let dir = f.keys.path().join("trusted");
     std::fs::create_dir(&dir).expect("mkdir");
     for (name, fpr) in [
         ("fleet", &trusted),
         ("short", &short_lived),
         ("sub", &sub_primary),
+        ("short-primary", &short_primary),
     ] {
         let armored = f.gpg(&["--armor", "--export", fpr]);
         std::fs::write(dir.join(format!("{name}.asc")), armored).expect("write key");
@@ -604,6 +687,25 @@ fn openpgp_signed_commits() {
     let (_, message) = refusal(&json);
     assert!(message.contains("expired"), "{message}");
     assert!(message.contains(&short_lived), "{message}");
+    // Its subkey signs now, within the primary's day: accepted; at a commit
+    // time after the primary expired: refused, though the subkey never
+    // expires.
+    f.git(&["reset", "-q", "--hard", "HEAD~1"], WHEN);
+    f.commit_gpg("2027.1", &format!("{short_primary_sub}!"), &now.to_string());
+    let (code, json) = f.check(&["--trusted-keys", &dir]);
+    accepted(code, &json);
+    f.git(&["reset", "-q", "--hard", "HEAD~1"], WHEN);
+    f.commit_gpg(
+        "2027.1",
+        &format!("{short_primary_sub}!"),
+        &later.to_string(),
+    );
+    let (code, json) = f.check(&["--trusted-keys", &dir]);
+    assert_eq!(code, 1);
+    let (reason, message) = refusal(&json);
+    assert_eq!(reason, "UntrustedCommit");
+    assert!(message.contains("expired"), "{message}");
+    assert!(message.contains(&short_primary), "{message}");
 
     // Tampered: the same signature over another message.
     f.git(&["reset", "-q", "--hard", "HEAD~1"], WHEN);

@@ -464,7 +464,8 @@ pub fn parse(file: &str, text: &str) -> (Vec<Policy>, Vec<PolicyError>) {
 /// trailers (one id per line; a line of several ids, comma-separated, too).
 ///
 /// Read as git reads trailers (`git interpret-trailers --parse`): the last
-/// paragraph, and only when it is a trailer block, every line a `Token:
+/// paragraph (paragraphs end at a line of nothing but white space), never
+/// the first one, which is the title, and only when it is a trailer block, every line a `Token:
 /// value` trailer at the start of the line (a token of letters, digits and
 /// `-`) or a continuation of the one before (a line starting with a space or
 /// a tab, folded into its value). A line `Lockstep-Ack: …` indented under
@@ -473,9 +474,18 @@ pub fn parse(file: &str, text: &str) -> (Vec<Policy>, Vec<PolicyError>) {
 /// there, and an acknowledgement a person cannot see in `git log
 /// --format=%(trailers)` must not count.
 pub fn acks_in_message(message: &str) -> BTreeSet<String> {
-    let last = message.trim_end().rsplit("\n\n").next().unwrap_or("");
+    let lines: Vec<&str> = message.lines().collect();
+    let blank = |line: &&str| line.trim().is_empty();
+    let end = lines.iter().rposition(|l| !blank(l)).map_or(0, |i| i + 1);
+    // The first paragraph is the title (git: "cannot be trailers"), so a
+    // message of one paragraph has no trailer block, however it reads.
+    let title_end = lines.iter().position(blank).unwrap_or(lines.len());
+    let start = lines[..end].iter().rposition(blank).map_or(0, |i| i + 1);
+    if start <= title_end {
+        return BTreeSet::new();
+    }
     let mut trailers: Vec<(&str, String)> = Vec::new();
-    for line in last.lines() {
+    for line in &lines[start..end] {
         if line.starts_with([' ', '\t']) {
             match trailers.last_mut() {
                 Some((_, value)) => {
@@ -686,10 +696,17 @@ spec:
             "Nova\n\nThe trailer follows\nLockstep-Ack: nova-api-removal\n",
             "Nova\n\n Lockstep-Ack: nova-api-removal\n",
             "Nova\n\nLockstep Ack: nova-api-removal\n",
+            // The title is never a trailer block, even with no body.
+            "nova: to 2026.2\nLockstep-Ack: nova-api-removal\n",
+            "Lockstep-Ack: nova-api-removal",
+            "Lockstep-Ack: nova-api-removal\n\n\n",
         ] {
             let none = acks_in_message(message);
             assert!(none.is_empty(), "{message:?}: {none:?}");
         }
+        // A line of spaces ends a paragraph, as in git.
+        let spaced = acks_in_message("Nova\n  \nLockstep-Ack: nova-api-removal\n");
+        assert_eq!(spaced.len(), 1, "{spaced:?}");
         let folded = acks_in_message(
             "Nova\n\nSigned-off-by: a <a@b>\nLockstep-Ack: nova-api-removal,\n  cells-v2\n",
         );
