@@ -11,7 +11,7 @@ use lockstep::forge::delivery::{Outcome, RetryPolicy, StatusQueue, deliver};
 use lockstep::forge::gitea::Gitea;
 use lockstep::forge::github::GitHub;
 use lockstep::forge::gitlab::GitLab;
-use lockstep::forge::{Forge, State, Status};
+use lockstep::forge::{AnyForge, Forge, State, Status};
 use lockstep::secret::Secret;
 use wiremock::matchers::{body_partial_json, header, headers, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
@@ -383,4 +383,50 @@ async fn a_sha_that_is_not_a_commit_id_never_reaches_a_url() {
     let err = forge.post("../../admin", &status("x")).await.unwrap_err();
     assert!(!err.retryable());
     assert!(err.to_string().contains("not a full commit id"));
+}
+
+/// A host (or the sign-in proxy in front of it) that answers a status POST
+/// with a redirect: reqwest would follow it as a GET, land on a 200 page and
+/// count the status delivered. lockstep follows no redirect: the delivery
+/// fails (not retried), says where the host pointed, and never GETs it.
+#[tokio::test]
+async fn a_redirected_write_is_an_error_never_a_delivery() {
+    for host in ["github", "gitlab", "gitea"] {
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path("/sso/login"))
+            .respond_with(ResponseTemplate::new(200).set_body_string("<html>Sign in</html>"))
+            .expect(0)
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(200).set_body_string("[]"))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(
+                ResponseTemplate::new(302)
+                    .insert_header("Location", format!("{}/sso/login", server.uri())),
+            )
+            .expect(1)
+            .mount(&server)
+            .await;
+        let token = Some(Secret::new("host-secret"));
+        let forge = match host {
+            "github" => AnyForge::GitHub(GitHub::new(&server.uri(), "octo/fleet", token).unwrap()),
+            "gitlab" => AnyForge::GitLab(GitLab::new(&server.uri(), "group/fleet", token).unwrap()),
+            _ => AnyForge::Gitea(Gitea::new(&server.uri(), "octo/fleet", token).unwrap()),
+        };
+        let err = deliver(&forge, &fast(), SHA, &status("d"))
+            .await
+            .expect_err(host);
+        assert!(!err.retryable(), "{host}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("302") && text.contains("redirect") && text.contains("/sso/login"),
+            "{host}: {text}"
+        );
+        assert!(!text.contains("host-secret"), "{host}: {text}");
+        server.verify().await;
+    }
 }

@@ -17,6 +17,11 @@ pub fn client() -> Result<reqwest::Client, ForgeError> {
         .user_agent(concat!("lockstep/", env!("CARGO_PKG_VERSION")))
         .timeout(Duration::from_secs(30))
         .connect_timeout(Duration::from_secs(10))
+        // Never follow a redirect: a POST answered 302 is followed as a GET,
+        // and the sign-in page it lands on answers 200, so a status that
+        // reached no one would count as delivered. A 3xx is an error that
+        // names where the host pointed.
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| ForgeError::Config(format!("HTTP client: {e}")))
 }
@@ -85,7 +90,17 @@ pub async fn send(
     }
     let status = resp.status();
     let headers = resp.headers().clone();
-    let body = redact(&resp.text().await.unwrap_or_default(), &secrets);
+    let location = headers
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let mut body = redact(&resp.text().await.unwrap_or_default(), &secrets);
+    if status.is_redirection() {
+        body = format!(
+            "the host redirected the request{}; lockstep does not follow redirects (a write would be lost), so set the API URL to the API itself",
+            location.map_or_else(String::new, |l| format!(" to {}", redact(&l, &secrets)))
+        );
+    }
     let retry_after = wait_hint(status, &headers);
     let retryable = status.is_server_error()
         || status == StatusCode::TOO_MANY_REQUESTS
