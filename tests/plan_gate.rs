@@ -131,6 +131,13 @@ fn every_plan_refusal_names_the_rule() {
     let paused = other.replacen("onFailure: hold", "onFailure: hold\n  paused: true", 1);
     let (code, json) = judge(&[("fleet.yaml", SAMPLE), ("other.yaml", &paused)]);
     assert_eq!(code, 0, "{json:#}");
+    // Two plans of one name (their branches and status would be one):
+    // refused, each naming the other, though they select different things.
+    let twin = SAMPLE.replacen("onFailure: hold", "onFailure: hold\n  paused: true", 1);
+    let (code, json) = judge(&[("fleet.yaml", SAMPLE), ("twin.yaml", &twin)]);
+    assert_eq!(code, 1, "{json:#}");
+    refused_with(&json, "PlanInvalid", "also the plan at plans/twin.yaml");
+    refused_with(&json, "PlanInvalid", "also the plan at plans/fleet.yaml");
     // A window that does not parse.
     let (_, json) = judge(&[("fleet.yaml", &with(&[("0 20 * * 1-5", "0 25 * * 1-5")]))]);
     refused_with(&json, "PlanWindowInvalid", "25");

@@ -128,6 +128,20 @@ pub fn validate(plan: &Located, units: &[Unit], others: &[Located]) -> Vec<Refus
             "a plan needs at least one wave",
         ));
     }
+    // A plan's name keys its proposal branches, its status context and its
+    // state in the notes: two plans of one name would share them, one
+    // plan's status speaking for the other's waves.
+    if let Some(o) = others.iter().find(|o| {
+        o.plan.metadata.name == p.metadata.name && (o.file != plan.file || o.line != plan.line)
+    }) {
+        out.push(refuse(
+            Reason::PlanInvalid,
+            format!(
+                "the name {} is also the plan at {}:{}; give each plan its own metadata.name (it names the plan's branches and its commit status)",
+                p.metadata.name, o.file, o.line
+            ),
+        ));
+    }
     let mut names = BTreeSet::new();
     for w in &p.spec.waves {
         if !names.insert(w.name.as_str()) {
