@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use git2::{DiffOptions, ObjectType, Oid, Repository, TreeWalkMode, TreeWalkResult};
+use git2::{DiffOptions, ObjectType, Oid, Repository};
 use thiserror::Error;
 
 /// What went wrong with Git, in lockstep's words: each message names what
@@ -60,6 +60,13 @@ pub enum Error {
         path.display()
     )]
     Shallow { path: PathBuf, commit: Oid },
+    /// A tree Git itself would not write and `git fsck` reports: a name
+    /// that is not UTF-8 (two such names can read as one), a name twice in
+    /// one directory, or entries out of Git's order (which libgit2's lookup
+    /// by path and its iteration then read differently). Judged as a
+    /// refusal of the commit that holds it (`history::judge_commits`).
+    #[error("{path}: {why}")]
+    MalformedTree { path: String, why: String },
     /// A `--path` that cannot select anything in this repository.
     #[error("--path {raw:?}: {why}")]
     Path { raw: String, why: String },
@@ -440,6 +447,7 @@ impl GitRepo {
     /// The files directly in a directory tree: `(name, blob)`.
     pub fn dir_files(&self, dir: Oid) -> Result<Vec<(String, Oid)>, GitError> {
         let tree = self.repo.find_tree(dir).map_err(other("reading a tree"))?;
+        check_tree(&tree, "")?;
         Ok(tree
             .iter()
             .filter(|e| e.kind() == Some(git2::ObjectType::Blob))
@@ -630,6 +638,9 @@ impl GitRepo {
             })
             .unwrap_or_default()
         };
+        for t in [old, new].into_iter().flatten() {
+            check_tree(t, dir)?;
+        }
         let old_entries = entries(old);
         let new_entries = entries(new);
         for (name, side) in &old_entries {
@@ -704,15 +715,44 @@ impl GitRepo {
             .find_tree(tree)
             .map_err(self.fail(format!("tree {tree}")))?;
         let mut out = Vec::new();
-        tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
-            let name = entry.name().unwrap_or("");
+        self.files_under(&tree, "", prefixes, &wanted, &mut out)?;
+        Ok(out)
+    }
+
+    fn files_under(
+        &self,
+        tree: &git2::Tree<'_>,
+        dir: &str,
+        prefixes: &[String],
+        wanted: &dyn Fn(&str) -> bool,
+        out: &mut Vec<(String, Entry)>,
+    ) -> Result<(), Error> {
+        check_tree(tree, dir)?;
+        for entry in tree.iter() {
+            // UTF-8: `check_tree` said so.
+            let name = String::from_utf8_lossy(entry.name_bytes());
+            let path = format!("{dir}{name}");
             let kind = match entry.filemode() {
                 0o120000 => EntryKind::Symlink,
                 0o160000 => EntryKind::Submodule,
-                0o040000 => return TreeWalkResult::Ok,
+                0o040000 => {
+                    let sub = format!("{path}/");
+                    let relevant = prefixes.is_empty()
+                        || prefixes.iter().any(|p| {
+                            let p = p.trim_end_matches('/');
+                            p.starts_with(&sub) || p == path || under_prefixes(&path, prefixes)
+                        });
+                    if relevant {
+                        let t = self
+                            .repo
+                            .find_tree(entry.id())
+                            .map_err(self.fail(format!("tree {}", entry.id())))?;
+                        self.files_under(&t, &sub, prefixes, wanted, out)?;
+                    }
+                    continue;
+                }
                 _ => EntryKind::File,
             };
-            let path = format!("{dir}{name}");
             if wanted(&path) && under_prefixes(&path, prefixes) {
                 out.push((
                     path,
@@ -722,10 +762,8 @@ impl GitRepo {
                     },
                 ));
             }
-            TreeWalkResult::Ok
-        })
-        .map_err(self.fail(format!("the files of tree {}", tree.id())))?;
-        Ok(out)
+        }
+        Ok(())
     }
 
     /// The entries of one tree, in Git's order: name, id and file mode.
@@ -734,6 +772,7 @@ impl GitRepo {
             .repo
             .find_tree(tree)
             .map_err(self.fail(format!("tree {tree}")))?;
+        check_tree(&t, "")?;
         Ok(t.iter()
             .map(|e| {
                 (
@@ -750,13 +789,25 @@ impl GitRepo {
         self.repo.commondir()
     }
 
-    /// Whether a tree has an entry (file or directory) at `path`.
-    pub fn has_path(&self, tree: Oid, path: &str) -> Result<bool, Error> {
+    /// Whether `path` in a tree can select manifests: a directory, or a
+    /// regular file named like one. A symbolic link, a submodule or another
+    /// file selects nothing, and a filter that selects nothing judges
+    /// nothing.
+    pub fn selects_manifests(&self, tree: Oid, path: &str) -> Result<bool, Error> {
         let tree = self
             .repo
             .find_tree(tree)
             .map_err(self.fail(format!("tree {tree}")))?;
-        Ok(path.is_empty() || tree.get_path(Path::new(path)).is_ok())
+        if path.is_empty() {
+            return Ok(true);
+        }
+        Ok(tree
+            .get_path(Path::new(path))
+            .is_ok_and(|e| match e.filemode() {
+                0o040000 => true,
+                0o100644 | 0o100755 => crate::manifest::is_manifest_path(path),
+                _ => false,
+            }))
     }
 
     pub fn blob(&self, oid: Oid) -> Result<git2::Blob<'_>, Error> {
@@ -1074,6 +1125,67 @@ pub fn under_prefixes(path: &str, prefixes: &[String]) -> bool {
                 || path == p
                 || (path.starts_with(p) && path.as_bytes().get(p.len()) == Some(&b'/'))
         })
+}
+
+/// A name as it can be shown and compared: UTF-8 as it is, any other byte
+/// as `\xNN`.
+pub fn shown_name(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// Checks one tree's entries as `git fsck` does for the three faults that
+/// let two readers see different files (`Error::MalformedTree`): names must
+/// be UTF-8, unique, and in Git's order (bytes, a directory's name compared
+/// as if it ended in `/`). `dir` is the tree's path, ending in `/` or empty.
+fn check_tree(tree: &git2::Tree<'_>, dir: &str) -> Result<(), Error> {
+    let entries: Vec<(Vec<u8>, bool)> = tree
+        .iter()
+        .map(|e| (e.name_bytes().to_vec(), e.filemode() == 0o040000))
+        .collect();
+    let bad = |name: &[u8], why: &str| Error::MalformedTree {
+        path: format!("{dir}{}", shown_name(name)),
+        why: format!(
+            "{why}; Git never writes such a tree (`git fsck` reports it), and lockstep cannot be sure which file it would judge: rewrite the commit without it"
+        ),
+    };
+    let mut seen: std::collections::HashSet<&[u8]> =
+        std::collections::HashSet::with_capacity(entries.len());
+    for (i, (name, is_dir)) in entries.iter().enumerate() {
+        if std::str::from_utf8(name).is_err() {
+            return Err(bad(name, "the name is not UTF-8"));
+        }
+        // A file `a.yaml` and a directory `a.yaml` are apart in Git's
+        // order, so copies are looked for among all names.
+        if !seen.insert(name) {
+            return Err(bad(name, "the name appears twice in its directory"));
+        }
+        if let Some((prev, prev_dir)) = i.checked_sub(1).map(|j| &entries[j])
+            && git_order(prev, *prev_dir, name, *is_dir) != std::cmp::Ordering::Less
+        {
+            return Err(bad(
+                name,
+                "the entries of its directory are not in Git's order",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Git's order of tree entries: by bytes, a directory's name compared as
+/// if followed by `/`.
+fn git_order(a: &[u8], a_dir: bool, b: &[u8], b_dir: bool) -> std::cmp::Ordering {
+    let tail = |dir: bool| if dir { Some(b'/') } else { None };
+    a.iter()
+        .copied()
+        .chain(tail(a_dir))
+        .cmp(b.iter().copied().chain(tail(b_dir)))
 }
 
 /// A raw commit object's `gpgsig` header (its continuation lines unfolded)

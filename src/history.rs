@@ -177,15 +177,22 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
             });
         }
     };
+    // Where the floors of identities new to the baseline are looked for:
+    // the history up to the base's own tip.
+    let mut floors_from = None;
     let (base_commit, mut baseline_tree) = match opts.base.as_deref() {
         // Git's empty tree need not exist in the object database.
         Some(EMPTY_TREE) => (None, None),
         Some(rev) => match repo.resolve(rev)? {
             // A pull request whose target branch moved on since it forked is
             // judged from the fork point (like a three-dot diff): the target's
-            // newer commits are not the pull request's to answer for.
+            // newer commits are not the pull request's to answer for. Their
+            // floors are: the merge will be judged on the target with them,
+            // so an object the target removed at 2026.2 after the fork is
+            // not re-added at 2025.1 by the pull request either.
             Resolved::Commit(c) => {
                 let start = repo.fork_point(c, head)?;
+                floors_from = Some(c);
                 (Some(start), Some(repo.commit(start)?.tree))
             }
             Resolved::Tree(t) => (None, Some(t)),
@@ -204,14 +211,14 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
     let head_tree = repo.commit(head)?.tree;
     for p in &opts.prefixes {
         let in_base = match baseline_tree {
-            Some(t) => repo.has_path(t, p)?,
+            Some(t) => repo.selects_manifests(t, p)?,
             None => false,
         };
-        if !in_base && !repo.has_path(head_tree, p)? {
+        if !in_base && !repo.selects_manifests(head_tree, p)? {
             return Err(GitError::Path {
                 raw: p.clone(),
                 why: format!(
-                    "matches no file or directory in the base or in {}; paths are relative to the repository root and match whole names (clusters/prod, not clusters/pro)",
+                    "matches no directory or manifest file (*.yaml, *.yml) in the base or in {} (a symbolic link, a submodule or another file selects nothing); paths are relative to the repository root and match whole names (clusters/prod, not clusters/pro)",
                     opts.head
                 ),
             });
@@ -224,7 +231,8 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
     let commits = repo.first_parent_range(base_commit, head)?;
     // History before the range still holds floors: the caller's memory when
     // it was taken exactly at the start, else a look back from there.
-    let (memory, look_back) = match (&opts.memory, base_commit) {
+    let floors_from = floors_from.or(base_commit);
+    let (memory, look_back) = match (&opts.memory, floors_from) {
         (Some(m), Some(b)) if m.at == Some(b) => (Memory::clone(m), None),
         (_, b) => (Memory::default(), b),
     };
@@ -317,18 +325,39 @@ fn judge_commits(
             continue;
         }
         let sha = c.id.to_string();
-        let judged = walker.judge(
-            c.id,
-            baseline_tree,
-            c.tree,
-            opts.recorded
-                .as_ref()
-                .and_then(|r| r.get(&sha))
-                .or(opts.live.as_ref()),
-        )?;
+        let judged = walker
+            .judge(
+                c.id,
+                baseline_tree,
+                c.tree,
+                opts.recorded
+                    .as_ref()
+                    .and_then(|r| r.get(&sha))
+                    .or(opts.live.as_ref()),
+            )
+            .and_then(|judged| {
+                let plans = walker.judge_plans(c.tree, &judged.changes)?;
+                Ok((judged, plans))
+            });
+        let (judged, plans) = match judged {
+            // A tree Git would not write: refused whole, like an untrusted
+            // commit (`git::Error::MalformedTree`).
+            Err(GitError::MalformedTree { path, why }) => {
+                reports.push(CommitReport {
+                    sha,
+                    summary: c.summary,
+                    verdict: Verdict::Refused,
+                    objects: vec![malformed_tree(&path, &why)],
+                    skipped: Vec::new(),
+                    files_changed: 0,
+                });
+                continue;
+            }
+            r => r?,
+        };
         let (mut objects, skipped, files_changed) =
             (judged.objects, judged.skipped, judged.changes.len());
-        objects.extend(walker.judge_plans(c.tree, &judged.changes)?);
+        objects.extend(plans);
         let verdict = gate::commit_verdict(&objects);
         // A held commit is accepted work queued behind the hop in flight:
         // what comes after it builds on it.
@@ -404,6 +433,27 @@ fn untrusted(
         reason: Some(gate::Reason::UntrustedCommit),
         message: format!("commit by <{email}> is not trusted: {why}; nothing of it is applied"),
     }))
+}
+
+/// The refusal of a commit whose tree Git would not write, naming the
+/// entry (its name escaped) and the fault.
+fn malformed_tree(path: &str, why: &str) -> ObjectVerdict {
+    ObjectVerdict {
+        kind: None,
+        namespace: None,
+        name: None,
+        file: Arc::from(path),
+        line: 0,
+        projected_by: None,
+        from: None,
+        to: None,
+        from_image: None,
+        to_image: None,
+        transition: gate::Transition::Invalid,
+        verdict: Verdict::Refused,
+        reason: Some(gate::Reason::ManifestInvalid),
+        message: format!("{why}; nothing of the commit is applied"),
+    }
 }
 
 /// Every desired object of a tree (`None`: the empty tree), with the
@@ -1200,7 +1250,10 @@ impl Walker<'_> {
                     changed: &none,
                     grow: false,
                 };
-                self.scan(&index, tree, "", &needles, false, &mut files)?;
+                match self.scan(&index, tree, "", &needles, false, &mut files) {
+                    Err(GitError::MalformedTree { .. }) => return Ok(true),
+                    r => r?,
+                };
                 for (path, oid) in files {
                     let parsed = self.parse(&path, oid)?;
                     if expand(&parsed.documents)
@@ -1213,12 +1266,18 @@ impl Walker<'_> {
                 cur = parent;
                 continue;
             }
-            for ch in self.repo.changed_files_walk(
+            let changes = match self.repo.changed_files_walk(
                 parent_tree,
                 tree,
                 &self.opts.prefixes,
                 manifest::is_manifest_path,
-            )? {
+            ) {
+                // A malformed tree cannot rule anything out: the judgment
+                // of that history refuses the commit holding it.
+                Err(GitError::MalformedTree { .. }) => return Ok(true),
+                r => r?,
+            };
+            for ch in changes {
                 let Some(new) = ch.new.filter(|e| e.kind == EntryKind::File) else {
                     continue;
                 };

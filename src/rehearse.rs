@@ -407,7 +407,7 @@ mod tests {
         let e = parse_fault("nova:roll-stall=999999h")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("at most 30d"), "{e}");
+        assert!(e.contains("at most 720h"), "{e}");
         assert_eq!(clock(Duration::from_secs(3725)), "1:02:05");
     }
 }

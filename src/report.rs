@@ -90,9 +90,10 @@ fn commit_text(s: &mut String, c: &CommitReport) {
     if c.objects.is_empty() {
         let _ = writeln!(
             s,
-            "         no C5C3 object changed relative to the last accepted commit ({} manifest file{} differ)",
+            "         no C5C3 object changed relative to the last accepted commit ({} manifest file{} differ{})",
             c.files_changed,
-            if c.files_changed == 1 { "" } else { "s" }
+            if c.files_changed == 1 { "" } else { "s" },
+            if c.files_changed == 1 { "s" } else { "" }
         );
     }
     for o in &c.objects {
@@ -139,6 +140,13 @@ fn object_text(s: &mut String, o: &ObjectVerdict) {
             );
             if o.file.is_empty() {
                 let _ = writeln!(s, "{}", Escaped(format_args!("      {}", o.message)));
+            } else if o.line == 0 {
+                // The file as a whole (its name, its place in the tree).
+                let _ = writeln!(
+                    s,
+                    "{}",
+                    Escaped(format_args!("      {}: {}", o.file, o.message))
+                );
             } else {
                 let _ = writeln!(
                     s,

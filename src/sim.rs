@@ -1237,7 +1237,7 @@ pub fn parse_fault(spec: &str) -> Result<Fault, FaultError> {
             // Virtual time still costs a pass per simulated minute or so: a
             // fault of years ran for minutes of real time.
             if d > MAX_FAULT_DURATION {
-                return Err(bad("at most 30d (720h)"));
+                return Err(bad("at most 720h (30 days)"));
             }
             match k {
                 "db-down" => Ok(Fault::DatabaseDown {

@@ -403,6 +403,8 @@ fn a_shallow_clone_is_an_error_not_a_root() {
 fn path_spellings_select_the_same_and_nonsense_is_a_usage_error() {
     let repo = hopped();
     repo.write(NOVA, nova("nova", "2027.2", "2027.2"));
+    repo.write("README.md", "the fleet\n");
+    std::os::unix::fs::symlink("standalone", repo.path().join("fleet")).expect("symlink");
     repo.commit("skip");
     for p in [
         "standalone",
@@ -424,8 +426,12 @@ fn path_spellings_select_the_same_and_nonsense_is_a_usage_error() {
         ("/etc", "is absolute"),
         ("../x", "leaves the repository"),
         ("standalone/../..", "leaves the repository"),
-        ("standalon", "matches no file or directory"),
-        ("clusters", "matches no file or directory"),
+        ("standalon", "matches no directory or manifest file"),
+        ("clusters", "matches no directory or manifest file"),
+        // A file that is no manifest, and a link to the fleet: they select
+        // nothing, so the skip would pass unjudged.
+        ("README.md", "matches no directory or manifest file"),
+        ("fleet", "a symbolic link"),
         ("", "is empty"),
     ] {
         let out = lockstep(&["check", "--repo", &repo_path(&repo), "--path", p]);
@@ -679,4 +685,45 @@ fn a_projected_child_elsewhere_names_its_plane_rightly() {
         "{m}"
     );
     assert!(!m.contains("cells/prod "), "{m}");
+}
+
+/// A pull request forked before its target removed an object is judged
+/// from the fork point, but with the target's floors: the merge will be
+/// judged on the target with them, so the pull request's check must not
+/// accept the re-add at a lower release that the merge is then refused for.
+#[test]
+fn a_pull_request_forked_before_a_removal_keeps_the_targets_floor() {
+    let repo = FleetRepo::new();
+    repo.write(
+        "standalone/compute/namespace.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: compute\n",
+    );
+    let fork = repo.commit("namespaces");
+    repo.write(
+        "standalone/compute/nova.yaml",
+        common::nova("nova", "2026.1", "2026.1"),
+    );
+    repo.commit("nova at 2026.1");
+    repo.write(
+        "standalone/compute/nova.yaml",
+        common::nova("nova", "2026.2", "2026.2"),
+    );
+    repo.commit("nova to 2026.2");
+    repo.remove("standalone/compute/nova.yaml");
+    repo.commit("nova removed");
+    repo.git(&["checkout", "-q", "-b", "pr", &fork]);
+    repo.write("moved/nova.yaml", common::nova("nova", "2025.1", "2025.1"));
+    repo.commit("pr: nova at 2025.1");
+    let (code, json) = check_json(&repo, &["--base", "main", "--head", "pr"]);
+    assert_eq!(code, 1, "{json:#}");
+    let objects = last_objects(&json);
+    let nova = find(&objects, "Nova", "nova");
+    assert_eq!(nova["reason"], "DowngradeNotSupported", "{json:#}");
+    assert_eq!(nova["from"], "2026.2", "{json:#}");
+    // Judged from the fork point all the same: one commit, the pull request's.
+    assert_eq!(
+        json["commits"].as_array().map(Vec::len),
+        Some(1),
+        "{json:#}"
+    );
 }

@@ -173,6 +173,7 @@ pub fn refusal(o: &ObjectVerdict) -> String {
                 .unwrap_or("?")
         ),
         Some(Reason::PolicyInvalid) => format!("policy {}: {}", who(o), o.message),
+        Some(Reason::ManifestInvalid) if o.line == 0 => format!("{} invalid", o.file),
         Some(Reason::ManifestInvalid) => format!("{}:{} invalid", o.file, o.line),
         Some(Reason::UntrustedCommit) => "commit not signed by a trusted key".to_owned(),
         Some(
