@@ -489,16 +489,28 @@ impl GitRepo {
         base: Option<Oid>,
         head: Oid,
     ) -> Result<Vec<CommitInfo>, Error> {
+        // The commits `head` has and `base` lacks, in one walk of the
+        // history (asking "is this an ancestor of base" for each commit
+        // walked `base`'s history again every time: minutes for a head of
+        // an unrelated history of tens of thousands of commits).
+        let only = match base {
+            Some(b) => {
+                let fail = || self.fail(format!("the history of {head}"));
+                let mut walk = self.repo.revwalk().map_err(fail())?;
+                walk.push(head).map_err(fail())?;
+                walk.hide(b).map_err(fail())?;
+                let mut only = std::collections::HashSet::new();
+                for id in walk {
+                    only.insert(id.map_err(fail())?);
+                }
+                Some(only)
+            }
+            None => None,
+        };
         let mut out = Vec::new();
         let mut cur = Some(head);
         while let Some(id) = cur {
-            if let Some(b) = base
-                && (id == b
-                    || self
-                        .repo
-                        .graph_descendant_of(b, id)
-                        .map_err(self.fail(format!("the history of {id}")))?)
-            {
+            if only.as_ref().is_some_and(|o| !o.contains(&id)) {
                 break;
             }
             out.push(self.commit(id)?);

@@ -727,3 +727,57 @@ fn a_pull_request_forked_before_a_removal_keeps_the_targets_floor() {
         "{json:#}"
     );
 }
+
+/// A head of an unrelated history (`git checkout --orphan`) shares nothing
+/// with its base: every commit of its first-parent line is judged, in one
+/// walk of the two histories (`git::GitRepo::first_parent_range`; asking
+/// for each commit whether the base descends from it walked the base's
+/// history once per commit). A head behind its base judges nothing.
+#[test]
+fn an_unrelated_head_is_judged_whole_and_a_head_behind_its_base_judges_nothing() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova at 2026.1");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova to 2026.2");
+    repo.git(&["checkout", "-q", "--orphan", "other"]);
+    repo.write(NOVA, nova("nova", "2025.1", "2025.1"));
+    repo.commit("other: nova at 2025.1");
+    repo.write(NOVA, nova("nova", "2025.2", "2025.2"));
+    repo.commit("other: nova to 2025.2");
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("other: nova to 2026.1");
+    let (code, json) = check_json(&repo, &["--base", "main", "--head", "other"]);
+    let judged: Vec<&str> = json["commits"]
+        .as_array()
+        .expect("commits")
+        .iter()
+        .filter_map(|c| c["summary"].as_str())
+        .collect();
+    assert_eq!(
+        judged,
+        [
+            "other: nova at 2025.1",
+            "other: nova to 2025.2",
+            "other: nova to 2026.1"
+        ],
+        "{json:#}"
+    );
+    // Judged from main's tree, the first is a downgrade.
+    assert_eq!(code, 1, "{json:#}");
+    let out = lockstep(&[
+        "check",
+        "--repo",
+        &repo_path(&repo),
+        "--base",
+        "main",
+        "--head",
+        "main~1",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("nothing to judge"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
