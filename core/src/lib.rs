@@ -20,6 +20,7 @@ pub mod escape;
 pub mod follow;
 pub mod gate;
 pub mod kind;
+pub mod kube_reading;
 pub mod live;
 pub mod manifest;
 pub mod plan;

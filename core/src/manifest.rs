@@ -174,9 +174,12 @@ pub struct ParsedFile {
     pub skipped: Vec<Skip>,
 }
 
-/// Whether a path names a file lockstep reads.
+/// Whether a path names a file lockstep reads: every file `kubectl apply
+/// -R -f`, Argo CD and Flux read as manifests, JSON included (JSON is YAML
+/// to lockstep's readers; a `.json` file that is not an object is skipped
+/// like any other YAML that is not one).
 pub fn is_manifest_path(path: &str) -> bool {
-    path.ends_with(".yaml") || path.ends_with(".yml")
+    path.ends_with(".yaml") || path.ends_with(".yml") || path.ends_with(".json")
 }
 
 /// Parses one manifest file. Never panics and never fails: what cannot be
@@ -226,6 +229,17 @@ pub fn parse_file_keeping(
         }
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    // What kubectl, Argo CD and Flux would read otherwise is refused before
+    // lockstep reads it its own way.
+    if let Some((line, why)) = crate::kube_reading::first_divergence(text) {
+        out.problems.push(Problem {
+            file,
+            line,
+            key: None,
+            message: why,
+        });
+        return out;
+    }
     // The parser's budget follows the byte limit: a file the limit admits
     // is never refused for its number of nodes or documents.
     let limit = crate::yaml::Limit::manifest(max_bytes);
@@ -277,6 +291,21 @@ fn read_document(file: &Arc<str>, doc: At<Node>, keep_source: bool, out: &mut Pa
         });
         return;
     };
+    // kubectl applies the items of anything with a top-level `items` list
+    // (a `kind: List`, or any object carrying one) instead of the object:
+    // judged as one object, or skipped as a foreign kind, the items would
+    // reach the cluster unjudged.
+    if let Some(items) = get(root, "items")
+        && matches!(items.value, Node::Seq(_))
+    {
+        out.problems.push(Problem {
+            file: file.clone(),
+            line: to_line(items.line),
+            key: None,
+            message: "a top-level `items` list: kubectl applies each item instead of the document (a `kind: List`, or any object carrying `items`); write each object as its own document".into(),
+        });
+        return;
+    }
     let api_version = get(root, "apiVersion").and_then(|n| n.value.as_str());
     let kind = get(root, "kind").and_then(|n| n.value.as_str());
     let (Some(api_version), Some(kind)) = (api_version, kind) else {
@@ -895,7 +924,8 @@ mod tests {
 
     /// Each object's kept source, read as JSON, is the value a YAML reader
     /// gives for its whole document: what the daemon applies is what the
-    /// file says, sequences, numbers, anchors and merge keys included.
+    /// file says, sequences, numbers and anchors included (merge keys are
+    /// refused: `kube_reading`).
     fn assert_sources_are_the_documents(text: &str) {
         let kept = parse_file_keeping("f.yaml", text.as_bytes(), DEFAULT_MAX_FILE_BYTES, true);
         assert!(kept.problems.is_empty(), "{:?}", kept.problems);
@@ -953,7 +983,7 @@ metadata:
 spec:
   openStackRelease: \"2026.1\"
   image: {repository: ghcr.io/c5c3/nova, tag: \"2026.1\"}
-  api: {<<: *b, replicas: 3}
+  api: *b
   cells:
     - name: cell1
       hosts: [a, b, 3, -4, 1e3, null, ~, 'x: y']

@@ -1,0 +1,157 @@
+//! Where the tools that apply a manifest read it otherwise than YAML does.
+//!
+//! lockstep judges a file as YAML 1.2 reads it. `kubectl apply`, Argo CD and
+//! Flux read it through Kubernetes' own readers: a line-based document
+//! splitter (`k8s.io/apimachinery/pkg/util/yaml`), a JSON sniffer for a
+//! file starting with `{`, go-yaml v2 (YAML 1.1 line breaks, a merge key
+//! that overrides keys written before it), and a resource builder that
+//! applies the items of anything with a top-level `items` list. Where the
+//! two readings can differ, a gate that judged one while the cluster got
+//! the other would pass a skip it refuses; so a file using any of these is
+//! refused, naming the line and saying how to write it plainly. Real
+//! manifests use none of them. `docs/gate.md`, "What is read".
+
+/// The first construct of `text` (a manifest file, UTF-8, byte-order mark
+/// removed) that Kubernetes' readers take otherwise than YAML: its line
+/// and why.
+pub fn first_divergence(text: &str) -> Option<(u32, String)> {
+    if let Some(why) = json_sniffed(text) {
+        return Some((1, why));
+    }
+    for (i, line) in text.split('\n').enumerate() {
+        let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        if let Some(why) = in_line(line) {
+            return Some((n, why));
+        }
+    }
+    None
+}
+
+fn in_line(line: &str) -> Option<String> {
+    let line = line.strip_suffix('\r').unwrap_or(line);
+    if line.contains('\r') {
+        return Some(
+            "a carriage return that ends no line (a lone CR): YAML reads a line break there, kubectl's document splitter does not; use LF or CRLF line endings".into(),
+        );
+    }
+    for (c, name) in [
+        ('\u{2028}', "U+2028 LINE SEPARATOR"),
+        ('\u{2029}', "U+2029 PARAGRAPH SEPARATOR"),
+        ('\u{85}', "U+0085 NEXT LINE"),
+    ] {
+        if line.contains(c) {
+            return Some(format!(
+                "a {name}: YAML 1.2 reads it as text (even in a comment), Kubernetes' YAML library as a line break, so the two read different keys; remove it"
+            ));
+        }
+    }
+    if let Some(rest) = line.strip_prefix("---") {
+        let plain = rest.trim().is_empty()
+            || (rest.starts_with([' ', '\t']) && rest.trim_start().starts_with('#'));
+        if !plain {
+            return Some(format!(
+                "`---{}`: kubectl splits documents at every line starting with `---` and reads what follows it otherwise than YAML; put `---` on a line of its own",
+                crate::escape::escape(&rest.chars().take(20).collect::<String>())
+            ));
+        }
+    }
+    if let Some(rest) = line.strip_prefix("...")
+        && (rest.is_empty() || rest.starts_with([' ', '\t']))
+    {
+        return Some(
+            "a document end marker (`...`): kubectl passes the text after it to the YAML reader with the document before it, which drops it; separate documents with `---`".into(),
+        );
+    }
+    if merge_key(line) {
+        return Some(
+            "a merge key (`<<`): Kubernetes' YAML library lets it override keys written before it, YAML 1.2 does not, so the two read different values; write the keys out".into(),
+        );
+    }
+    None
+}
+
+/// Whether a line uses `<<` as a mapping key: `<<` after the indentation,
+/// a `- `, a `{` or a `,`, followed by a `:` and a space or the end.
+fn merge_key(line: &str) -> bool {
+    let bytes = line.as_bytes();
+    let mut from = 0;
+    while let Some(i) = line[from..].find("<<").map(|i| i + from) {
+        from = i + 2;
+        let before = line[..i].trim_end_matches([' ', '\t']);
+        let opens = before.is_empty() || before.ends_with(['{', ',', '-', '?']);
+        let after = line[i + 2..].trim_start_matches([' ', '\t']);
+        let colon = after.starts_with(':')
+            && after[1..]
+                .chars()
+                .next()
+                .is_none_or(|c| c == ' ' || c == '\t' || c == '*' || c == '{');
+        if opens && colon {
+            return true;
+        }
+        if from >= bytes.len() {
+            break;
+        }
+    }
+    false
+}
+
+/// kubectl reads a file whose first character (after white space) is `{`
+/// as a stream of JSON objects, applying each one it decodes before any
+/// error. Such a file must be JSON, so both read the same objects.
+fn json_sniffed(text: &str) -> Option<String> {
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>();
+    match values.find_map(Result::err) {
+        None => None,
+        Some(e) => Some(format!(
+            "the file starts with `{{`, so kubectl reads it as JSON, but it is not JSON (line {}, column {}); write it as JSON or as block YAML",
+            e.line(),
+            e.column()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_manifests_read_alike() {
+        for text in [
+            "apiVersion: v1\nkind: ConfigMap\n",
+            "---\na: 1\n--- # two\nb: 2\n---\t\nc: 3\n",
+            "a: 1\r\n---\r\nb: 2\r\n",
+            "data:\n  script: |\n    cat <<EOF\n    x\n    EOF\n",
+            "a: \"<< not a key\"\n# <<: nor here\n",
+            "{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\"}\n",
+            "{\"a\": 1}\n{\"b\": 2}\n",
+            "a: ----\n",
+        ] {
+            assert_eq!(first_divergence(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn what_kubernetes_reads_otherwise_is_named_with_its_line() {
+        for (text, line, needle) in [
+            ("a: 1 # x\u{2028}a: 2\n", 1, "U+2028"),
+            ("a: 1\nb: 2 # \u{85}\n", 2, "U+0085"),
+            ("a: 1\rb: 2\n", 1, "lone CR"),
+            ("a: 1\n---#\nb: 2\n", 2, "`---#`"),
+            ("a: 1\n--- {b: 2}\n", 2, "on a line of its own"),
+            ("a: 1\n...\nb: 2\n", 2, "document end marker"),
+            ("spec:\n  <<: *rel\n", 2, "merge key"),
+            ("spec: {a: 1, <<: *rel}\n", 1, "merge key"),
+            ("- <<: *x\n", 1, "merge key"),
+            ("{\"kind\": \"Nova\"}: x\n", 1, "kubectl reads it as JSON"),
+        ] {
+            let Some((l, why)) = first_divergence(text) else {
+                panic!("{text:?}: not refused");
+            };
+            assert_eq!(l, line, "{text:?}: {why}");
+            assert!(why.contains(needle), "{text:?}: {why}");
+        }
+    }
+}
