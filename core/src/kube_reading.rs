@@ -103,14 +103,13 @@ fn json_sniffed(text: &str) -> Option<String> {
         return None;
     }
     let mut values = serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>();
-    match values.find_map(Result::err) {
-        None => None,
-        Some(e) => Some(format!(
+    values.find_map(Result::err).map(|e| {
+        format!(
             "the file starts with `{{`, so kubectl reads it as JSON, but it is not JSON (line {}, column {}); write it as JSON or as block YAML",
             e.line(),
             e.column()
-        )),
-    }
+        )
+    })
 }
 
 #[cfg(test)]
