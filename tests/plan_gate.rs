@@ -143,6 +143,18 @@ fn every_plan_refusal_names_the_rule() {
     refused_with(&json, "PlanWindowInvalid", "25");
     let (_, json) = judge(&[("fleet.yaml", &with(&[("Europe/Berlin", "Europe/Berln")]))]);
     refused_with(&json, "PlanWindowInvalid", "Berln");
+    // The host's own zone is no zone a plan can name (CI and the daemon's
+    // host could differ), nor is another spelling of one.
+    let (_, json) = judge(&[("fleet.yaml", &with(&[("Europe/Berlin", "localtime")]))]);
+    refused_with(&json, "PlanWindowInvalid", "localtime");
+    let (_, json) = judge(&[("fleet.yaml", &with(&[("Europe/Berlin", "europe/berlin")]))]);
+    refused_with(&json, "PlanWindowInvalid", "\"Europe/Berlin\"");
+    // A window shorter than a pass of the daemon could be missed.
+    let (_, json) = judge(&[("fleet.yaml", &with(&[("duration: 6h", "duration: 90s")]))]);
+    refused_with(&json, "PlanWindowInvalid", "at least 5m");
+    // A soak past 30 days is a pause (and past year 9999, nothing).
+    let (_, json) = judge(&[("fleet.yaml", &with(&[("soak: 1h", "soak: 99999999h")]))]);
+    refused_with(&json, "PlanInvalid", "longer than 720h");
     // A field that does not exist, and a bad soak.
     let (_, json) = judge(&[(
         "fleet.yaml",

@@ -858,3 +858,122 @@ fn plan_status_shows_waves_and_proposal_branches() {
         "{text}"
     );
 }
+
+/// Editing a fast-forward plan between its hops (a pause and a resume, as
+/// the README suggests) restarts the count of hops but not the soak between
+/// them: with hop 1 done by lockstep's own commits and the plan paused and
+/// resumed after them, `rehearse --plan` still soaks the last wave's 6h
+/// before hop 2 starts, as it does for the plan never edited.
+#[test]
+fn an_edit_between_hops_keeps_the_soak_before_the_next() {
+    let plan = |to: &str, paused: bool| {
+        format!(
+            "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePlan
+metadata:
+  name: p
+spec:
+  to: \"{to}\"
+  paused: {paused}
+  waves:
+    - name: canary
+      select:
+        - {{kind: ControlPlane, namespace: openstack-staging, name: staging}}
+    - name: production
+      select:
+        - {{kind: ControlPlane, namespace: openstack, name: prod}}
+        - {{kind: Nova, namespace: compute, name: nova}}
+      soak: 6h
+"
+        )
+    };
+    let copy_fleet = |dir: &Path| {
+        let out = Command::new("cp")
+            .arg("-r")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet/."))
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        git(dir, &["init", "-q", "-b", "main"]);
+        git(dir, &["add", "-A"]);
+        git(dir, &["commit", "-q", "-m", "fleet at 2026.1"]);
+        std::fs::create_dir_all(dir.join("plans")).unwrap();
+    };
+    // lockstep's own hop-1 commits, from a one-hop plan.
+    let hop1 = tempfile::tempdir().unwrap();
+    copy_fleet(hop1.path());
+    std::fs::write(hop1.path().join("plans/p.yaml"), plan("2026.2", false)).unwrap();
+    git(hop1.path(), &["add", "-A"]);
+    git(hop1.path(), &["commit", "-q", "-m", "plan to 2026.2"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args(["run", "--cluster-mode", "sim", "--until-idle", "--repo"])
+        .arg(hop1.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let patches = tempfile::tempdir().unwrap();
+    git(
+        hop1.path(),
+        &[
+            "format-patch",
+            "-q",
+            "-3",
+            "-o",
+            &patches.path().to_string_lossy(),
+            "HEAD",
+        ],
+    );
+    let mut files: Vec<_> = std::fs::read_dir(patches.path())
+        .unwrap()
+        .map(|e| e.unwrap().path().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 3, "three hop commits");
+
+    let rehearse = |dir: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+            .args([
+                "rehearse",
+                "--plan",
+                "--start",
+                "2027-01-04T08:00:00Z",
+                "--repo",
+            ])
+            .arg(dir)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for edited in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        copy_fleet(dir.path());
+        std::fs::write(dir.path().join("plans/p.yaml"), plan("2027.1", false)).unwrap();
+        git(dir.path(), &["add", "-A"]);
+        git(dir.path(), &["commit", "-q", "-m", "plan to 2027.1"]);
+        let mut am = vec!["am", "-q"];
+        am.extend(files.iter().map(String::as_str));
+        git(dir.path(), &am);
+        if edited {
+            for paused in [true, false] {
+                std::fs::write(dir.path().join("plans/p.yaml"), plan("2027.1", paused)).unwrap();
+                git(dir.path(), &["commit", "-q", "-am", "pause or resume"]);
+            }
+        }
+        let text = rehearse(dir.path());
+        let at = |needle: &str| {
+            text.find(needle)
+                .unwrap_or_else(|| panic!("edited {edited}: no {needle:?} in\n{text}"))
+        };
+        assert!(
+            at("waits: previous hop soaking until 2027-01-04T14:34:00Z")
+                < at("+6:34:00 lockstep plan p: wave canary (1/2) to 2027.1"),
+            "edited {edited}:\n{text}"
+        );
+    }
+}

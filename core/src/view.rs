@@ -881,7 +881,7 @@ pub fn plan_view(
         .spec
         .windows
         .first()
-        .and_then(|w| jiff::tz::TimeZone::get(&w.time_zone).ok())
+        .and_then(|w| crate::plan::window::zone(&w.time_zone).ok())
         .unwrap_or(jiff::tz::TimeZone::UTC);
     let show = |t: &jiff::Timestamp| t.to_zoned(zone.clone()).to_string();
     let (next_opening, soak_until, seconds_left) = match decision {

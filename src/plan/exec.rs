@@ -339,10 +339,15 @@ pub fn run(
                 completed.insert(i, at);
             }
         }
-        // The previous hop completed when this one was first seen.
-        let previous_hop = (hop.index > 0).then(|| {
+        // The previous hop completed when this one was first seen. There
+        // was one when the plan's history since its last edit shows it, or
+        // when this run saw a wave of it complete: an edit (a pause and a
+        // resume) restarts the count of hops, never the soak between them.
+        let previous_clock = format!("{name}@{}", hop.from);
+        let ran_before = completed_at.keys().any(|(c, _)| *c == previous_clock);
+        let previous_hop = (hop.index > 0 || ran_before).then(|| {
             *completed_at
-                .entry((format!("{name}@{}", hop.from), usize::MAX))
+                .entry((previous_clock, usize::MAX))
                 .or_insert(now)
         });
         let windows = super::window::parse_all(&p.plan.spec.windows).unwrap_or_default();

@@ -283,9 +283,12 @@ pub fn decide(i: &Input<'_>) -> Decision {
             .unwrap_or(Duration::ZERO);
         if !soak.is_zero() {
             let since = since.unwrap_or(i.now);
-            let until = since
-                .checked_add(jiff::SignedDuration::try_from(soak).unwrap_or_default())
-                .unwrap_or(since);
+            // A soak too long to represent never ends (the gate refuses
+            // one past `validate::MAX_SOAK`): never a soak of nothing.
+            let until = jiff::SignedDuration::try_from(soak)
+                .ok()
+                .and_then(|d| since.checked_add(d).ok())
+                .unwrap_or(jiff::Timestamp::MAX);
             if i.now < until {
                 return Decision::Soaking { wave, until };
             }

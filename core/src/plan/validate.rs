@@ -109,6 +109,10 @@ pub fn active(plan: &UpgradePlan, units: &[Unit]) -> bool {
     })
 }
 
+/// The longest soak: longer is a pause, and past year 9999 a soak's end
+/// could not be represented at all.
+pub const MAX_SOAK: std::time::Duration = std::time::Duration::from_secs(720 * 3600);
+
 /// Judges one plan against the tree's units and the tree's other plans.
 pub fn validate(plan: &Located, units: &[Unit], others: &[Located]) -> Vec<Refusal> {
     let p = &plan.plan;
@@ -156,14 +160,22 @@ pub fn validate(plan: &Located, units: &[Unit], others: &[Located]) -> Vec<Refus
                 format!("wave {}: maxParallel must be at least 1", w.name),
             ));
         }
-        if w.soak != "0s" && crate::duration::positive(&w.soak).is_err() {
-            out.push(refuse(
+        match crate::duration::positive(&w.soak) {
+            Err(_) if w.soak != "0s" => out.push(refuse(
                 Reason::PlanInvalid,
                 format!(
                     "wave {}: soak {:?} is not a duration like 0s, 30m, 2h",
                     w.name, w.soak
                 ),
-            ));
+            )),
+            Ok(d) if d > MAX_SOAK => out.push(refuse(
+                Reason::PlanInvalid,
+                format!(
+                    "wave {}: soak {:?} is longer than 720h (30 days); to hold a plan longer, pause it (`paused: true`)",
+                    w.name, w.soak
+                ),
+            )),
+            _ => {}
         }
         if w.select.is_empty() {
             out.push(refuse(

@@ -77,6 +77,11 @@ pub const SEARCH_DAYS: i64 = 400;
 /// The longest a window may stay open.
 pub const MAX_DURATION: SignedDuration = SignedDuration::from_hours(7 * 24);
 
+/// The shortest window: the daemon looks at the clock once a pass, so a
+/// window shorter than a pass could open and close between two (in virtual
+/// time a rehearsal stepping a minute at a time would never land in it).
+pub const MIN_DURATION_SECS: u64 = 5 * 60;
+
 /// One of the five cron fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CronField {
@@ -167,6 +172,12 @@ pub enum WindowError {
     },
     #[error("timeZone {0:?}: not a known IANA time zone")]
     TimeZone(String),
+    #[error("timeZone {0:?}: write it as the IANA database does, {1:?}")]
+    TimeZoneSpelling(String, String),
+    #[error(
+        "duration {0:?}: must be at least 5m, so that a pass of the daemon (every --poll, 30s by default; a minute of virtual time) always falls inside"
+    )]
+    ShortDuration(String),
     #[error("duration {0:?}: not a duration (90s, 15m, 4h)")]
     Duration(String),
     #[error("duration {0:?}: must be longer than zero")]
@@ -334,8 +345,7 @@ impl Schedule {
             }
         }
         let duration = parse_duration(&w.duration)?;
-        let tz =
-            TimeZone::get(&w.time_zone).map_err(|_| WindowError::TimeZone(w.time_zone.clone()))?;
+        let tz = zone(&w.time_zone)?;
         Ok(Schedule {
             minutes,
             hours,
@@ -608,9 +618,37 @@ fn parse_duration(text: &str) -> Result<SignedDuration, WindowError> {
     if d.is_zero() {
         return Err(WindowError::ZeroDuration(text.to_owned()));
     }
+    if d < std::time::Duration::from_secs(MIN_DURATION_SECS) {
+        return Err(WindowError::ShortDuration(text.to_owned()));
+    }
     match SignedDuration::try_from(d) {
         Ok(d) if d <= MAX_DURATION => Ok(d),
         _ => Err(WindowError::LongDuration(text.to_owned())),
+    }
+}
+
+/// A window's time zone, from the IANA database compiled into lockstep (so
+/// CI and the daemon's host read it alike, whatever their tzdata), by its
+/// exact IANA name: `localtime` and `posixrules` (the host's own), `Factory`
+/// (no zone), and a spelling in another case are refused.
+pub fn zone(name: &str) -> Result<TimeZone, WindowError> {
+    let unknown = || WindowError::TimeZone(name.to_owned());
+    if matches!(name, "localtime" | "posixrules" | "Factory")
+        || name.starts_with("posix/")
+        || name.starts_with("right/")
+    {
+        return Err(unknown());
+    }
+    let tz = jiff::tz::TimeZoneDatabase::bundled()
+        .get(name)
+        .map_err(|_| unknown())?;
+    match tz.iana_name() {
+        Some(canonical) if canonical == name => Ok(tz),
+        Some(canonical) => Err(WindowError::TimeZoneSpelling(
+            name.to_owned(),
+            canonical.to_owned(),
+        )),
+        None => Err(unknown()),
     }
 }
 
@@ -824,7 +862,8 @@ mod tests {
     #[test]
     fn durations_and_time_zones_are_checked() {
         for (text, secs) in [
-            ("90s", 90),
+            ("300s", 300),
+            ("5m", 300),
             ("15m", 900),
             ("4h", 14_400),
             ("168h", 604_800),
@@ -864,7 +903,25 @@ mod tests {
                 format!("duration {text:?}: longer than 7 days")
             );
         }
-        for tz in ["Europe/Berln", "", "Mars/Olympus_Mons", "+02:00"] {
+        for text in ["90s", "4m", "299s", "1s"] {
+            assert!(
+                err("0 0 * * *", text, "UTC").contains("must be at least 5m"),
+                "{text}"
+            );
+        }
+        // Names only the host gives a meaning (its own zone), no zone at
+        // all, and the host's alternative trees.
+        for tz in [
+            "Europe/Berln",
+            "",
+            "Mars/Olympus_Mons",
+            "+02:00",
+            "localtime",
+            "posixrules",
+            "Factory",
+            "posix/Europe/Berlin",
+            "right/UTC",
+        ] {
             assert_eq!(
                 err("0 0 * * *", "1h", tz),
                 format!("timeZone {tz:?}: not a known IANA time zone")
@@ -875,6 +932,15 @@ mod tests {
                 .time_zone()
                 .iana_name(),
             Some("Europe/Berlin")
+        );
+        assert_eq!(
+            err("0 0 * * *", "1h", "europe/berlin"),
+            "timeZone \"europe/berlin\": write it as the IANA database does, \"Europe/Berlin\""
+        );
+        // UTC by its IANA name.
+        assert_eq!(
+            sched("0 0 * * *", "1h", "UTC").time_zone().iana_name(),
+            Some("UTC")
         );
     }
 
