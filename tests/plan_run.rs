@@ -977,3 +977,76 @@ spec:
         );
     }
 }
+
+/// A wave's commit written in the last minute of its window is applied on a
+/// later pass, when the window may have closed: the daemon checks the
+/// plan's windows again before it applies a hop, so production (committed at
+/// 00:15 in a window 00:00-00:16) starts the next night, not at 00:16.
+#[test]
+fn a_hop_committed_at_the_end_of_its_window_waits_for_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("cp")
+        .arg("-r")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet/."))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-q", "-m", "fleet at 2026.1"]);
+    std::fs::create_dir_all(dir.path().join("plans")).unwrap();
+    std::fs::write(
+        dir.path().join("plans/p.yaml"),
+        "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePlan
+metadata: {name: p}
+spec:
+  to: \"2026.2\"
+  waves:
+    - name: canary
+      select: [{kind: ControlPlane, namespace: openstack-staging, name: staging}]
+    - name: production
+      select: [{kind: ControlPlane, namespace: openstack, name: prod}]
+  windows:
+    - {start: \"0 0 * * *\", duration: 16m, timeZone: UTC}
+",
+    )
+    .unwrap();
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-q", "-m", "plan"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args([
+            "rehearse",
+            "--plan",
+            "--start",
+            "2027-01-04T00:00:00Z",
+            "--repo",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let line = |needle: &str| {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in\n{text}"))
+            .trim()
+            .to_owned()
+    };
+    // Committed inside the window ...
+    assert!(
+        line("lockstep plan p: wave production (2/2) to 2026.2").starts_with("+0:15:00"),
+        "{text}"
+    );
+    // ... applied when it opens again: the hop takes its 34 minutes from
+    // 24:00, not from 00:16.
+    let done = line("ControlPlane openstack/prod 2026.1 → 2026.2");
+    let clock = done.split(' ').next().unwrap().trim_start_matches('+');
+    let hours: u64 = clock.split(':').next().unwrap().parse().unwrap();
+    assert!(
+        hours >= 24,
+        "applied before the next window: {done}\n{text}"
+    );
+}

@@ -43,7 +43,13 @@ pub(super) struct Judged {
     pub plans: Arc<crate::plan::exec::TreePlans>,
     /// The head tree's pre-flight gates.
     pub gates: Arc<crate::preflight::Gates>,
+    /// The plans' maintenance windows, by unit.
+    pub windows: Arc<PlanWindows>,
 }
+
+/// The maintenance windows a hop of each unit waits for
+/// ([`crate::plan::exec::windows`]).
+pub(super) type PlanWindows = BTreeMap<Key, Vec<(String, Vec<crate::plan::window::Schedule>)>>;
 
 /// What the judge step hands on.
 pub(super) struct Judgment {
@@ -52,6 +58,8 @@ pub(super) struct Judgment {
     pub chains: Arc<BTreeMap<Key, Arc<Chain>>>,
     /// The pre-flight gates checked before a hop is applied.
     pub gates: Arc<crate::preflight::Gates>,
+    /// The plans' maintenance windows, checked before a hop is applied.
+    pub windows: Arc<PlanWindows>,
 }
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
@@ -91,6 +99,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             report: j.report.clone(),
             chains: j.chains.clone(),
             gates: j.gates.clone(),
+            windows: j.windows.clone(),
         };
         // The new commits' verdicts go out before anything is applied: a
         // push is answered in the time it takes to judge it, not to apply
@@ -513,6 +522,7 @@ fn judge_blocking(
                 Arc::new(read_plans(&repo, head, &report, opts))
             };
             let gates = Arc::new(read_gates(&repo, head, opts.max_file_bytes));
+            let windows = Arc::new(crate::plan::exec::windows(&plans));
             Ok((
                 Judged {
                     head,
@@ -520,6 +530,7 @@ fn judge_blocking(
                     chains: Arc::new(chains),
                     plans,
                     gates,
+                    windows,
                 },
                 n,
                 entries,
@@ -552,6 +563,7 @@ fn judge_blocking(
             let n = report.commits.len();
             let plans = read_plans(&repo, head, &report, opts);
             let gates = Arc::new(read_gates(&repo, head, opts.max_file_bytes));
+            let windows = Arc::new(crate::plan::exec::windows(&plans));
             Ok((
                 Judged {
                     head,
@@ -559,6 +571,7 @@ fn judge_blocking(
                     chains: Arc::new(chains),
                     plans: Arc::new(plans),
                     gates,
+                    windows,
                 },
                 n,
                 Vec::new(),

@@ -209,7 +209,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     state
                 });
                 let u = self
-                    .reconcile(chain, state, &judgment.gates, out)
+                    .reconcile(chain, state, &judgment.gates, &judgment.windows, out)
                     .instrument(span)
                     .await;
                 if self.units.get(key) != Some(&u) {
@@ -238,6 +238,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         chain: &Arc<Chain>,
         state: Result<UnitState, ClusterError>,
         gates: &crate::preflight::Gates,
+        windows: &super::judge::PlanWindows,
         out: &mut PassOutcome,
     ) -> UnitReport {
         let state = match state {
@@ -305,6 +306,19 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             cluster_release: state.spec.as_ref().and_then(|s| s.release.clone()),
             settled: rollout::settled(chain, &next, &state),
         };
+        let closed = match next {
+            Next::Apply(i) => self.window_wait(chain, i, &state, windows),
+            _ => None,
+        };
+        if let Some(m) = closed {
+            if self.units.get(&chain.unit).and_then(|u| u.waiting.as_ref()) != Some(&m) {
+                tracing::info!(reason = %crate::escape::Escaped(&m), "hop waits for a maintenance window");
+            }
+            // Time opens it: a bounded run (and virtual time) goes on.
+            out.busy = true;
+            report.waiting = Some(m);
+            return report;
+        }
         let held = match next {
             Next::Apply(i) => self.preflight(chain, i, &state, gates).await,
             _ => None,
@@ -386,6 +400,32 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         report
     }
 
+    /// Why step `i` may not be applied now: every maintenance window of a
+    /// plan that selects the unit is closed (`plan::exec::windows`). Only a
+    /// release hop of an object already in the cluster waits, as for the
+    /// pre-flight gates; an abort never does.
+    fn window_wait(
+        &self,
+        chain: &Chain,
+        i: usize,
+        state: &UnitState,
+        windows: &super::judge::PlanWindows,
+    ) -> Option<String> {
+        let plans = windows.get(&chain.unit)?;
+        if !is_hop(&chain.steps[i], state) {
+            return None;
+        }
+        let now = self.clock.wall();
+        let (plan, schedules) = plans
+            .iter()
+            .find(|(_, schedules)| !schedules.iter().any(|s| s.open_at(now).is_some()))?;
+        let opens = schedules.iter().filter_map(|s| s.next_start(now)).min();
+        Some(format!(
+            "waiting for a maintenance window of plan {plan}{}",
+            opens.map(|t| format!(" (opens {t})")).unwrap_or_default()
+        ))
+    }
+
     /// Why step `i` may not be applied yet: a pre-flight gate of the
     /// policies that fails on the live state (`core/src/preflight.rs`).
     /// Only a release hop of an object already in the cluster is gated (not
@@ -400,15 +440,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     ) -> Option<String> {
         use crate::preflight::{LiveState, needs_backups, wait};
         let step = &chain.steps[i];
-        let hop = !step.abort
-            && step.release.is_some()
-            && step.from.is_some()
-            && step.from != step.release
-            && state
-                .spec
-                .as_ref()
-                .is_some_and(|s| s.release != step.release);
-        if !hop || gates.is_empty() {
+        if !is_hop(step, state) || gates.is_empty() {
             return None;
         }
         if let Some(e) = &gates.error {
@@ -555,4 +587,18 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         }
         Ok((state, versions))
     }
+}
+
+/// Whether applying `step` moves an object already in the cluster to
+/// another release: what pre-flight gates and maintenance windows hold (not
+/// an install, a re-assert at the same release or an abort).
+fn is_hop(step: &rollout::Step, state: &UnitState) -> bool {
+    !step.abort
+        && step.release.is_some()
+        && step.from.is_some()
+        && step.from != step.release
+        && state
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.release != step.release)
 }

@@ -254,6 +254,34 @@ pub struct PlanPass {
     pub propose: Option<Request>,
 }
 
+/// The maintenance windows each unit must wait for before a hop of it is
+/// applied: those of every valid plan with windows that selects it, by
+/// plan name. A plan writes a wave's commits inside a window, but the apply
+/// comes a pass later, or hours later when a pre-flight gate holds it; the
+/// daemon checks the windows again then (`daemon::units`), so nothing a
+/// plan governs starts after its window closed.
+pub fn windows(tp: &TreePlans) -> BTreeMap<Key, Vec<(String, Vec<super::window::Schedule>)>> {
+    let mut out: BTreeMap<Key, Vec<(String, Vec<super::window::Schedule>)>> = BTreeMap::new();
+    if tp.plans.is_empty() {
+        return out;
+    }
+    let all: Vec<Located> = tp.plans.iter().map(|(p, _)| p.clone()).collect();
+    for (p, _) in &tp.plans {
+        if p.plan.spec.windows.is_empty() || !validate::validate(p, &tp.units, &all).is_empty() {
+            continue;
+        }
+        let Ok(schedules) = super::window::parse_all(&p.plan.spec.windows) else {
+            continue;
+        };
+        for k in validate::resolve(&p.plan, &tp.units).into_iter().flatten() {
+            out.entry(k)
+                .or_default()
+                .push((p.plan.metadata.name.clone(), schedules.clone()));
+        }
+    }
+    out
+}
+
 /// Decides every valid plan of the tree and acts on it. `view(key)` says
 /// where the cluster has a unit (complete at Git's release, failed).
 #[allow(clippy::too_many_arguments)]
