@@ -265,6 +265,11 @@ pub fn decide(i: &Input<'_>) -> Decision {
             }
         }
     }
+    let keys = &i.waves[wave];
+    let running = keys
+        .iter()
+        .filter(|k| i.objects.get(*k).is_some_and(|v| v.started && !v.complete))
+        .count();
     // The wave before this one soaks: in this hop, or the previous hop's
     // last wave before this hop's first.
     let before = if wave > 0 {
@@ -290,15 +295,17 @@ pub fn decide(i: &Input<'_>) -> Decision {
                 .and_then(|d| since.checked_add(d).ok())
                 .unwrap_or(jiff::Timestamp::MAX);
             if i.now < until {
+                // A wave already under way (a restart forgot when the wave
+                // before it completed, so its soak starts again) is
+                // upgrading, and says so: it starts nothing more until the
+                // soak ends either way.
+                if running > 0 {
+                    return Decision::Running { wave, running };
+                }
                 return Decision::Soaking { wave, until };
             }
         }
     }
-    let keys = &i.waves[wave];
-    let running = keys
-        .iter()
-        .filter(|k| i.objects.get(*k).is_some_and(|v| v.started && !v.complete))
-        .count();
     // Within the wave, kinds move in the wave's `order`: only the first
     // rank with work left may start.
     let spec = i.plan.spec.waves.get(wave);
@@ -570,6 +577,23 @@ mod tests {
         assert!(matches!(
             w.decide("2026-12-02T00:00:00Z"),
             Decision::Soaking { .. }
+        ));
+        // A restart in the middle of the next wave: it says it is
+        // upgrading (not that it waits for the soak), and starts nothing
+        // more until the soak it restarted ends.
+        let rest = w.waves[1].clone();
+        w.set(&rest[0], true, false);
+        assert_eq!(
+            w.decide("2026-12-02T00:00:00Z"),
+            Decision::Running {
+                wave: 1,
+                running: 1
+            }
+        );
+        w.set(&rest[0], true, true);
+        assert!(matches!(
+            w.decide("2026-12-02T00:00:00Z"),
+            Decision::Soaking { wave: 1, .. }
         ));
     }
 
