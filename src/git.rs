@@ -67,6 +67,13 @@ pub enum Error {
     /// refusal of the commit that holds it (`history::judge_commits`).
     #[error("{path}: {why}")]
     MalformedTree { path: String, why: String },
+    /// An object a partial clone (`git clone --filter`) left on the
+    /// server: lockstep reads the local object database and never fetches.
+    #[error(
+        "{what} is not in {}, a partial clone (cloned with --filter): lockstep reads only what the clone holds and fetches nothing; clone without --filter (GitHub Actions: leave actions/checkout's `filter` unset)",
+        path.display()
+    )]
+    Partial { what: String, path: PathBuf },
     /// A `--path` that cannot select anything in this repository.
     #[error("--path {raw:?}: {why}")]
     Path { raw: String, why: String },
@@ -287,6 +294,8 @@ pub struct GitRepo {
     /// The commits a shallow clone cut below (`$GIT_DIR/shallow`): libgit2
     /// shows them as roots, which they are not.
     shallow: std::collections::HashSet<Oid>,
+    /// A partial clone: a missing object is one it left on the server.
+    partial: bool,
 }
 
 /// A revision resolved to what can be judged from.
@@ -317,10 +326,16 @@ impl GitRepo {
             ),
             source: e,
         })?;
+        let partial = repo.config().is_ok_and(|c| {
+            c.get_string("extensions.partialclone").is_ok()
+                || c.entries(Some(r"remote\..*\.promisor"))
+                    .is_ok_and(|mut e| e.next().is_some())
+        });
         Ok(Self {
             repo,
             path: path.to_owned(),
             shallow,
+            partial,
         })
     }
 
@@ -333,7 +348,13 @@ impl GitRepo {
     /// ([`Error::classify`]).
     fn fail(&self, what: impl Into<String>) -> impl FnOnce(git2::Error) -> Error + '_ {
         let what = what.into();
-        move |e| Error::classify(&e, what, &self.path)
+        move |e| match Error::classify(&e, what, &self.path) {
+            Error::NotFound { what, .. } if self.partial => Error::Partial {
+                what,
+                path: self.path.clone(),
+            },
+            other => other,
+        }
     }
 
     /// Whether `id` is a commit whose parents this clone does not have.

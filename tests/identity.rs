@@ -781,3 +781,46 @@ fn an_unrelated_head_is_judged_whole_and_a_head_behind_its_base_judges_nothing()
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A partial clone (`git clone --filter=blob:none`, as some CI checkouts
+/// are made) lacks the blobs of older commits: the check stops (exit 2)
+/// and says it is a partial clone and how to clone instead, not "fetch the
+/// history that has it" (a fetch brings no blobs there).
+#[test]
+fn a_partial_clone_is_named_with_its_fix() {
+    let repo = hopped();
+    repo.git(&["config", "uploadpack.allowFilter", "true"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clone = dir.path().join("c");
+    let out = std::process::Command::new("git")
+        .args([
+            "clone",
+            "-q",
+            "--no-checkout",
+            "--filter=blob:none",
+            &format!("file://{}", repo.path().display()),
+            &clone.to_string_lossy(),
+        ])
+        .output()
+        .expect("git clone");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = lockstep(&[
+        "check",
+        "--repo",
+        &clone.to_string_lossy(),
+        "--base",
+        "HEAD~1",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("a partial clone (cloned with --filter)"),
+        "{err}"
+    );
+    assert!(err.contains("clone without --filter"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing judged");
+}
