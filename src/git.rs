@@ -657,16 +657,14 @@ impl GitRepo {
     ) -> Result<(), Error> {
         use std::collections::BTreeMap;
         type Side = (Oid, i32);
-        let mut both: BTreeMap<&str, (Option<Side>, Option<Side>)> = BTreeMap::new();
-        let entries = |t: Option<&git2::Tree<'_>>| -> Vec<(String, Side)> {
+        // Keyed by the names' bytes: a file lockstep never reads may have a
+        // name that is not UTF-8 (`check_tree` allows it), and read lossily
+        // it could take the place of a directory spelled with U+FFFD.
+        let mut both: BTreeMap<&[u8], (Option<Side>, Option<Side>)> = BTreeMap::new();
+        let entries = |t: Option<&git2::Tree<'_>>| -> Vec<(Vec<u8>, Side)> {
             t.map(|t| {
                 t.iter()
-                    .map(|e| {
-                        (
-                            String::from_utf8_lossy(e.name_bytes()).into_owned(),
-                            (e.id(), e.filemode()),
-                        )
-                    })
+                    .map(|e| (e.name_bytes().to_vec(), (e.id(), e.filemode())))
                     .collect()
             })
             .unwrap_or_default()
@@ -677,10 +675,10 @@ impl GitRepo {
         let old_entries = entries(old);
         let new_entries = entries(new);
         for (name, side) in &old_entries {
-            both.entry(name.as_str()).or_default().0 = Some(*side);
+            both.entry(name.as_slice()).or_default().0 = Some(*side);
         }
         for (name, side) in &new_entries {
-            both.entry(name.as_str()).or_default().1 = Some(*side);
+            both.entry(name.as_slice()).or_default().1 = Some(*side);
         }
         let is_tree = |s: &Option<Side>| s.is_some_and(|(_, m)| m == 0o040000);
         let file = |s: &Option<Side>| -> Option<Entry> {
@@ -697,7 +695,8 @@ impl GitRepo {
             if o == n {
                 continue;
             }
-            let path = format!("{dir}{name}");
+            // Exact for every name that can be read (`check_tree`).
+            let path = format!("{dir}{}", String::from_utf8_lossy(name));
             if is_tree(&o) || is_tree(&n) {
                 let sub = format!("{path}/");
                 // Only directories a prefix lies in, or under one.
@@ -762,7 +761,8 @@ impl GitRepo {
     ) -> Result<(), Error> {
         check_tree(tree, dir)?;
         for entry in tree.iter() {
-            // UTF-8: `check_tree` said so.
+            // Exact for directories and manifests (`check_tree`); another
+            // file's lossy name is never wanted.
             let name = String::from_utf8_lossy(entry.name_bytes());
             let path = format!("{dir}{name}");
             let kind = match entry.filemode() {
@@ -1191,7 +1191,11 @@ fn check_tree(tree: &git2::Tree<'_>, dir: &str) -> Result<(), Error> {
     let mut seen: std::collections::HashSet<&[u8]> =
         std::collections::HashSet::with_capacity(entries.len());
     for (i, (name, is_dir)) in entries.iter().enumerate() {
-        if std::str::from_utf8(name).is_err() {
+        // A name lockstep never reads (a `résumé.txt` in Latin-1) may be
+        // anything; a directory or a manifest must be read by one name.
+        if std::str::from_utf8(name).is_err()
+            && (*is_dir || crate::manifest::is_manifest_path(&String::from_utf8_lossy(name)))
+        {
             return Err(bad(name, "the name is not UTF-8"));
         }
         // A file `a.yaml` and a directory `a.yaml` are apart in Git's

@@ -237,3 +237,44 @@ fn refusal_of(f: &Fleet, head: Oid) -> (String, String) {
     let (code, json) = check(f.dir.path(), &f.base.to_string(), head);
     refusal(code, &json)
 }
+
+/// A file lockstep never reads may have any name (a Latin-1 `résumé.txt`):
+/// the commit is judged as usual. Such a name cannot stand in for a
+/// directory spelled with U+FFFD either: the directory's downgrade is seen.
+#[test]
+fn a_name_lockstep_never_reads_may_be_anything() {
+    let f = fleet();
+    let notes = f.repo.blob(b"notes\n").unwrap();
+    let nova_2026_2 = f
+        .repo
+        .blob(common::nova("nova", "2026.2", "2026.2").as_bytes())
+        .unwrap();
+    let tree = root(
+        &f.repo,
+        &[
+            ("100644", b"nova.yaml", nova_2026_2),
+            ("100644", b"r\xe9sum\xe9.txt", notes),
+        ],
+    );
+    let head = commit(&f.repo, tree, Some(f.base), "nova to 2026.2, and notes");
+    let (code, json) = check(f.dir.path(), &f.base.to_string(), head);
+    assert_eq!(code, 0, "{json:#}");
+    assert_eq!(json["commits"][0]["objects"][0]["to"], "2026.2", "{json:#}");
+
+    // `x\u{FFFD}` (a directory, valid UTF-8) holding a downgrade, and
+    // `x\xff` (a file no one reads) that reads as the same name lossily.
+    let sub = raw_tree(&f.repo, &[("100644", b"nova.yaml", f.nova_2025_1)]);
+    let tree = root(
+        &f.repo,
+        &[
+            ("100644", b"nova.yaml.off", f.nova_2026_1),
+            ("40000", "x\u{FFFD}".as_bytes(), sub),
+            ("100644", b"x\xff", notes),
+        ],
+    );
+    let head = commit(&f.repo, tree, Some(f.base), "nova moved down");
+    let (code, json) = check(f.dir.path(), &f.base.to_string(), head);
+    assert_eq!(code, 1, "{json:#}");
+    let o = &json["commits"][0]["objects"][0];
+    assert_eq!(o["reason"], "DowngradeNotSupported", "{json:#}");
+}
