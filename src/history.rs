@@ -417,32 +417,31 @@ fn untrusted(
             Err(why) => (why, s.committer_email),
         },
     };
-    Ok(Some(ObjectVerdict {
-        kind: None,
-        namespace: None,
-        name: None,
-        file: Arc::from(""),
-        line: 0,
-        projected_by: None,
-        from: None,
-        to: None,
-        from_image: None,
-        to_image: None,
-        transition: gate::Transition::Invalid,
-        verdict: Verdict::Refused,
-        reason: Some(gate::Reason::UntrustedCommit),
-        message: format!("commit by <{email}> is not trusted: {why}; nothing of it is applied"),
-    }))
+    Ok(Some(whole_commit_refused(
+        "",
+        gate::Reason::UntrustedCommit,
+        format!("commit by <{email}> is not trusted: {why}; nothing of it is applied"),
+    )))
 }
 
 /// The refusal of a commit whose tree Git would not write, naming the
 /// entry (its name escaped) and the fault.
 fn malformed_tree(path: &str, why: &str) -> ObjectVerdict {
+    whole_commit_refused(
+        path,
+        gate::Reason::ManifestInvalid,
+        format!("{why}; nothing of the commit is applied"),
+    )
+}
+
+/// A refusal of the commit as a whole, no object's: `file` (or none) and
+/// no line.
+fn whole_commit_refused(file: &str, reason: gate::Reason, message: String) -> ObjectVerdict {
     ObjectVerdict {
         kind: None,
         namespace: None,
         name: None,
-        file: Arc::from(path),
+        file: Arc::from(file),
         line: 0,
         projected_by: None,
         from: None,
@@ -451,8 +450,8 @@ fn malformed_tree(path: &str, why: &str) -> ObjectVerdict {
         to_image: None,
         transition: gate::Transition::Invalid,
         verdict: Verdict::Refused,
-        reason: Some(gate::Reason::ManifestInvalid),
-        message: format!("{why}; nothing of the commit is applied"),
+        reason: Some(reason),
+        message,
     }
 }
 

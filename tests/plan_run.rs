@@ -887,22 +887,9 @@ spec:
 "
         )
     };
-    let copy_fleet = |dir: &Path| {
-        let out = Command::new("cp")
-            .arg("-r")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet/."))
-            .arg(dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        git(dir, &["init", "-q", "-b", "main"]);
-        git(dir, &["add", "-A"]);
-        git(dir, &["commit", "-q", "-m", "fleet at 2026.1"]);
-        std::fs::create_dir_all(dir.join("plans")).unwrap();
-    };
     // lockstep's own hop-1 commits, from a one-hop plan.
     let hop1 = tempfile::tempdir().unwrap();
-    copy_fleet(hop1.path());
+    example_fleet(hop1.path());
     std::fs::write(hop1.path().join("plans/p.yaml"), plan("2026.2", false)).unwrap();
     git(hop1.path(), &["add", "-A"]);
     git(hop1.path(), &["commit", "-q", "-m", "plan to 2026.2"]);
@@ -952,7 +939,7 @@ spec:
     };
     for edited in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        copy_fleet(dir.path());
+        example_fleet(dir.path());
         std::fs::write(dir.path().join("plans/p.yaml"), plan("2027.1", false)).unwrap();
         git(dir.path(), &["add", "-A"]);
         git(dir.path(), &["commit", "-q", "-m", "plan to 2027.1"]);
@@ -985,17 +972,7 @@ spec:
 #[test]
 fn a_hop_committed_at_the_end_of_its_window_waits_for_the_next() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new("cp")
-        .arg("-r")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet/."))
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    git(dir.path(), &["init", "-q", "-b", "main"]);
-    git(dir.path(), &["add", "-A"]);
-    git(dir.path(), &["commit", "-q", "-m", "fleet at 2026.1"]);
-    std::fs::create_dir_all(dir.path().join("plans")).unwrap();
+    example_fleet(dir.path());
     std::fs::write(
         dir.path().join("plans/p.yaml"),
         "apiVersion: lockstep.c5c3.io/v1alpha1
@@ -1049,4 +1026,20 @@ spec:
         hours >= 24,
         "applied before the next window: {done}\n{text}"
     );
+}
+
+/// The example fleet (staging, prod, a standalone Nova at 2026.1) committed
+/// in `dir`, with an empty `plans/`.
+fn example_fleet(dir: &Path) {
+    let out = Command::new("cp")
+        .arg("-r")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet/."))
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "fleet at 2026.1"]);
+    std::fs::create_dir_all(dir.join("plans")).unwrap();
 }
