@@ -1178,9 +1178,17 @@ pub fn shown_name(bytes: &[u8]) -> String {
 /// be UTF-8, unique, and in Git's order (bytes, a directory's name compared
 /// as if it ended in `/`). `dir` is the tree's path, ending in `/` or empty.
 fn check_tree(tree: &git2::Tree<'_>, dir: &str) -> Result<(), Error> {
-    let entries: Vec<(Vec<u8>, bool)> = tree
+    // One buffer for the names (a whole tree is thousands of entries).
+    let mut names = Vec::new();
+    let mut spans = Vec::with_capacity(tree.len());
+    for e in tree.iter() {
+        let start = names.len();
+        names.extend_from_slice(e.name_bytes());
+        spans.push((start, names.len(), e.filemode() == 0o040000));
+    }
+    let entries: Vec<(&[u8], bool)> = spans
         .iter()
-        .map(|e| (e.name_bytes().to_vec(), e.filemode() == 0o040000))
+        .map(|&(a, b, dir)| (&names[a..b], dir))
         .collect();
     let bad = |name: &[u8], why: &str| Error::MalformedTree {
         path: format!("{dir}{}", shown_name(name)),
@@ -1203,8 +1211,8 @@ fn check_tree(tree: &git2::Tree<'_>, dir: &str) -> Result<(), Error> {
         if !seen.insert(name) {
             return Err(bad(name, "the name appears twice in its directory"));
         }
-        if let Some((prev, prev_dir)) = i.checked_sub(1).map(|j| &entries[j])
-            && git_order(prev, *prev_dir, name, *is_dir) != std::cmp::Ordering::Less
+        if let Some((prev, prev_dir)) = i.checked_sub(1).map(|j| entries[j])
+            && git_order(prev, prev_dir, name, *is_dir) != std::cmp::Ordering::Less
         {
             return Err(bad(
                 name,

@@ -430,3 +430,62 @@ async fn a_redirected_write_is_an_error_never_a_delivery() {
         server.verify().await;
     }
 }
+
+/// A status settles once: over a commit's success, a later pending or
+/// failure (an edit outside Git, a lost record, a restart judging again) is
+/// not posted, read from the host itself so a restart keeps it too. A
+/// plan's progress moves on (objects join a finished plan).
+#[tokio::test]
+async fn a_success_is_never_posted_over() {
+    for (context, posts) in [
+        ("lockstep/eu-de-1", 0),
+        ("lockstep/eu-de-1/compute/nova", 0),
+        ("lockstep/eu-de-1/plan/rings", 1),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("GET"))
+            .and(path(format!("/repos/octo/fleet/commits/{SHA}/statuses")))
+            .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!([
+                {"id": 9, "state": "success", "context": context, "description": "applied", "target_url": null},
+                {"id": 3, "state": "pending", "context": context, "description": "older", "target_url": null}
+            ])))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(201))
+            .expect(posts)
+            .mount(&server)
+            .await;
+        let forge = GitHub::new(&server.uri(), "octo/fleet", None).unwrap();
+        let mut s = status("blocked: glance runs 2027.1");
+        s.context = context.into();
+        let out = deliver(&forge, &fast(), SHA, &s).await.unwrap();
+        let want = if posts == 0 {
+            Outcome::Settled
+        } else {
+            Outcome::Posted
+        };
+        assert_eq!(out, want, "{context}");
+        // A success over a success (another description) is posted.
+        let mut ok = status("applied again");
+        ok.state = State::Success;
+        ok.context = context.into();
+        server.reset().await;
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!([
+                {"id": 9, "state": "success", "context": context, "description": "applied", "target_url": null}
+            ])))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(201))
+            .expect(1)
+            .mount(&server)
+            .await;
+        assert_eq!(
+            deliver(&forge, &fast(), SHA, &ok).await.unwrap(),
+            Outcome::Posted
+        );
+        server.verify().await;
+    }
+}

@@ -18,6 +18,11 @@ pub fn first_divergence(text: &str) -> Option<(u32, String)> {
     if let Some(why) = json_sniffed(text) {
         return Some((1, why));
     }
+    // Every whole tree reads every file: most have none of the bytes any
+    // rule needs, and are passed over without a look at their lines.
+    if !may_diverge(text.as_bytes()) {
+        return None;
+    }
     for (i, line) in text.split('\n').enumerate() {
         let n = u32::try_from(i + 1).unwrap_or(u32::MAX);
         if let Some(why) = in_line(line) {
@@ -25,6 +30,19 @@ pub fn first_divergence(text: &str) -> Option<(u32, String)> {
         }
     }
     None
+}
+
+/// Whether `bytes` hold anything [`in_line`] looks for: a CR, the lead
+/// byte of U+0085 or of U+2028/U+2029, `<<`, or a line starting with `---`
+/// or `...` (a document marker of any kind).
+fn may_diverge(bytes: &[u8]) -> bool {
+    use memchr::memmem::find;
+    memchr::memchr3(b'\r', 0xC2, 0xE2, bytes).is_some()
+        || find(bytes, b"<<").is_some()
+        || bytes.starts_with(b"---")
+        || bytes.starts_with(b"...")
+        || find(bytes, b"\n---").is_some()
+        || find(bytes, b"\n...").is_some()
 }
 
 fn in_line(line: &str) -> Option<String> {

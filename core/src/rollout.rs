@@ -684,6 +684,33 @@ pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) 
             chain.unit
         ));
     }
+    // Nor below what the operator finished installing: a spec set back
+    // outside Git (`kubectl edit`) matches an older step, whose apply would
+    // ask the operator for a downgrade. Git's step at the installed release
+    // is re-asserted instead.
+    if let Next::Apply(i) = n
+        && !chain.steps[i].abort
+        && let Some(wanted) = chain.steps[i].release.as_deref().and_then(release_of)
+        && let Some(installed) = state
+            .objects
+            .values()
+            .filter_map(|o| o.installed.as_deref().and_then(release_of))
+            .max()
+        && wanted < installed
+    {
+        if let Some(j) = chain
+            .steps
+            .iter()
+            .rposition(|s| !s.abort && s.release.as_deref().and_then(release_of) == Some(installed))
+            && j > i
+        {
+            return Next::Apply(j);
+        }
+        return Next::Blocked(format!(
+            "{} has {installed} installed in the cluster and Git's accepted step is {wanted}: lockstep never applies a lower release; set the release in Git forward, or delete the object first if it is really to be created again from scratch",
+            chain.unit
+        ));
+    }
     n
 }
 
@@ -1635,6 +1662,54 @@ mod tests {
         ));
         // Gone from the cluster: created at 2025.2.
         assert_eq!(next(c, &UnitState::default(), |_| true), Next::Apply(1));
+    }
+
+    /// A spec set back outside Git (`kubectl edit` to 2026.1) on an object
+    /// the operator finished at 2026.2: the spec matches the install step,
+    /// but applying it would ask for a downgrade. Git's step at the
+    /// installed release is re-asserted; with none, the unit is blocked.
+    #[test]
+    fn a_spec_set_back_outside_git_never_applies_below_the_installed_release() {
+        let n = nova();
+        let r = report(vec![
+            commit(
+                "a",
+                Verdict::Accepted,
+                vec![ov(&n, None, "2026.1", &img("2026.1"), Transition::Install)],
+            ),
+            commit(
+                "b",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.1"),
+                    "2026.2",
+                    &img("2026.2"),
+                    Transition::Upgrade,
+                )],
+            ),
+        ]);
+        let c = &chains(&r, |_, _, _| None, |_, _, _| Err(String::new()))[&n];
+        let edited = |installed: &str| {
+            let mut s = at("2026.1", &img("2026.1"));
+            s.objects.insert(
+                n.clone(),
+                ObjectState {
+                    spec: s.spec.clone().unwrap(),
+                    progress: Progress::Complete,
+                    installed: Some(installed.into()),
+                },
+            );
+            s
+        };
+        assert_eq!(next(c, &edited("2026.2"), |_| true), Next::Apply(1));
+        // Installed past every step Git has: nothing to re-assert.
+        assert!(matches!(
+            next(c, &edited("2027.1"), |_| true),
+            Next::Blocked(m) if m.contains("2027.1 installed") && m.contains("never applies a lower release")
+        ));
+        // Installed at 2026.1 (nothing set back): the hop, as before.
+        assert_eq!(next(c, &edited("2026.1"), |_| true), Next::Apply(1));
     }
 
     /// A hop wedged in flight, a commit held behind it (queued in the

@@ -75,7 +75,7 @@ pub struct Object {
 #[derive(Debug, Error)]
 pub enum RecordError {
     #[error(
-        "lockstep's record of live verdicts cannot be read ({0}); lockstep will not judge until it can (a lost record could turn a posted verdict around). Repair or delete the record's key in ConfigMap lockstep-records"
+        "lockstep's record of live verdicts cannot be read ({0}); lockstep will not judge until it can (a lost record could turn a posted verdict around). Repair the record's key in ConfigMap lockstep-records (restore it from a backup). Deleting it makes lockstep judge from Git alone, as on a first start: a verdict the live state decided, such as an abort, is judged again without it, and the hop it aborted may be applied again"
     )]
     Malformed(String),
     #[error(

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::{Mutex, Notify};
 
-use super::{Forge, ForgeError, Posted, Status, shorten};
+use super::{Forge, ForgeError, Posted, State, Status, shorten};
 use crate::escape::escape;
 
 #[derive(Clone, Debug)]
@@ -58,6 +58,10 @@ pub enum Outcome {
     Posted,
     /// The same status was already there.
     AlreadyThere,
+    /// The commit's newest status in this context is already success, and
+    /// a status settles once: what happened later in the cluster (an edit
+    /// outside Git, a lost record) does not make that work undone.
+    Settled,
 }
 
 /// Fits a status into the host's limits and onto one line: control and
@@ -113,15 +117,31 @@ pub async fn deliver<F: Forge>(
 ) -> Result<Outcome, ForgeError> {
     let status = fit(forge, status);
     let existing = retry(policy, || forge.statuses(sha)).await?;
-    if let Some(p) = newest_for(&existing, &status.context)
-        && p.state == forge.state_name(status.state)
-        && p.description == status.description
-        && p.target_url == status.target_url
-    {
-        return Ok(Outcome::AlreadyThere);
+    if let Some(p) = newest_for(&existing, &status.context) {
+        if p.state == forge.state_name(status.state)
+            && p.description == status.description
+            && p.target_url == status.target_url
+        {
+            return Ok(Outcome::AlreadyThere);
+        }
+        if p.state == forge.state_name(State::Success)
+            && status.state != State::Success
+            && settles(&status.context)
+        {
+            return Ok(Outcome::Settled);
+        }
     }
     retry(policy, || forge.post(sha, &status)).await?;
     Ok(Outcome::Posted)
+}
+
+/// Whether statuses in `context` settle once: a commit's verdict and an
+/// object's hop on it do; a plan's progress (`lockstep/<cluster>/plan/<name>`,
+/// on the commit that last changed the plan) follows the fleet, and moves on
+/// when objects join it.
+pub fn settles(context: &str) -> bool {
+    let parts: Vec<&str> = context.split('/').collect();
+    !(parts.len() == 4 && parts[2] == "plan")
 }
 
 /// A bounded queue of statuses waiting for delivery, newest per (commit,
@@ -214,6 +234,16 @@ impl StatusQueue {
             match deliver(forge, policy, &sha, &status).await {
                 Ok(Outcome::Posted) => report.posted += 1,
                 Ok(Outcome::AlreadyThere) => report.already_there += 1,
+                Ok(Outcome::Settled) => {
+                    tracing::info!(
+                        context = %crate::escape::Escaped(&status.context),
+                        sha = %sha,
+                        state = ?status.state,
+                        description = %crate::escape::Escaped(&status.description),
+                        "the commit's status is already success and stays so"
+                    );
+                    report.already_there += 1;
+                }
                 Err(e) if e.retryable() => {
                     tracing::warn!(error = %e, context = %status.context, sha = %sha, "host unavailable; status kept for later");
                     self.requeue_front(sha, status).await;
