@@ -1286,4 +1286,28 @@ async fn a_restart_reads_each_unit_once_and_a_changed_one_again() {
             },
         )
         .await;
+
+    // A finished unit deleted from the cluster while Git holds it: the
+    // watch's deletion makes lockstep read it, and it is installed again at
+    // once, not at the full resync ten minutes on (the watch announced only
+    // changes, and a finished unit is otherwise not read).
+    let novas = lockstep::cluster::kube::dynamic_api(&fleet.client, &nova());
+    let uid = novas.get(&nova().name).await.unwrap().metadata.uid;
+    novas
+        .delete(&nova().name, &Default::default())
+        .await
+        .unwrap();
+    fleet
+        .wait(
+            "the deleted Nova installed again",
+            Duration::from_secs(20),
+            async |_| {
+                novas
+                    .get(&nova().name)
+                    .await
+                    .ok()
+                    .is_some_and(|o| o.metadata.uid.is_some() && o.metadata.uid != uid)
+            },
+        )
+        .await;
 }

@@ -527,16 +527,23 @@ impl Cluster for KubeCluster {
                 let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
                 // Errors (a CRD not installed, the server restarting) are
                 // retried with backoff inside the watcher; they yield no keys.
+                // Deletions too: an object deleted while Git still holds it
+                // is installed again at once, not at the next full resync.
+                // A deleted object is announced without a version, so its
+                // unit is always read again.
                 watcher(api, watcher::Config::default())
                     .default_backoff()
-                    .applied_objects()
                     .filter_map(move |r| async move {
-                        r.ok().map(|o| {
-                            let version = o.resource_version();
-                            let key =
-                                Key::new(kind, o.namespace().unwrap_or_default(), o.name_any());
-                            (key, version)
-                        })
+                        let key = |o: &DynamicObject| {
+                            Key::new(kind, o.namespace().unwrap_or_default(), o.name_any())
+                        };
+                        match r.ok()? {
+                            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                                Some((key(&o), o.resource_version()))
+                            }
+                            watcher::Event::Delete(o) => Some((key(&o), None)),
+                            watcher::Event::Init | watcher::Event::InitDone => None,
+                        }
                     })
                     .boxed()
             });
