@@ -624,7 +624,7 @@ fn post_statuses(
             match outcome {
                 Outcome::Posted => "posted",
                 Outcome::AlreadyThere => "already there",
-                Outcome::Settled => "already success, which stays (a status settles once)",
+                Outcome::Settled => "already success; pending is not posted over it",
             }
         );
     }

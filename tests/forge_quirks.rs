@@ -431,12 +431,13 @@ async fn a_redirected_write_is_an_error_never_a_delivery() {
     }
 }
 
-/// A status settles once: over a commit's success, a later pending or
-/// failure (an edit outside Git, a lost record, a restart judging again) is
-/// not posted, read from the host itself so a restart keeps it too. A
-/// plan's progress moves on (objects join a finished plan).
+/// A success never goes back to pending: over a commit's success, a later
+/// pending (a restart judging again, the daemon taking over a commit a
+/// pull request's check marked) is not posted, read from the host itself so
+/// a restart keeps it too. A failure is posted (a person must see it), and
+/// a plan's progress moves on (objects join a finished plan).
 #[tokio::test]
-async fn a_success_is_never_posted_over() {
+async fn a_success_never_goes_back_to_pending() {
     for (context, posts) in [
         ("lockstep/eu-de-1", 0),
         ("lockstep/eu-de-1/compute/nova", 0),
@@ -457,7 +458,8 @@ async fn a_success_is_never_posted_over() {
             .mount(&server)
             .await;
         let forge = GitHub::new(&server.uri(), "octo/fleet", None).unwrap();
-        let mut s = status("blocked: glance runs 2027.1");
+        let mut s = status("accepted, applying: glance 2026.1→2026.2");
+        s.state = State::Pending;
         s.context = context.into();
         let out = deliver(&forge, &fast(), SHA, &s).await.unwrap();
         let want = if posts == 0 {
@@ -466,7 +468,10 @@ async fn a_success_is_never_posted_over() {
             Outcome::Posted
         };
         assert_eq!(out, want, "{context}");
-        // A success over a success (another description) is posted.
+        // A failure over it, and a success with another description, are
+        // posted.
+        let mut failed = status("apply refused: glance: conflict");
+        failed.context = context.into();
         let mut ok = status("applied again");
         ok.state = State::Success;
         ok.context = context.into();
@@ -479,13 +484,17 @@ async fn a_success_is_never_posted_over() {
             .await;
         Mock::given(method("POST"))
             .respond_with(ResponseTemplate::new(201))
-            .expect(1)
+            .expect(2)
             .mount(&server)
             .await;
-        assert_eq!(
-            deliver(&forge, &fast(), SHA, &ok).await.unwrap(),
-            Outcome::Posted
-        );
+        for s in [&failed, &ok] {
+            assert_eq!(
+                deliver(&forge, &fast(), SHA, s).await.unwrap(),
+                Outcome::Posted,
+                "{context}: {}",
+                s.description
+            );
+        }
         server.verify().await;
     }
 }

@@ -59,8 +59,10 @@ pub enum Outcome {
     /// The same status was already there.
     AlreadyThere,
     /// The commit's newest status in this context is already success, and
-    /// a status settles once: what happened later in the cluster (an edit
-    /// outside Git, a lost record) does not make that work undone.
+    /// this one is pending: a success never goes back to pending (a restart
+    /// judging again, a pull request's verdict on a commit a fast-forward
+    /// merge then brought to the branch). A failure is still posted: it is
+    /// what a person must see.
     Settled,
 }
 
@@ -125,7 +127,7 @@ pub async fn deliver<F: Forge>(
             return Ok(Outcome::AlreadyThere);
         }
         if p.state == forge.state_name(State::Success)
-            && status.state != State::Success
+            && status.state == State::Pending
             && settles(&status.context)
         {
             return Ok(Outcome::Settled);
@@ -240,7 +242,7 @@ impl StatusQueue {
                         sha = %sha,
                         state = ?status.state,
                         description = %crate::escape::Escaped(&status.description),
-                        "the commit's status is already success and stays so"
+                        "the commit's status is already success; pending is not posted over it"
                     );
                     report.already_there += 1;
                 }
