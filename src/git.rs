@@ -1196,8 +1196,6 @@ fn check_tree(tree: &git2::Tree<'_>, dir: &str) -> Result<(), Error> {
             "{why}; Git never writes such a tree (`git fsck` reports it), and lockstep cannot be sure which file it would judge: rewrite the commit without it"
         ),
     };
-    let mut seen: std::collections::HashSet<&[u8]> =
-        std::collections::HashSet::with_capacity(entries.len());
     for (i, (name, is_dir)) in entries.iter().enumerate() {
         // A name lockstep never reads (a `résumé.txt` in Latin-1) may be
         // anything; a directory or a manifest must be read by one name.
@@ -1206,18 +1204,30 @@ fn check_tree(tree: &git2::Tree<'_>, dir: &str) -> Result<(), Error> {
         {
             return Err(bad(name, "the name is not UTF-8"));
         }
-        // A file `a.yaml` and a directory `a.yaml` are apart in Git's
-        // order, so copies are looked for among all names.
-        if !seen.insert(name) {
-            return Err(bad(name, "the name appears twice in its directory"));
+        if let Some((prev, prev_dir)) = i.checked_sub(1).map(|j| entries[j]) {
+            match git_order(prev, prev_dir, name, *is_dir) {
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Equal => {
+                    return Err(bad(name, "the name appears twice in its directory"));
+                }
+                std::cmp::Ordering::Greater => {
+                    return Err(bad(
+                        name,
+                        "the entries of its directory are not in Git's order",
+                    ));
+                }
+            }
         }
-        if let Some((prev, prev_dir)) = i.checked_sub(1).map(|j| entries[j])
-            && git_order(prev, prev_dir, name, *is_dir) != std::cmp::Ordering::Less
+    }
+    // In order, so the only copies left are a file and a directory of one
+    // name, apart in Git's order (`a.yaml`, `a.yaml.bak`, `a.yaml/`): each
+    // directory's name is looked up as a file's.
+    for (name, _) in entries.iter().filter(|(_, dir)| *dir) {
+        if entries
+            .binary_search_by(|(n, dir)| git_order(n, *dir, name, false))
+            .is_ok()
         {
-            return Err(bad(
-                name,
-                "the entries of its directory are not in Git's order",
-            ));
+            return Err(bad(name, "the name appears twice in its directory"));
         }
     }
     Ok(())
