@@ -64,6 +64,7 @@ impl Logged {
 impl Cluster for Logged {
     crate::forward_cluster!(
         apply,
+        applied_object,
         jobs,
         deployments,
         events,

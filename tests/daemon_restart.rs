@@ -90,6 +90,9 @@ impl Cluster for Chaos {
     async fn load_record(&self, name: &str) -> Result<Option<String>, ClusterError> {
         call!(self, self.inner.load_record(name).await)
     }
+    async fn applied_object(&self) -> Result<Option<Key>, ClusterError> {
+        call!(self, self.inner.applied_object().await)
+    }
     async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
         call!(self, self.inner.save_record(name, text).await)
     }
@@ -524,6 +527,67 @@ async fn an_abort_through_git_survives_a_kill_anywhere() {
             );
         }
     }
+}
+
+/// A record deleted (or left behind by a move to another namespace) is not
+/// a first start: Glance carries lockstep's applied annotation, so the
+/// daemon stops judging instead of judging the abort again from Git alone,
+/// where it is a downgrade, and applying the aborted hop again. The backup
+/// restored, it goes on as before; an empty record, written by a person,
+/// is the way to say "judge from Git alone", and does just that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_record_stops_judging_until_a_person_restores_it() {
+    let repo = common::FleetRepo::new();
+    abort_phase(&repo, 0);
+    let mem = MemoryCluster::new(glance_world());
+    let chaos = Chaos::new(mem.clone());
+    let forge = AnyForge::Notes(Notes::open(repo.path()).unwrap());
+    let queue = StatusQueue::new(10_000);
+    let mut d = daemon(repo.path(), &chaos, &queue);
+    assert!(drive(&mut d, &chaos, &forge, &queue).await);
+    abort_phase(&repo, 1);
+    assert!(drive(&mut d, &chaos, &forge, &queue).await);
+    drop(d);
+    assert_eq!(
+        chaos.applies.load(Ordering::SeqCst),
+        2,
+        "the hop and its abort"
+    );
+    let glance = || end(repo.path(), &mem).objects["Glance image/glance"].clone();
+    let aborted = glance();
+    assert!(aborted.contains("installed=Some(\"2026.1\")"), "{aborted}");
+
+    let name = lockstep::daemon::record::name("test");
+    let backup = mem
+        .remove_record(&name)
+        .expect("the daemon wrote its record");
+    let mut d = daemon(repo.path(), &chaos, &queue);
+    let out = d.pass().await;
+    let error = out.source_error.unwrap_or_default();
+    assert!(
+        error.contains("record of live verdicts (record verdicts.test) is missing, but Glance image/glance carries lockstep.c5c3.io/applied")
+            && error.contains("write an empty record"),
+        "{error}"
+    );
+    assert!(drive(&mut d, &chaos, &forge, &queue).await);
+    assert_eq!(chaos.applies.load(Ordering::SeqCst), 2, "nothing applied");
+    assert_eq!(glance(), aborted);
+    assert!(mem.remove_record(&name).is_none(), "no record written");
+
+    // The backup restored: the abort stands.
+    mem.save_record(&name, &backup).await.unwrap();
+    assert!(drive(&mut d, &chaos, &forge, &queue).await);
+    assert_eq!(chaos.applies.load(Ordering::SeqCst), 2, "the abort stands");
+    assert_eq!(glance(), aborted);
+    drop(d);
+
+    // An empty record: Git alone, as documented. The abort is a downgrade
+    // there, so Git's last accepted release, 2026.2, is applied again.
+    mem.remove_record(&name);
+    mem.save_record(&name, r#"{"version":1}"#).await.unwrap();
+    let mut d = daemon(repo.path(), &chaos, &queue);
+    assert!(drive(&mut d, &chaos, &forge, &queue).await);
+    assert_eq!(chaos.applies.load(Ordering::SeqCst), 3, "{}", glance());
 }
 
 /// One repository, two clusters: the hop wedged in one and finished in the

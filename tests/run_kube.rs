@@ -1090,6 +1090,55 @@ async fn a_wedged_glance_is_aborted_through_git_and_a_contract_is_not() {
             f.settled_at(&glance(), "2026.1").await
         })
         .await;
+
+    // The record's key deleted: a process started now does not take that
+    // for a first start (Glance carries lockstep's applied annotation), so
+    // it does not judge the abort again from Git alone, where it is a
+    // downgrade, and apply the aborted hop again. It waits for a person.
+    let key = format!("verdicts.{CLUSTER}");
+    let backup = records.get("lockstep-records").await.unwrap().data.unwrap()[&key].clone();
+    let set = |value: serde_json::Value| {
+        let records = records.clone();
+        let key = key.clone();
+        async move {
+            records
+                .patch(
+                    "lockstep-records",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"data": {key: value}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set(serde_json::Value::Null).await;
+    let mut lost = Daemon::start("lockstep-lost", &server, repo, logs.path(), &[], &[]);
+    let refusal = format!(
+        "lockstep's record of live verdicts (key {key} of ConfigMap default/lockstep-records) is missing, but "
+    );
+    fleet
+        .wait(
+            "the lost record named",
+            Duration::from_secs(30),
+            async |_| {
+                lost.text().lines().any(|l| {
+                    l.contains(&refusal) && l.contains(" carries lockstep.c5c3.io/applied: ")
+                })
+            },
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(lost.applied().is_empty(), "{:?}", lost.applied());
+    assert_eq!(
+        fleet
+            .get(&glance())
+            .await
+            .and_then(|o| o.release)
+            .as_deref(),
+        Some("2026.1")
+    );
+    lost.kill();
+    set(json!(backup)).await;
     let daemon = Daemon::start("lockstep-2", &server, repo, logs.path(), &[], &[]);
     fleet
         // Each status is its own note write: wait for all three.

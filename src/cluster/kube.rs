@@ -371,6 +371,26 @@ impl Cluster for KubeCluster {
         }
     }
 
+    fn record_location(&self, name: &str) -> String {
+        format!(
+            "key {} of ConfigMap {}/{RECORD_CONFIGMAP}",
+            record_key(name),
+            self.client.default_namespace()
+        )
+    }
+
+    async fn applied_object(&self) -> Result<Option<Key>, ClusterError> {
+        // The one listing a pass makes anyway; read only while the record
+        // is missing (a first start), so its cost is once.
+        Ok(self.snapshot().await?.and_then(|s| {
+            s.objects
+                .into_values()
+                .filter(|o| o.status.applied.is_some())
+                .map(|o| o.key)
+                .min()
+        }))
+    }
+
     async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
         let api: Api<ConfigMap> = Api::default_namespaced(self.client.clone());
         let body = serde_json::json!({

@@ -86,6 +86,12 @@ impl MemoryCluster {
         self.world_ro()
     }
 
+    /// Takes the record under `name` away, as a person deleting its key
+    /// from the ConfigMap would; returns what it held.
+    pub fn remove_record(&self, name: &str) -> Option<String> {
+        self.records.lock().ok()?.remove(name)
+    }
+
     /// Moves the simulated clock forward by `d` (everything due happens).
     pub fn advance(&self, d: std::time::Duration) {
         if let Ok(mut w) = self.world_tracked() {
@@ -130,6 +136,14 @@ impl Cluster for MemoryCluster {
             .lock()
             .map_err(|_| ClusterError::Other("simulated cluster poisoned".into()))?;
         Ok(r.get(name).cloned())
+    }
+
+    async fn applied_object(&self) -> Result<Option<Key>, ClusterError> {
+        let w = self.world_ro()?;
+        Ok(w.annotations
+            .iter()
+            .find(|(_, a)| a.contains_key(crate::rollout::APPLIED_ANNOTATION))
+            .map(|(k, _)| k.clone()))
     }
 
     async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {

@@ -310,6 +310,20 @@ pub trait Cluster: Send + Sync {
         name: &str,
     ) -> impl Future<Output = Result<Option<String>, ClusterError>> + Send;
 
+    /// Where the record under `name` is kept, for a person to find it.
+    fn record_location(&self, name: &str) -> String {
+        format!("record {name}")
+    }
+
+    /// One object that carries [`crate::rollout::APPLIED_ANNOTATION`]
+    /// (the least key, for a message that does not change from pass to
+    /// pass), or `None`. Read when the verdict record is missing: lockstep
+    /// writes its record before its first apply, so an object it applied
+    /// to beside no record means the record was lost (`docs/gate.md`,
+    /// "Verdicts don't move"). No default: a cluster that answered `None`
+    /// without looking would let a lost record pass for a first start.
+    fn applied_object(&self) -> impl Future<Output = Result<Option<Key>, ClusterError>> + Send;
+
     /// Replaces the record under `name`.
     fn save_record(
         &self,

@@ -203,18 +203,31 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// The record, read from the cluster on every new head: another
     /// replica may have led (and recorded) since this one last did, and a
     /// stale copy saved back would lose its entries.
+    /// A missing record is a first start only while no object carries
+    /// lockstep's applied annotation: the record is written before the
+    /// first apply, so otherwise it was lost, and judging from Git alone
+    /// could turn an abort around (`docs/gate.md`, "Verdicts don't move").
     async fn load_record(&mut self) -> Result<super::record::Record, PassError> {
+        let name = super::record::name(&self.opts.cluster_name);
+        let cluster_error = |e| PassError::Cluster {
+            what: "lockstep's record of live verdicts".into(),
+            source: Box::new(e),
+        };
         let text = self
             .cluster
-            .load_record(&super::record::name(&self.opts.cluster_name))
+            .load_record(&name)
             .await
-            .map_err(|e| PassError::Cluster {
-                what: "lockstep's record of live verdicts".into(),
-                source: Box::new(e),
-            })?;
+            .map_err(cluster_error)?;
         match text {
-            None => Ok(super::record::Record::new()),
             Some(t) => Ok(super::record::Record::parse(&t)?),
+            None => match self.cluster.applied_object().await.map_err(cluster_error)? {
+                None => Ok(super::record::Record::new()),
+                Some(key) => Err(super::record::RecordError::Lost {
+                    location: self.cluster.record_location(&name),
+                    object: key.to_string(),
+                }
+                .into()),
+            },
         }
     }
 

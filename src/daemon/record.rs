@@ -75,13 +75,20 @@ pub struct Object {
 #[derive(Debug, Error)]
 pub enum RecordError {
     #[error(
-        "lockstep's record of live verdicts cannot be read ({0}); lockstep will not judge until it can (a lost record could turn a posted verdict around). Repair the record's key in ConfigMap lockstep-records (restore it from a backup). Deleting it makes lockstep judge from Git alone, as on a first start: a verdict the live state decided, such as an abort, is judged again without it, and the hop it aborted may be applied again"
+        "lockstep's record of live verdicts cannot be read ({0}); lockstep will not judge until it can (a lost record could turn a posted verdict around). Restore the record's key in ConfigMap lockstep-records from a backup. To judge from Git alone instead, as on a first start, write an empty record, {{\"version\":1}}, under that key: a verdict the live state decided, such as an abort, is then judged again without it, and the hop it aborted may be applied again (docs/gate.md, \"Verdicts don't move\")"
     )]
     Malformed(String),
     #[error(
         "lockstep's record of live verdicts has version {0}, this lockstep reads version {VERSION}"
     )]
     Version(u32),
+    /// No record, but an object lockstep applied to: a first start cannot
+    /// look like that, since the record is written before the first apply.
+    #[error(
+        "lockstep's record of live verdicts ({location}) is missing, but {object} carries {annotation}: lockstep applied to this cluster before, so its record was lost (deleted, or lockstep now runs in another namespace or under another cluster name). lockstep will not judge until the record is back: without it, a verdict the live state decided, such as an abort, would be judged again from Git alone, and the hop it aborted applied again. Restore the record from a backup. To judge from Git alone instead, as on a first start, write an empty record, {{\"version\":1}}, under that key (docs/gate.md, \"Verdicts don't move\")",
+        annotation = crate::rollout::APPLIED_ANNOTATION
+    )]
+    Lost { location: String, object: String },
 }
 
 fn kind_of(s: &str) -> Option<Kind> {

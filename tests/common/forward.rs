@@ -11,6 +11,7 @@ macro_rules! forward_cluster {
     (all_but apply) => {
         $crate::forward_cluster!(
             load_record,
+            applied_object,
             save_record,
             get,
             jobs,
@@ -29,6 +30,13 @@ macro_rules! forward_cluster {
             name: &str,
         ) -> Result<Option<String>, ::lockstep::cluster::ClusterError> {
             self.inner.load_record(name).await
+        }
+    };
+    (@ applied_object) => {
+        async fn applied_object(
+            &self,
+        ) -> Result<Option<::lockstep::kind::Key>, ::lockstep::cluster::ClusterError> {
+            self.inner.applied_object().await
         }
     };
     (@ save_record) => {
