@@ -13,7 +13,7 @@ use lockstep::forge::github::GitHub;
 use lockstep::forge::gitlab::GitLab;
 use lockstep::forge::{AnyForge, Forge, State, Status};
 use lockstep::secret::Secret;
-use wiremock::matchers::{body_partial_json, header, headers, method, path};
+use wiremock::matchers::{body_partial_json, header, headers, method, path, query_param};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -497,4 +497,143 @@ async fn a_success_never_goes_back_to_pending() {
         }
         server.verify().await;
     }
+}
+
+/// A commit a large hop touched carries more statuses than one page holds
+/// (a context per object, several states each). The delivery reads every
+/// page the host says follows (`Link: rel="next"`), building each request
+/// itself: the link's own URL, here on another server, is never fetched,
+/// since the token would go with it. So an object's success on page 2 is
+/// seen and no pending goes over it, on each host's own pagination
+/// parameters.
+#[tokio::test]
+async fn every_page_of_statuses_is_read_and_the_link_never_followed() {
+    let elsewhere = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!([])))
+        .expect(0)
+        .mount(&elsewhere)
+        .await;
+    let context = "lockstep/eu-de-1/compute/nova";
+    // (host, list path, page size parameter, size, status field, context field)
+    let hosts = [
+        (
+            "github",
+            format!("/repos/octo/fleet/commits/{SHA}/statuses"),
+            "per_page",
+            100,
+            "state",
+            "context",
+        ),
+        (
+            "gitea",
+            format!("/api/v1/repos/octo/fleet/commits/{SHA}/statuses"),
+            "limit",
+            50,
+            "status",
+            "context",
+        ),
+        (
+            "gitlab",
+            GL_LIST.to_owned(),
+            "per_page",
+            100,
+            "status",
+            "name",
+        ),
+    ];
+    for (host, list, size_param, size, state, name) in hosts {
+        let server = MockServer::start().await;
+        let page = |items: Vec<serde_json::Value>, next: Option<u32>| {
+            let mut r = ResponseTemplate::new(200).set_body_json(items);
+            if let Some(n) = next {
+                r = r.insert_header(
+                    "Link",
+                    format!(
+                        "<{}{list}?page={n}>; rel=\"next\", <{}{list}?page=9>; rel=\"last\"",
+                        elsewhere.uri(),
+                        elsewhere.uri()
+                    )
+                    .as_str(),
+                );
+            }
+            r
+        };
+        let others: Vec<serde_json::Value> = (0..size)
+            .map(|i| {
+                serde_json::json!({"id": 1000 - i, state: "success", name: format!("lockstep/eu-de-1/ns/o{i}"), "description": "applied"})
+            })
+            .collect();
+        Mock::given(method("GET"))
+            .and(path(list.clone()))
+            .and(query_param("page", "1"))
+            .and(query_param(size_param, size.to_string()))
+            .respond_with(page(others, Some(2)))
+            .expect(1)
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path(list.clone()))
+            .and(query_param("page", "2"))
+            .respond_with(page(
+                vec![serde_json::json!({"id": 7, state: "success", name: context, "description": "applied"})],
+                None,
+            ))
+            .expect(1)
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(201))
+            .expect(0)
+            .mount(&server)
+            .await;
+        let forge = match host {
+            "github" => AnyForge::GitHub(GitHub::new(&server.uri(), "octo/fleet", None).unwrap()),
+            "gitea" => AnyForge::Gitea(Gitea::new(&server.uri(), "octo/fleet", None).unwrap()),
+            _ => AnyForge::GitLab(GitLab::new(&server.uri(), "group/fleet", None).unwrap()),
+        };
+        let mut s = status("accepted, applying: nova 2026.1→2026.2");
+        s.state = State::Pending;
+        s.context = context.into();
+        assert_eq!(
+            deliver(&forge, &fast(), SHA, &s).await.unwrap(),
+            Outcome::Settled,
+            "{host}"
+        );
+        server.verify().await;
+    }
+    elsewhere.verify().await;
+}
+
+/// A host that always says another page follows is read ten pages deep,
+/// no more, and the status is still delivered.
+#[tokio::test]
+async fn a_host_that_always_says_next_is_read_ten_pages_deep() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(format!("/repos/octo/fleet/commits/{SHA}/statuses")))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(serde_json::json!([
+                    {"id": 1, "state": "success", "context": "lockstep/other", "description": "x"}
+                ]))
+                .insert_header("Link", "<https://api.github.com/x?page=2>; rel=\"next\""),
+        )
+        .expect(10)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(format!("/repos/octo/fleet/statuses/{SHA}")))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let forge = GitHub::new(&server.uri(), "octo/fleet", None).unwrap();
+    assert_eq!(
+        deliver(&forge, &fast(), SHA, &status("refused"))
+            .await
+            .unwrap(),
+        Outcome::Posted
+    );
+    server.verify().await;
 }

@@ -1587,3 +1587,66 @@ fn wedge_reported(ls: &mut Lockstep, repo: &Path, hop: &str, obj: &str) -> Strin
     });
     n[obj].1.clone()
 }
+
+/// A real Gitea lists a commit's statuses 50 a page, newest first. A hop
+/// over many objects leaves more than that on its commit; the delivery reads
+/// every page, so an object's success that has slid to page 2 is still seen
+/// and no pending is posted over it (`forge::delivery::settles`).
+#[test]
+fn a_real_gitea_shows_a_success_past_its_first_page() {
+    use lockstep::forge::delivery::{Outcome, RetryPolicy, deliver};
+    use lockstep::forge::{State, Status};
+    let gitea = Gitea::start();
+    let repo = gitea.create_repo("many-statuses");
+    let fleet = Fleet::new();
+    git(
+        &fleet.work(),
+        &["remote", "set-url", "origin", &gitea.push_url(&repo)],
+    );
+    fleet.push("main:refs/heads/main");
+    gitea.wait_pushed(&repo);
+    let sha = fleet.story[0].0.clone();
+    let post = |context: &str| {
+        gitea.must(
+            "POST",
+            &format!("/repos/{repo}/statuses/{sha}"),
+            Some(serde_json::json!({"state": "success", "context": context, "description": "applied"})),
+            201,
+        );
+    };
+    let nova = "lockstep/test/compute/nova";
+    post(nova);
+    // Gitea orders by the second a status was written, newest first.
+    std::thread::sleep(Duration::from_millis(1100));
+    for i in 0..60 {
+        post(&format!("lockstep/test/ns/object-{i}"));
+    }
+    let first_page = gitea.statuses(&repo, &sha);
+    assert_eq!(first_page.len(), 50, "Gitea's page size");
+    assert!(
+        first_page.iter().all(|s| s["context"] != nova),
+        "nova's success is past the first page"
+    );
+    let forge = lockstep::forge::gitea::Gitea::new(
+        &gitea.url(),
+        &repo,
+        Some(lockstep::secret::Secret::new(gitea.token.clone())),
+    )
+    .expect("forge");
+    let pending = Status {
+        state: State::Pending,
+        context: nova.into(),
+        description: "accepted, applying: nova 2026.1→2026.2".into(),
+        target_url: None,
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let out = rt
+        .block_on(deliver(&forge, &RetryPolicy::default(), &sha, &pending))
+        .expect("delivered");
+    assert_eq!(out, Outcome::Settled);
+    let all = gitea.statuses(&repo, &sha);
+    assert!(
+        all.iter().all(|s| s["status"] == "success"),
+        "no pending: {all:?}"
+    );
+}

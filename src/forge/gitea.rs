@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use super::github::{check_owner_repo, check_sha};
-use super::http::{client, get_json, join, send, with_query};
+use super::http::{client, get_json, get_pages, join, send, with_query};
 use super::propose::{NewProposal, Proposal, ProposalState, Propose, already_open, check_branch};
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
 use crate::secret::Secret;
@@ -79,14 +79,15 @@ impl Forge for Gitea {
     async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
         check_sha(sha)?;
         let what = format!("reading the statuses of {sha}");
-        let list: Vec<ApiStatus> = get_json(
-            "gitea",
-            &what,
+        let list: Vec<ApiStatus> = get_pages("gitea", &what, |n| {
             self.request(
                 reqwest::Method::GET,
-                &format!("repos/{}/commits/{sha}/statuses?limit=50", self.repo),
-            ),
-        )
+                &format!(
+                    "repos/{}/commits/{sha}/statuses?limit=50&page={n}",
+                    self.repo
+                ),
+            )
+        })
         .await?;
         Ok(list
             .into_iter()

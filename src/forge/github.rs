@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::http::{client, get_json, join, send, with_query};
+use super::http::{client, get_json, get_pages, join, send, with_query};
 use super::propose::{NewProposal, Proposal, ProposalState, Propose, already_open, check_branch};
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
 use crate::secret::Secret;
@@ -81,14 +81,15 @@ impl Forge for GitHub {
     async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
         check_sha(sha)?;
         let what = format!("reading the statuses of {sha}");
-        let list: Vec<ApiStatus> = get_json(
-            "github",
-            &what,
+        let list: Vec<ApiStatus> = get_pages("github", &what, |n| {
             self.request(
                 reqwest::Method::GET,
-                &format!("repos/{}/commits/{sha}/statuses?per_page=100", self.repo),
-            ),
-        )
+                &format!(
+                    "repos/{}/commits/{sha}/statuses?per_page=100&page={n}",
+                    self.repo
+                ),
+            )
+        })
         .await?;
         Ok(list
             .into_iter()

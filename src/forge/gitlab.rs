@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use super::github::check_sha;
-use super::http::{client, get_json, join, send, with_query};
+use super::http::{client, get_json, get_pages, join, send, with_query};
 use super::propose::{NewProposal, Proposal, ProposalState, Propose, already_open, check_branch};
 use super::{Forge, ForgeError, Limits, Posted, State, Status};
 use crate::secret::Secret;
@@ -91,17 +91,15 @@ impl Forge for GitLab {
     async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
         check_sha(sha)?;
         let what = format!("reading the statuses of {sha}");
-        let list: Vec<ApiStatus> = get_json(
-            "gitlab",
-            &what,
+        let list: Vec<ApiStatus> = get_pages("gitlab", &what, |n| {
             self.request(
                 reqwest::Method::GET,
                 &format!(
-                    "projects/{}/repository/commits/{sha}/statuses?all=true&per_page=100",
+                    "projects/{}/repository/commits/{sha}/statuses?all=true&per_page=100&page={n}",
                     self.project
                 ),
-            ),
-        )
+            )
+        })
         .await?;
         Ok(list
             .into_iter()

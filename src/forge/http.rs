@@ -134,6 +134,66 @@ pub async fn get_json<T: serde::de::DeserializeOwned>(
         })
 }
 
+/// At most this many pages of a list are read (1,000 statuses at GitHub's
+/// 100 a page): a host that always says "next" cannot keep lockstep
+/// reading.
+pub const MAX_PAGES: u32 = 10;
+
+/// Every page of a list: `page(1)`, `page(2)`, … while the answer's `Link`
+/// header names a `rel="next"` (GitHub, Gitea and GitLab all send one while
+/// more follow), at most [`MAX_PAGES`]. The next request is built by
+/// `page`, never taken from the header: a link to another origin would
+/// carry the token there. A list longer than that is cut, with a warning:
+/// what was read is still the newest (the hosts list statuses newest first).
+pub async fn get_pages<T: serde::de::DeserializeOwned>(
+    host: &'static str,
+    what: &str,
+    page: impl Fn(u32) -> RequestBuilder,
+) -> Result<Vec<T>, ForgeError> {
+    let mut all = Vec::new();
+    for n in 1..=MAX_PAGES {
+        let resp = send(host, what, page(n)).await?;
+        let more = has_next(resp.headers());
+        let items: Vec<T> = resp.json().await.map_err(|e| ForgeError::Transport {
+            host,
+            what: what.to_owned(),
+            message: format!("unexpected answer: {e}"),
+        })?;
+        let empty = items.is_empty();
+        all.extend(items);
+        if !more || empty {
+            return Ok(all);
+        }
+    }
+    tracing::warn!(
+        host,
+        what,
+        pages = MAX_PAGES,
+        "the host lists more than lockstep reads; going on with the newest"
+    );
+    Ok(all)
+}
+
+/// Whether a `Link` header (RFC 8288) names a next page.
+fn has_next(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(reqwest::header::LINK)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|link| {
+            link.split(';').skip(1).any(|param| {
+                param.split_once('=').is_some_and(|(k, v)| {
+                    k.trim().eq_ignore_ascii_case("rel")
+                        && v.trim()
+                            .trim_matches('"')
+                            .split_ascii_whitespace()
+                            .any(|r| r.eq_ignore_ascii_case("next"))
+                })
+            })
+        })
+}
+
 /// A 403 is a rate limit (retry later) rather than a permission problem
 /// (never retry) when the host says so in its headers or body.
 fn rate_limited(headers: &HeaderMap, body: &str) -> bool {
@@ -302,5 +362,35 @@ mod tests {
             &HeaderMap::new(),
             "Resource not accessible by integration"
         ));
+    }
+
+    #[test]
+    fn a_next_page_is_read_from_any_link_header() {
+        let links = |values: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append(reqwest::header::LINK, v.parse().unwrap());
+            }
+            has_next(&h)
+        };
+        // GitHub and GitLab: one header, several links.
+        assert!(links(&[
+            r#"<https://h/x?page=2>; rel="next", <https://h/x?page=5>; rel="last""#
+        ]));
+        // Gitea's order, several headers, a relation list, other cases.
+        assert!(links(&[
+            r#"<https://h/x?page=1>; rel="first""#,
+            r#"<u>;REL=Next"#
+        ]));
+        assert!(links(&[r#"<u>; title="a"; rel="prev next""#]));
+        // The last page, and links that only look like it.
+        assert!(!links(&[
+            r#"<https://h/x?page=1>; rel="first", <https://h/x?page=1>; rel="prev""#
+        ]));
+        assert!(!links(&[
+            r#"<https://h/next>; rel="last""#,
+            r#"<u>; title="next""#
+        ]));
+        assert!(!links(&[]));
     }
 }
