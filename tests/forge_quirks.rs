@@ -605,35 +605,53 @@ async fn every_page_of_statuses_is_read_and_the_link_never_followed() {
     elsewhere.verify().await;
 }
 
-/// A host that always says another page follows is read ten pages deep,
-/// no more, and the status is still delivered.
+/// When to stop reading pages: a host that always says another full page
+/// follows is read ten pages deep, no more, and the status still goes out;
+/// a short page ends the list even when its header links a next one
+/// (Prism serves GitHub's example `Link` on every answer); a Gitea whose
+/// administrator caps pages below what lockstep asks goes on while its
+/// `X-Total-Count` says more are there.
 #[tokio::test]
-async fn a_host_that_always_says_next_is_read_ten_pages_deep() {
-    let server = MockServer::start().await;
-    Mock::given(method("GET"))
-        .and(path(format!("/repos/octo/fleet/commits/{SHA}/statuses")))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(serde_json::json!([
-                    {"id": 1, "state": "success", "context": "lockstep/other", "description": "x"}
-                ]))
-                .insert_header("Link", "<https://api.github.com/x?page=2>; rel=\"next\""),
-        )
-        .expect(10)
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path(format!("/repos/octo/fleet/statuses/{SHA}")))
-        .respond_with(ResponseTemplate::new(201))
-        .expect(1)
-        .mount(&server)
-        .await;
-    let forge = GitHub::new(&server.uri(), "octo/fleet", None).unwrap();
-    assert_eq!(
-        deliver(&forge, &fast(), SHA, &status("refused"))
-            .await
-            .unwrap(),
-        Outcome::Posted
-    );
-    server.verify().await;
+async fn pages_are_read_while_full_and_linked_and_ten_at_most() {
+    let list = format!("/repos/octo/fleet/commits/{SHA}/statuses");
+    let other = |i: usize| serde_json::json!({"id": i, "state": "success", "context": format!("lockstep/o{i}"), "description": "x"});
+    let next = "<https://api.github.com/x?page=2>; rel=\"next\"";
+    // (items a page, X-Total-Count, pages read)
+    for (items, total, reads) in [(100, None, 10), (1, None, 1), (30, Some(40), 2)] {
+        let server = MockServer::start().await;
+        let path_of = if total.is_some() {
+            format!("/api/v1/repos/octo/fleet/commits/{SHA}/statuses")
+        } else {
+            list.clone()
+        };
+        let mut answer = ResponseTemplate::new(200)
+            .set_body_json((0..items).map(other).collect::<Vec<_>>())
+            .insert_header("Link", next);
+        if let Some(t) = total {
+            answer = answer.insert_header("X-Total-Count", t.to_string().as_str());
+        }
+        Mock::given(method("GET"))
+            .and(path(path_of))
+            .respond_with(answer)
+            .expect(reads)
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(201))
+            .expect(1)
+            .mount(&server)
+            .await;
+        let forge = if total.is_some() {
+            AnyForge::Gitea(Gitea::new(&server.uri(), "octo/fleet", None).unwrap())
+        } else {
+            AnyForge::GitHub(GitHub::new(&server.uri(), "octo/fleet", None).unwrap())
+        };
+        assert_eq!(
+            deliver(&forge, &fast(), SHA, &status("refused"))
+                .await
+                .unwrap(),
+            Outcome::Posted
+        );
+        server.verify().await;
+    }
 }

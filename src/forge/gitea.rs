@@ -55,6 +55,9 @@ struct ApiStatus {
     target_url: Option<String>,
 }
 
+/// Statuses asked for a page (the host's most).
+const STATUS_PAGE: usize = 50;
+
 impl Forge for Gitea {
     fn host(&self) -> &'static str {
         "gitea"
@@ -79,11 +82,11 @@ impl Forge for Gitea {
     async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
         check_sha(sha)?;
         let what = format!("reading the statuses of {sha}");
-        let list: Vec<ApiStatus> = get_pages("gitea", &what, |n| {
+        let list: Vec<ApiStatus> = get_pages("gitea", &what, STATUS_PAGE, |n| {
             self.request(
                 reqwest::Method::GET,
                 &format!(
-                    "repos/{}/commits/{sha}/statuses?limit=50&page={n}",
+                    "repos/{}/commits/{sha}/statuses?limit={STATUS_PAGE}&page={n}",
                     self.repo
                 ),
             )

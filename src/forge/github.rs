@@ -57,6 +57,9 @@ struct ApiStatus {
     target_url: Option<String>,
 }
 
+/// Statuses asked for a page (the host's most).
+const STATUS_PAGE: usize = 100;
+
 impl Forge for GitHub {
     fn host(&self) -> &'static str {
         "github"
@@ -81,11 +84,11 @@ impl Forge for GitHub {
     async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
         check_sha(sha)?;
         let what = format!("reading the statuses of {sha}");
-        let list: Vec<ApiStatus> = get_pages("github", &what, |n| {
+        let list: Vec<ApiStatus> = get_pages("github", &what, STATUS_PAGE, |n| {
             self.request(
                 reqwest::Method::GET,
                 &format!(
-                    "repos/{}/commits/{sha}/statuses?per_page=100&page={n}",
+                    "repos/{}/commits/{sha}/statuses?per_page={STATUS_PAGE}&page={n}",
                     self.repo
                 ),
             )

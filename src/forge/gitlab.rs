@@ -67,6 +67,9 @@ struct ApiStatus {
     target_url: Option<String>,
 }
 
+/// Statuses asked for a page (the host's most).
+const STATUS_PAGE: usize = 100;
+
 impl Forge for GitLab {
     fn host(&self) -> &'static str {
         "gitlab"
@@ -91,11 +94,11 @@ impl Forge for GitLab {
     async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
         check_sha(sha)?;
         let what = format!("reading the statuses of {sha}");
-        let list: Vec<ApiStatus> = get_pages("gitlab", &what, |n| {
+        let list: Vec<ApiStatus> = get_pages("gitlab", &what, STATUS_PAGE, |n| {
             self.request(
                 reqwest::Method::GET,
                 &format!(
-                    "projects/{}/repository/commits/{sha}/statuses?all=true&per_page=100&page={n}",
+                    "projects/{}/repository/commits/{sha}/statuses?all=true&per_page={STATUS_PAGE}&page={n}",
                     self.project
                 ),
             )

@@ -141,27 +141,34 @@ pub const MAX_PAGES: u32 = 10;
 
 /// Every page of a list: `page(1)`, `page(2)`, … while the answer's `Link`
 /// header names a `rel="next"` (GitHub, Gitea and GitLab all send one while
-/// more follow), at most [`MAX_PAGES`]. The next request is built by
-/// `page`, never taken from the header: a link to another origin would
-/// carry the token there. A list longer than that is cut, with a warning:
-/// what was read is still the newest (the hosts list statuses newest first).
+/// more follow) and the page was full: `size` items, as asked, or fewer
+/// than the `X-Total-Count` the host gives (a Gitea whose administrator
+/// caps pages below `size`). A mock that always links a next page of a
+/// few items (Prism serves GitHub's example header) is read once. At most
+/// [`MAX_PAGES`]. The next request is built by `page`, never taken from
+/// the header: a link to another origin would carry the token there. A
+/// list longer than that is cut, with a warning: what was read is still
+/// the newest (the hosts list statuses newest first).
 pub async fn get_pages<T: serde::de::DeserializeOwned>(
     host: &'static str,
     what: &str,
+    size: usize,
     page: impl Fn(u32) -> RequestBuilder,
 ) -> Result<Vec<T>, ForgeError> {
     let mut all = Vec::new();
     for n in 1..=MAX_PAGES {
         let resp = send(host, what, page(n)).await?;
-        let more = has_next(resp.headers());
+        let next = has_next(resp.headers());
+        let total = header_u64(resp.headers(), "x-total-count");
         let items: Vec<T> = resp.json().await.map_err(|e| ForgeError::Transport {
             host,
             what: what.to_owned(),
             message: format!("unexpected answer: {e}"),
         })?;
-        let empty = items.is_empty();
+        let got = items.len();
         all.extend(items);
-        if !more || empty {
+        let full = got >= size || total.is_some_and(|t| (all.len() as u64) < t);
+        if !next || got == 0 || !full {
             return Ok(all);
         }
     }
