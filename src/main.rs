@@ -15,7 +15,6 @@ use lockstep::gate::Verdict;
 use lockstep::git::GitRepo;
 use lockstep::history::{CheckOptions, check};
 use lockstep::repair::Retried;
-use lockstep::secret::Secret;
 use lockstep::{demo, live, manifest, rehearse, report};
 
 /// `print!`, `println!` and `eprintln!` panic when the stream cannot be
@@ -333,9 +332,9 @@ struct ReportArgs {
         value_name = "FILE"
     )]
     token_file: Option<PathBuf>,
-    /// Environment variable holding the API token.
-    #[arg(long, default_value = "LOCKSTEP_TOKEN", value_name = "VAR")]
-    token_env: String,
+    /// Environment variable holding the API token; it must be set [default: LOCKSTEP_TOKEN, when set].
+    #[arg(long, value_name = "VAR")]
+    token_env: Option<String>,
     /// Link shown with each status (your CI job, say).
     #[arg(long, value_name = "URL")]
     target_url: Option<String>,
@@ -357,10 +356,9 @@ impl ReportArgs {
             ReportKind::Gitea => ForgeKind::Gitea,
             ReportKind::Notes => ForgeKind::Notes,
         };
-        let token = match (&self.token_file, kind) {
-            (_, ForgeKind::Notes) => None,
-            (Some(f), _) => Some(Secret::from_file(f)?),
-            (None, _) => Secret::from_env(&self.token_env).ok(),
+        let token = match kind {
+            ForgeKind::Notes => None,
+            _ => lockstep::secret::token(self.token_file.as_deref(), self.token_env.as_deref())?,
         };
         Ok(Some(ForgeSpec {
             kind,

@@ -21,6 +21,41 @@ pub enum SecretError {
     EmptyFile(String),
     #[error("environment variable {0} is not set or empty")]
     Env(String),
+    #[error(
+        "the token in {0} holds a line break, a control character or surrounding spaces: a token is one line of visible characters"
+    )]
+    NotOneLine(String),
+    #[error("the token in {0} is only spaces")]
+    Blank(String),
+}
+
+/// The variable a Git host's token is read from when no file and no other
+/// variable is named.
+pub const DEFAULT_TOKEN_ENV: &str = "LOCKSTEP_TOKEN";
+
+/// A Git host's API token: from `file`; else from the variable `env`, which
+/// must then be set (a typo in its name is an error, not an anonymous
+/// request); else from [`DEFAULT_TOKEN_ENV`] when it is set. A token goes
+/// into an HTTP header, so it must be one line of visible characters: a
+/// second line pasted into the file would otherwise fail every request
+/// with an HTTP library's error that names neither the file nor the cause.
+pub fn token(file: Option<&Path>, env: Option<&str>) -> Result<Option<Secret>, SecretError> {
+    let (secret, from) = match (file, env) {
+        (Some(f), _) => (Secret::from_file(f)?, format!("file {}", f.display())),
+        (None, Some(v)) => (Secret::from_env(v)?, format!("environment variable {v}")),
+        (None, None) => match Secret::from_env(DEFAULT_TOKEN_ENV) {
+            Ok(s) => (s, format!("environment variable {DEFAULT_TOKEN_ENV}")),
+            Err(_) => return Ok(None),
+        },
+    };
+    let v = secret.expose();
+    if v.trim().is_empty() {
+        return Err(SecretError::Blank(from));
+    }
+    if v.trim() != v || v.chars().any(char::is_control) {
+        return Err(SecretError::NotOneLine(from));
+    }
+    Ok(Some(secret))
 }
 
 /// The most a secret file may hold (a token, a webhook secret, a
@@ -118,6 +153,38 @@ mod tests {
         assert!(Secret::from_file(&p).is_err());
         let err = Secret::from_file(&dir.path().join("missing")).unwrap_err();
         assert!(err.to_string().contains("missing"));
+    }
+
+    #[test]
+    fn a_token_is_one_line_of_visible_characters() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("token");
+        for (text, ok) in [
+            ("ghp_abc\n", true),
+            ("ghp_abc\r\n", true),
+            ("ghp_abc\nghp_def\n", false),
+            ("ghp_abc \n", false),
+            ("\tghp_abc", false),
+            ("   \n", false),
+            ("ghp\u{7f}abc", false),
+        ] {
+            std::fs::write(&p, text).unwrap();
+            let r = token(Some(&p), None);
+            assert_eq!(r.is_ok(), ok, "{text:?}: {:?}", r.err());
+            if let Err(e) = r {
+                let e = e.to_string();
+                assert!(
+                    e.contains("token") && e.contains(&*p.to_string_lossy()),
+                    "{e}"
+                );
+                assert!(!e.contains("ghp_"), "{e}");
+            }
+        }
+        let e = token(None, Some("LOCKSTEP_TEST_NO_SUCH_VARIABLE")).unwrap_err();
+        assert!(
+            e.to_string().contains("LOCKSTEP_TEST_NO_SUCH_VARIABLE"),
+            "{e}"
+        );
     }
 
     /// `/dev/zero` (or any path named by mistake) is a bounded read and an

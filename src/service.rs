@@ -182,11 +182,12 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
         ReportKind::Gitlab => ForgeKind::GitLab,
         ReportKind::Gitea => ForgeKind::Gitea,
     };
-    let token = match (kind, &config.report.token_file, &config.report.token_env) {
-        (ForgeKind::Notes, _, _) => None,
-        (_, Some(f), _) => Some(Secret::from_file(f)?),
-        (_, None, Some(var)) => Some(Secret::from_env(var)?),
-        (_, None, None) => Secret::from_env("LOCKSTEP_TOKEN").ok(),
+    let token = match kind {
+        ForgeKind::Notes => None,
+        _ => crate::secret::token(
+            config.report.token_file.as_deref(),
+            config.report.token_env.as_deref(),
+        )?,
     };
     let forge = Arc::new(AnyForge::build(&ForgeSpec {
         kind,
@@ -631,7 +632,10 @@ pub fn init_logging(log: &crate::config::LogConfig) {
     let filter = EnvFilter::try_new(&log.level).unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // A log line that cannot be written (the reader of stderr went away)
+        // is dropped: reporting it on that same stderr panicked the daemon.
+        .log_internal_errors(false);
     let _ = match log.format {
         crate::config::LogFormat::Json => builder
             .json()

@@ -278,6 +278,29 @@ fn until_idle_on_the_embedded_example_fleet_exits_0() {
     assert!(!stderr.contains("waiting on a person"), "{stderr}");
 }
 
+/// The reader of lockstep's stderr goes away (a log shipper restarted, a
+/// `| head`): the log lines after that cannot be written and are dropped.
+/// The run goes on to its end and exits as it would have; reporting the
+/// failed write on that same stderr panicked it (exit 101).
+#[test]
+fn a_closed_stderr_does_not_stop_the_run() {
+    use std::io::BufRead;
+    let mut child = run_cmd(&["--until-idle"])
+        .env("LOCKSTEP_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lockstep runs");
+    let mut first = String::new();
+    std::io::BufReader::new(child.stderr.take().expect("stderr"))
+        .read_line(&mut first)
+        .expect("a first log line");
+    assert!(!first.is_empty());
+    // The reader is dropped here: every later write gets EPIPE.
+    let status = child.wait().expect("lockstep ends");
+    assert_eq!(status.code(), Some(0), "after {first:?}");
+}
+
 /// The example fleet in a temporary repository, plus `edit` committed on
 /// top; returns the new commit.
 fn commit_on(dir: &Path, file: &str, edits: &[(&str, &str)], message: &str) -> String {

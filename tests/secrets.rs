@@ -138,3 +138,143 @@ fn unusable_secret_files_stop_the_start_by_name() {
         assert!(!err.contains("hunter2"), "{err}");
     }
 }
+
+/// A Git host's token that cannot be one HTTP header (a second line pasted
+/// into the file, a stray space, nothing but spaces), and a `--token-env`
+/// naming a variable that is not set (a typo), stop `run` and `check
+/// --report` at once, naming where the token came from, never its value.
+/// Before, the second line failed every request with "builder error", and
+/// `check` sent the typo'd variable's requests with no token at all.
+#[test]
+fn a_token_that_cannot_be_sent_stops_the_start_by_name() {
+    let repo = FleetRepo::new();
+    repo.write("nova.yaml", nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova");
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("token");
+    let file_arg = file.to_string_lossy().into_owned();
+    let runs: [Vec<&str>; 2] = [
+        vec![
+            "check",
+            "--report",
+            "github",
+            "--forge-repo",
+            "o/r",
+            "--forge-url",
+            "http://127.0.0.1:9",
+        ],
+        vec![
+            "run",
+            "--until-idle",
+            "--report",
+            "github",
+            "--forge-repo",
+            "o/r",
+            "--forge-url",
+            "http://127.0.0.1:9",
+        ],
+    ];
+    for args in &runs {
+        for (content, why) in [
+            ("ghp_Secret1\nghp_Secret2\n", "a line break"),
+            ("ghp_Secret1 \n", "surrounding spaces"),
+            ("   \n", "only spaces"),
+        ] {
+            std::fs::write(&file, content).expect("write");
+            let out = Command::new(lockstep_bin())
+                .args(args)
+                .args([
+                    "--repo",
+                    &repo.path().to_string_lossy(),
+                    "--token-file",
+                    &file_arg,
+                ])
+                .env_remove("LOCKSTEP_TOKEN")
+                .output()
+                .expect("run lockstep");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_ne!(out.status.code(), Some(0), "{args:?} {content:?}: {err}");
+            assert!(
+                err.contains(&file_arg) && err.contains(why),
+                "{args:?} {content:?}: {err}"
+            );
+            assert!(!err.contains("ghp_"), "{err}");
+        }
+        let out = Command::new(lockstep_bin())
+            .args(args)
+            .args([
+                "--repo",
+                &repo.path().to_string_lossy(),
+                "--token-env",
+                "LOCKSTEP_TOKNE",
+            ])
+            .env_remove("LOCKSTEP_TOKNE")
+            .output()
+            .expect("run lockstep");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(
+            err.contains("environment variable LOCKSTEP_TOKNE is not set"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// A kubeconfig with a YAML mistake next to its token: kube's own message
+/// quotes the lines around the mistake, so the token went to stderr (a
+/// pod's or a CI job's log). The error names the file and the line only,
+/// for `--kubeconfig` and for `~/.kube/config` found on its own.
+#[test]
+fn a_broken_kubeconfig_is_named_never_quoted() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let kube = dir.path().join(".kube");
+    std::fs::create_dir_all(&kube).expect("mkdir");
+    let config = kube.join("config");
+    std::fs::write(
+        &config,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:9\"}\nusers:\n- name: u\n  user:\n    token: sha256~KubeSecretToken\n     bad-indent: x\n",
+    )
+    .expect("write");
+    let repo = FleetRepo::new();
+    repo.write("nova.yaml", nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova");
+    let config_arg = config.to_string_lossy().into_owned();
+    let repo_arg = repo.path().to_string_lossy().into_owned();
+    let runs: [(Vec<&str>, bool); 2] = [
+        (
+            vec!["retry", "Nova/compute/nova", "--kubeconfig", &config_arg],
+            true,
+        ),
+        (
+            vec![
+                "run",
+                "--until-idle",
+                "--cluster-mode",
+                "kube",
+                "--repo",
+                &repo_arg,
+            ],
+            false,
+        ),
+    ];
+    for (args, named) in runs {
+        let out = Command::new(lockstep_bin())
+            .args(&args)
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("HOME", dir.path())
+            .output()
+            .expect("run lockstep");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(
+            err.contains("line 10") && !err.contains("KubeSecretToken"),
+            "{args:?}: {err}"
+        );
+        if named {
+            assert!(err.contains(&config_arg), "{err}");
+        } else {
+            assert!(err.contains("~/.kube/config"), "{err}");
+        }
+    }
+}

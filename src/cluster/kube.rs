@@ -37,19 +37,35 @@ impl KubeCluster {
     /// In-cluster configuration, or `$KUBECONFIG` / `~/.kube/config`.
     pub async fn infer() -> Result<Self, ClusterError> {
         let client = Client::try_default().await.map_err(|e| {
-            ClusterError::Other(format!("cannot configure a Kubernetes client: {e}"))
+            let kubeconfig = std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<kube::config::InferConfigError>())
+                .and_then(|s| std::error::Error::source(s))
+                .and_then(|s| s.downcast_ref::<kube::config::KubeconfigError>());
+            ClusterError::Other(match kubeconfig {
+                Some(k) => format!(
+                    "cannot configure a Kubernetes client: not running in a cluster, and the kubeconfig ($KUBECONFIG, else ~/.kube/config): {}",
+                    kubeconfig_problem(k)
+                ),
+                None => format!("cannot configure a Kubernetes client: {e}"),
+            })
         })?;
         Ok(Self::new(client))
     }
 
     /// A client from an explicit kubeconfig file.
     pub async fn from_kubeconfig(path: &std::path::Path) -> Result<Self, ClusterError> {
-        let kc = kube::config::Kubeconfig::read_from(path)
-            .map_err(|e| ClusterError::Other(format!("{}: {e}", path.display())))?;
+        let problem = |e: kube::config::KubeconfigError| {
+            ClusterError::Other(format!(
+                "kubeconfig {}: {}",
+                crate::escape::escape(&path.to_string_lossy()),
+                kubeconfig_problem(&e)
+            ))
+        };
+        let kc = kube::config::Kubeconfig::read_from(path).map_err(problem)?;
         let config =
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(|e| ClusterError::Other(format!("{}: {e}", path.display())))?;
+                .map_err(problem)?;
         let client = Client::try_from(config).map_err(|e| ClusterError::Other(e.to_string()))?;
         Ok(Self::new(client))
     }
@@ -65,6 +81,23 @@ impl KubeCluster {
 
     fn api(&self, key: &Key) -> Api<DynamicObject> {
         dynamic_api(&self.client, key)
+    }
+}
+
+/// What is wrong with a kubeconfig, said without quoting it: kube's own
+/// message for a YAML error shows the lines around it, and a kubeconfig's
+/// lines hold tokens, passwords and keys. The other errors name a context,
+/// a cluster, a file or a kind of fault, never the file's text.
+fn kubeconfig_problem(e: &kube::config::KubeconfigError) -> String {
+    match e {
+        kube::config::KubeconfigError::Parse(p) => match p.location() {
+            Some(l) => format!(
+                "line {}: not a kubeconfig (YAML that does not parse, or a field of the wrong type); its text is not shown, it may hold credentials",
+                l.line()
+            ),
+            None => "not a kubeconfig (YAML that does not parse, or a field of the wrong type); its text is not shown, it may hold credentials".into(),
+        },
+        other => other.to_string(),
     }
 }
 
