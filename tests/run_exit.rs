@@ -436,6 +436,75 @@ fn until_idle_exits_1_for_a_refused_plan_and_names_it_before_the_head() {
     );
 }
 
+/// A plan whose own hop commit the gate refuses (here a policy blocks the
+/// Glance the ControlPlane's hop projects): the plan is held, naming the
+/// commit and the rule, and the bounded run ends with exit 1. It waited
+/// for that hop for ever, "upgrading", and the run never ended. Once the
+/// block is lifted and the refused commit reverted, the plan writes its
+/// hop again and completes.
+#[test]
+fn until_idle_exits_1_for_a_plan_whose_hop_commit_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    lockstep::demo::build_repository(dir.path()).expect("example fleet");
+    commit_on(
+        dir.path(),
+        "plans/staging.yaml",
+        &[(
+            "",
+            "apiVersion: lockstep.c5c3.io/v1alpha1\nkind: UpgradePlan\nmetadata:\n  name: staging-up\nspec:\n  to: \"2026.2\"\n  waves:\n    - name: only\n      select: [{kind: ControlPlane, namespace: openstack-staging, name: staging}]\n",
+        )],
+        "A plan for staging",
+    );
+    commit_on(
+        dir.path(),
+        ".lockstep/policies/block.yaml",
+        &[(
+            "",
+            "apiVersion: lockstep.c5c3.io/v1alpha1\nkind: UpgradePolicy\nmetadata: {name: block-glance}\nspec:\n  blocked:\n    - {kinds: [Glance], from: \"2026.1\", to: \"2026.2\", reason: breaks our backend}\n",
+        )],
+        "Block Glance 2026.2",
+    );
+    let bounded = |dir: &Path| {
+        let out = Command::new("timeout")
+            .arg("120")
+            .arg(common::lockstep_bin())
+            .args([
+                "run",
+                "--until-idle",
+                "--repo",
+                dir.to_str().expect("utf-8"),
+            ])
+            .env("LOCKSTEP_LOG", "warn")
+            .output()
+            .expect("lockstep runs");
+        text(&out)
+    };
+    let (code, stdout, stderr) = bounded(dir.path());
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    let plan_commit = git(dir.path(), &["rev-parse", "HEAD"]);
+    assert!(
+        stdout.contains(&format!(
+            "lockstep/default/plan/staging-up: failure — held in wave 1/1 (only): ControlPlane openstack-staging/staging: its commit {} was refused: Glance 2026.1 → 2026.2 is blocked by UpgradePolicy block-glance",
+            &plan_commit[..10]
+        )),
+        "{stdout}"
+    );
+    assert!(stderr.contains("waiting on a person"), "{stderr}");
+
+    // lockstep committed onto the branch, not into the work tree.
+    git(dir.path(), &["reset", "-q", "--hard"]);
+    git(dir.path(), &["rm", "-q", ".lockstep/policies/block.yaml"]);
+    git(dir.path(), &["commit", "-qm", "Lift the block"]);
+    git(dir.path(), &["revert", "--no-edit", &plan_commit]);
+    let (code, stdout, stderr) = bounded(dir.path());
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout
+            .contains("lockstep/default/plan/staging-up: success — complete: every wave at 2026.2"),
+        "{stdout}"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // The failing hop and the rejected apply: the daemon `lockstep run` runs,
 // in-process, on a simulated operator with faults.

@@ -23,6 +23,50 @@ pub(super) struct SeenProposal {
     at: Instant,
 }
 
+/// The units whose newest judged change was refused, with why. Git holds
+/// for them what no accepted commit brought and nothing will apply: a plan
+/// whose own hop commit the gate refused (a policy's block, an
+/// acknowledgement it lacks) would otherwise wait for that hop for ever,
+/// "upgrading", and keep a bounded run from ending. A ControlPlane counts
+/// its projected services' refusals. A later commit touching the unit that
+/// is accepted or held (waiting, not refused) clears it.
+fn refused_last(report: &crate::history::CheckReport) -> BTreeMap<Key, String> {
+    use crate::gate::Verdict;
+    let mut out = BTreeMap::new();
+    for c in &report.commits {
+        let why = || {
+            let first = c
+                .objects
+                .iter()
+                .find(|o| o.verdict == Verdict::Refused)
+                .map(|o| match o.reason {
+                    Some(r) => format!("{} ({})", o.message, r.as_str()),
+                    None => o.message.clone(),
+                })
+                .unwrap_or_else(|| "the whole commit".into());
+            let short = c.sha.get(..10).unwrap_or(&c.sha);
+            format!("its commit {short} was refused: {first}")
+        };
+        for o in &c.objects {
+            let plane = o.projected_by.as_ref().and_then(|p| {
+                Some(Key::new(
+                    crate::kind::Kind::ControlPlane,
+                    o.namespace.clone()?,
+                    p.clone(),
+                ))
+            });
+            for k in o.key().into_iter().chain(plane) {
+                if c.verdict == Verdict::Refused {
+                    out.insert(k, why());
+                } else {
+                    out.remove(&k);
+                }
+            }
+        }
+    }
+    out
+}
+
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// Runs the plans of the head tree; true when a status may have moved
     /// (plan statuses are queued here, so never).
@@ -75,6 +119,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             merge_proposals: self.opts.plan_merge_proposals,
         };
         let units = &self.units;
+        let refused = self
+            .judged
+            .as_ref()
+            .map(|j| refused_last(&j.report))
+            .unwrap_or_default();
         let view = |k: &Key, u: &crate::plan::validate::Unit| {
             let r = units.get(k);
             let complete = crate::plan::schedule::complete_at(
@@ -85,7 +134,17 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             ObjectView {
                 started: false,
                 complete,
-                failed: r.and_then(|r| r.needs_person.clone()),
+                // Git's release is not the last one lockstep accepted for
+                // the unit, and the newest change to it was refused.
+                failed: r.and_then(|r| r.needs_person.clone()).or_else(|| {
+                    let accepted = match r {
+                        Some(r) => r.chain.steps.last().and_then(|s| s.release.clone()),
+                        None => plans.given.get(k).cloned(),
+                    };
+                    (accepted != u.release)
+                        .then(|| refused.get(k).cloned())
+                        .flatten()
+                }),
             }
         };
         let gate = |g: &crate::plan::Gate| {
