@@ -464,4 +464,43 @@ async fn kube_cluster_against_a_real_api_server() {
         .await
         .unwrap_err();
     assert!(matches!(err, ClusterError::Invalid { .. }), "{err}");
+
+    // Two cluster names in one namespace: each daemon's record and history
+    // is a key of one ConfigMap, and a write of one never removes the
+    // other's (one field manager for every key did: an apply drops what its
+    // manager owned and did not send).
+    let other = KubeCluster::from_kubeconfig(&server.kubeconfig())
+        .await
+        .unwrap();
+    for round in 0..2 {
+        c.save_record("verdicts.eu", &format!("eu {round}"))
+            .await
+            .unwrap();
+        other
+            .save_record("verdicts.us", &format!("us {round}"))
+            .await
+            .unwrap();
+        assert_eq!(
+            c.load_record("verdicts.eu").await.unwrap().as_deref(),
+            Some(format!("eu {round}").as_str())
+        );
+        assert_eq!(
+            other.load_record("verdicts.us").await.unwrap().as_deref(),
+            Some(format!("us {round}").as_str())
+        );
+        let (eu, us) = (
+            c.history_store("eu").unwrap(),
+            other.history_store("us").unwrap(),
+        );
+        eu.save(format!("eu history {round}")).await.unwrap();
+        us.save(format!("us history {round}")).await.unwrap();
+        assert_eq!(
+            eu.load().await.unwrap(),
+            Some(format!("eu history {round}"))
+        );
+        assert_eq!(
+            us.load().await.unwrap(),
+            Some(format!("us history {round}"))
+        );
+    }
 }

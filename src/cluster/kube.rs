@@ -313,11 +313,18 @@ fn record_key(name: &str) -> String {
 /// don't move") and make its write fail.
 pub const HISTORY_CONFIGMAP: &str = "lockstep-history";
 
-/// The field manager of the dashboard's history: its own, not the
-/// verdict record's (`lockstep-records`). A server-side apply removes the
-/// fields its manager owned and left out; with its own manager a history
-/// write cannot touch anything else, even in a ConfigMap shared by hand.
-const HISTORY_MANAGER: &str = "lockstep-history";
+/// The field manager that writes one data key of lockstep's ConfigMaps:
+/// one manager per key. A server-side apply removes the fields its manager
+/// owned and left out, and each write sends only its own key; with one
+/// manager for every key, a daemon of another cluster name writing its
+/// record removed this one's (a lost record: an abort judged again from
+/// Git alone). Keys are `[-._a-zA-Z0-9]`, so the name is one a manager may
+/// have; a manager name is at most 128 bytes.
+fn key_manager(key: &str) -> String {
+    let mut m = format!("lockstep/{key}");
+    m.truncate(128);
+    m
+}
 
 /// The dashboard's history as one key (`history.<cluster>`) of its own
 /// ConfigMap, [`HISTORY_CONFIGMAP`].
@@ -341,6 +348,7 @@ impl crate::cluster::HistoryStore for KubeHistory {
 
     fn save(&self, text: String) -> futures::future::BoxFuture<'static, Result<(), ClusterError>> {
         let (client, key) = (self.client.clone(), self.key.clone());
+        let manager = key_manager(&key);
         Box::pin(async move {
             let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
             let body = serde_json::json!({
@@ -352,7 +360,7 @@ impl crate::cluster::HistoryStore for KubeHistory {
                 },
                 "data": { key: text },
             });
-            let pp = PatchParams::apply(HISTORY_MANAGER).force();
+            let pp = PatchParams::apply(&manager).force();
             api.patch(HISTORY_CONFIGMAP, &pp, &Patch::Apply(&body))
                 .await
                 .map_err(|e| configmap_error(&client, HISTORY_CONFIGMAP, "write", e))?;
@@ -435,9 +443,10 @@ impl Cluster for KubeCluster {
             },
             "data": { record_key(name): text },
         });
-        // Only lockstep writes this object: its own field manager, forced,
-        // so a record is never lost to a conflict with a past instance.
-        let pp = PatchParams::apply("lockstep-records").force();
+        // Only lockstep writes this object: a field manager of the key's
+        // own, forced, so a record is never lost to a conflict with a past
+        // instance, nor to the write of another cluster's record.
+        let pp = PatchParams::apply(&key_manager(&record_key(name))).force();
         api.patch(RECORD_CONFIGMAP, &pp, &Patch::Apply(&body))
             .await
             .map_err(|e| self.record_error("write", e))?;
