@@ -1002,7 +1002,9 @@ fn ssh_sign(content: &str, key: &Path) -> Result<String, Error> {
     if !signature.starts_with("-----BEGIN SSH SIGNATURE-----") {
         return Err(fail("ssh-keygen wrote no SSH signature".into()));
     }
-    Ok(signature)
+    // The file ends with a newline; kept, it became a blank continuation
+    // line of the `gpgsig` header that git does not write.
+    Ok(signature.trim_end().to_owned())
 }
 
 /// Pushes `refs/heads/<branch>` to `remote` (a configured remote's name, or

@@ -285,7 +285,11 @@ impl AllowedSigners {
         when: i64,
         email: &str,
     ) -> Result<Signer, Untrusted> {
+        // Blank lines around the armor (a signer that kept the newline
+        // `ssh-keygen` ends its file with) do not make it another
+        // signature; `git verify-commit` reads past them too.
         let sig: SshSig = armored
+            .trim()
             .parse()
             .map_err(|e: ssh_key::Error| Untrusted::Malformed(format!("SSH signature: {e}")))?;
         if sig.namespace() != GIT_NAMESPACE {

@@ -845,3 +845,92 @@ fn the_daemon_refuses_to_start_with_an_untrusted_plan_signing_key() {
     let (code, out) = run_until_idle(&f, &base, &["--config", &config]);
     assert_eq!(code, Some(0), "{out}");
 }
+
+/// lockstep's own SSH-signed plan commits pass its own trust policy: the
+/// signature was written with `ssh-keygen`'s trailing newline as a blank
+/// header line, which lockstep then could not read, so a plan with trust on
+/// refused its own hop and never finished. And a plan writes nothing on top
+/// of a head the policy refuses: its commit is judged against the last
+/// accepted state, so it would carry the untrusted change (here an image
+/// from another registry) under lockstep's trusted signature.
+#[test]
+fn signed_plan_commits_are_trusted_and_never_written_on_an_untrusted_head() {
+    let f = Fixture::new();
+    let (alice, alice_pub) = ssh_key(f.keys.path(), "alice");
+    let (planner, planner_pub) = ssh_key(f.keys.path(), "planner");
+    let signers = f.file(
+        "allowed_signers",
+        &format!("{EMAIL} {alice_pub}\nlockstep@localhost {planner_pub}\n"),
+    );
+    let base = f.git(&["rev-parse", "HEAD"], WHEN);
+    let config = f.file(
+        "config.yaml",
+        &format!(
+            "plans:\n  signingKeyFile: {}\ntrust:\n  allowedSignersFile: {signers}\n",
+            planner.display()
+        ),
+    );
+    let plan = |name: &str, to: &str| {
+        format!(
+            "apiVersion: lockstep.c5c3.io/v1alpha1\nkind: UpgradePlan\nmetadata:\n  name: {name}\nspec:\n  to: \"{to}\"\n  waves:\n    - name: all\n      select: [{{kind: Nova, namespace: compute, name: nova}}]\n"
+        )
+    };
+    let signing = format!("user.signingkey={}", alice.display());
+    f.repo.write("plans/p.yaml", plan("p", "2026.2"));
+    f.git(&["add", "-A"], WHEN);
+    f.git(
+        &[
+            "-c",
+            "gpg.format=ssh",
+            "-c",
+            &signing,
+            "commit",
+            "-q",
+            "-S",
+            "-m",
+            "plan p",
+        ],
+        WHEN,
+    );
+    let (code, out) = run_until_idle(&f, &base, &["--config", &config]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("plan/p: success — complete: every wave at 2026.2"),
+        "{out}"
+    );
+    let head = f.git(&["rev-parse", "HEAD"], WHEN);
+    assert_eq!(
+        f.git(&["log", "-1", "--format=%an"], WHEN),
+        "lockstep",
+        "the plan's hop commit"
+    );
+    let (code, json) = f.check(&["--base", "HEAD~1", "--allowed-signers", &signers]);
+    accepted(code, &json);
+
+    // An unsigned commit on top: a plan to 2027.1 and Nova's image from
+    // elsewhere. Refused, and the plan writes nothing.
+    f.git(&["reset", "-q", "--hard"], WHEN);
+    f.repo.write("plans/p.yaml", plan("p", "2027.1"));
+    let text = std::fs::read_to_string(f.repo.path().join(NOVA)).expect("nova");
+    let swapped = text.replacen("ghcr.io/c5c3/nova", "evil.example.invalid/nova", 1);
+    assert_ne!(swapped, text);
+    f.repo.write(NOVA, swapped);
+    f.git(&["add", "-A"], WHEN);
+    f.git(&["commit", "-q", "-m", "unsigned: plan and image"], WHEN);
+    let untrusted = f.git(&["rev-parse", "HEAD"], WHEN);
+    let (code, out) = run_until_idle(&f, &base, &["--config", &config]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!(
+            "plan/p: failure — held in wave 1/1 (all): the branch head {} is refused; a plan writes nothing on top of a refused commit",
+            &untrusted[..10]
+        )),
+        "{out}"
+    );
+    assert_eq!(
+        f.git(&["rev-parse", "HEAD"], WHEN),
+        untrusted,
+        "nothing written"
+    );
+    assert_ne!(untrusted, head);
+}

@@ -156,6 +156,15 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 .cloned()
                 .unwrap_or(Ok(()))
         };
+        let refused_head = self.judged.as_ref().and_then(|j| {
+            let c = j.report.commits.last()?;
+            (c.sha == head.to_string() && c.verdict == crate::gate::Verdict::Refused).then(|| {
+                format!(
+                    "the branch head {} is refused; a plan writes nothing on top of a refused commit",
+                    c.sha.get(..10).unwrap_or(&c.sha)
+                )
+            })
+        });
         let passes = crate::plan::exec::run(
             &plans,
             head,
@@ -164,6 +173,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             gate,
             &mut self.plan_completed,
             &writer,
+            refused_head.as_deref(),
         );
         let mut statuses = Vec::new();
         let mut failed = BTreeMap::new();

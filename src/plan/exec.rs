@@ -293,6 +293,7 @@ pub fn run(
     gates: impl Fn(&super::Gate) -> Result<(), String>,
     completed_at: &mut BTreeMap<(String, usize), Timestamp>,
     writer: &Writer,
+    refused_head: Option<&str>,
 ) -> Vec<PlanPass> {
     let mut out = Vec::new();
     let all: Vec<Located> = tp.plans.iter().map(|(p, _)| p.clone()).collect();
@@ -390,6 +391,23 @@ pub fn run(
             now,
             previous_hop,
         });
+        // A plan commit is written on top of the head, and judged against
+        // the last accepted state: on a refused head (an untrusted commit,
+        // a policy's block) its diff would carry what was refused, under
+        // lockstep's name and signature. Nothing is written then, and the
+        // plan holds until a person moves the branch on: waiting as
+        // "upgrading" for a hop whose commit was refused as a whole (no
+        // object of it judged) would never end.
+        let decision = match (decision, refused_head) {
+            (Decision::Complete, _) => Decision::Complete,
+            (Decision::Start { wave, .. } | Decision::Running { wave, .. }, Some(why)) => {
+                Decision::Held {
+                    wave,
+                    reason: why.to_owned(),
+                }
+            }
+            (d, _) => d,
+        };
         let mut description = decision.describe(&p.plan);
         if hop.count > 1 {
             description = format!("{}, {description}", hop.describe());
