@@ -245,6 +245,15 @@ pub async fn execute<C: crate::cluster::Cluster>(
             name,
             attempt,
         } => {
+            // Only a Job that failed for good is deleted. The condition can
+            // be stale while the operator, or a person with `lockstep
+            // retry`, already runs the Job again, and deleting a running
+            // migration is never a repair (nor a re-run to count).
+            let jobs = cluster.jobs(key).await?;
+            if !jobs.iter().any(|j| j.name == *name && j.failed) {
+                tracing::info!(object = %key, job = %name, "repair forward waits: the Job the condition names has not failed (running again, or gone)");
+                return Ok(false);
+            }
             // Counted before the Job is deleted: a crash between the two
             // leaves the budget one re-run shorter, never longer.
             let record = RepairRecord {
@@ -382,6 +391,44 @@ mod tests {
             plan(&key, Some("prod"), &failed("ContractFailed"), &h, now * 10, &p),
             Action::Report(m) if m.contains("budget")
         ));
+    }
+
+    /// A condition that names a failed Job while the Job runs again (the
+    /// operator, or a person's `lockstep retry`, was quicker), or is gone:
+    /// nothing is deleted and no re-run is counted.
+    #[tokio::test]
+    async fn a_job_that_has_not_failed_is_never_deleted() {
+        use crate::cluster::Cluster;
+        use crate::cluster::memory::MemoryCluster;
+        let mem = MemoryCluster::new(crate::sim::World::new(crate::sim::Params::default()));
+        let key = Key::new(Kind::Nova, "openstack", "prod-nova");
+        let mut h = RepairHistory::default();
+        let action = Action::DeleteJob {
+            namespace: "openstack".into(),
+            name: "prod-nova-db-expand".into(),
+            attempt: 1,
+        };
+        let wall = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let changed = execute(
+            &mem,
+            &key,
+            &action,
+            &mut h,
+            Duration::from_secs(5),
+            "2026.2",
+            wall,
+        )
+        .await
+        .unwrap();
+        assert!(!changed);
+        assert_eq!((h.retries, h.last), (0, None));
+        assert!(mem.jobs(&key).await.unwrap().is_empty());
+        let w = mem.world().unwrap();
+        assert_eq!(
+            w.annotation(&key, RECORD_ANNOTATION),
+            None,
+            "no re-run counted"
+        );
     }
 
     /// The record round-trips, counts only towards its own target, and

@@ -125,6 +125,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             match &action {
                 Action::DeleteJob { .. } | Action::Report(_) => {
                     let first_report = matches!(action, Action::Report(_)) && !f.reported;
+                    // A Job re-run only when one was deleted (a Job that
+                    // has not failed is left alone).
+                    let mut rerun = false;
                     if matches!(action, Action::DeleteJob { .. }) || first_report {
                         let r = repair::execute(
                             &self.cluster,
@@ -136,8 +139,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                             self.clock.wall(),
                         )
                         .await;
-                        if let Err(e) = r {
-                            tracing::warn!(error = %e, object = %key, "repair failed; next pass");
+                        match r {
+                            Err(e) => {
+                                tracing::warn!(error = %e, object = %key, "repair failed; next pass")
+                            }
+                            Ok(changed) => rerun = changed,
                         }
                     }
                     if let Action::Report(m) = &action {
@@ -150,7 +156,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         }
                         f.reported = true;
                         report.needs_person = Some(m.clone());
-                    } else {
+                    } else if rerun {
                         out.repaired += 1;
                         if let Action::DeleteJob { name, attempt, .. } = &action {
                             did.push(Did::Repaired {
