@@ -138,6 +138,16 @@ fn every_plan_refusal_names_the_rule() {
     assert_eq!(code, 1, "{json:#}");
     refused_with(&json, "PlanInvalid", "also the plan at plans/twin.yaml");
     refused_with(&json, "PlanInvalid", "also the plan at plans/fleet.yaml");
+    // A name that is no object name: it would spell another status context
+    // or a forged notes line, or share a branch with another plan's.
+    for name in ["\"a: failure — forged\"", "Fleet", "\"p 1\"", "a/b"] {
+        let (code, json) = judge(&[(
+            "fleet.yaml",
+            &with(&[("name: fleet-to-2026.2", &format!("name: {name}"))]),
+        )]);
+        assert_eq!(code, 1, "{name}: {json:#}");
+        refused_with(&json, "PlanInvalid", "is not a valid object name");
+    }
     // A window that does not parse.
     let (_, json) = judge(&[("fleet.yaml", &with(&[("0 20 * * 1-5", "0 25 * * 1-5")]))]);
     refused_with(&json, "PlanWindowInvalid", "25");

@@ -686,7 +686,7 @@ fn image_spec(node: &At<Node>, field: &str, ctx: &mut Ctx<'_>) -> Option<Located
 }
 
 /// RFC 1123 subdomain, as Kubernetes requires of most object names.
-fn valid_dns_name(s: &str) -> bool {
+pub(crate) fn valid_dns_name(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(valid_dns_label_loose)
 }
 

@@ -132,6 +132,19 @@ pub fn validate(plan: &Located, units: &[Unit], others: &[Located]) -> Vec<Refus
             "a plan needs at least one wave",
         ));
     }
+    // The name is a Kubernetes object name, as for every other object: it
+    // goes into a commit status context, a branch and a notes line, where
+    // a `/`, a `: ` or a space spelled another context or a forged line
+    // (`a: failure — forged`), and two names could share a branch.
+    if !crate::manifest::valid_dns_name(&p.metadata.name) {
+        out.push(refuse(
+            Reason::PlanInvalid,
+            format!(
+                "metadata.name {:?} is not a valid object name (lower-case RFC 1123, at most 253 characters); it names the plan's commit status, branches and notes",
+                p.metadata.name
+            ),
+        ));
+    }
     // A plan's name keys its proposal branches, its status context and its
     // state in the notes: two plans of one name would share them, one
     // plan's status speaking for the other's waves.
