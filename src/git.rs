@@ -606,14 +606,13 @@ impl GitRepo {
                 .or_else(|| delta.old_file().path())
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            if !wanted(&path) || !under_prefixes(&path, prefixes) {
+            let (old, new) = (side(delta.old_file()), side(delta.new_file()));
+            if !(wanted(&path) || gitlink(&old) || gitlink(&new))
+                || !under_prefixes(&path, prefixes)
+            {
                 continue;
             }
-            out.push(Change {
-                path,
-                old: side(delta.old_file()),
-                new: side(delta.new_file()),
-            });
+            out.push(Change { path, old, new });
         }
         Ok(out)
     }
@@ -723,7 +722,10 @@ impl GitRepo {
             // The non-tree side of a path (a file, or a file that became a
             // directory or the other way round).
             let (of, nf) = (file(&o), file(&n));
-            if (of.is_some() || nf.is_some()) && wanted(&path) && under_prefixes(&path, prefixes) {
+            if (of.is_some() || nf.is_some())
+                && (wanted(&path) || gitlink(&of) || gitlink(&nf))
+                && under_prefixes(&path, prefixes)
+            {
                 out.push(Change {
                     path,
                     old: of,
@@ -786,7 +788,7 @@ impl GitRepo {
                 }
                 _ => EntryKind::File,
             };
-            if wanted(&path) && under_prefixes(&path, prefixes) {
+            if (wanted(&path) || kind == EntryKind::Submodule) && under_prefixes(&path, prefixes) {
                 out.push((
                     path,
                     Entry {
@@ -1147,6 +1149,14 @@ pub fn normalize_prefixes(raw: &[String]) -> Result<Vec<String>, Error> {
         }
     }
     Ok(out)
+}
+
+/// A submodule (gitlink) is returned under the selected paths whatever its
+/// name: a tool that clones submodules (Argo CD does, Flux on request)
+/// would apply the manifests behind it, which lockstep never sees, so the
+/// gate must get the chance to refuse it.
+fn gitlink(e: &Option<Entry>) -> bool {
+    e.as_ref().is_some_and(|e| e.kind == EntryKind::Submodule)
 }
 
 /// Whether a path lies under one of the prefixes (all paths when none).

@@ -1110,10 +1110,11 @@ impl Walker<'_> {
                 Ok(Vec::new())
             }
             EntryKind::Submodule => {
-                skipped.push(SkipReport {
+                problems.push(Problem {
                     file: Arc::from(path),
                     line: 1,
-                    message: "is a submodule; its content is not part of this repository and was not judged".into(),
+                    key: None,
+                    message: "is a submodule; its manifests are in another repository and were not judged, yet Argo CD (and Flux, with recurseSubmodules) would apply them: commit the files themselves, or keep the submodule outside the paths lockstep judges (--path)".into(),
                 });
                 Ok(Vec::new())
             }

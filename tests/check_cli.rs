@@ -1327,3 +1327,44 @@ fn a_range_starts_where_the_head_forked_from_the_base() {
     assert_eq!(json["base"], a.as_str(), "{json:#}");
     assert_eq!(json["commits"].as_array().map(Vec::len), Some(1));
 }
+
+/// A submodule is another repository's content: Argo CD clones it (and Flux
+/// with `recurseSubmodules`), so manifests behind one would be applied
+/// unjudged. Under the judged paths it is refused, whatever its name; a
+/// submodule outside them is not lockstep's business.
+#[test]
+fn a_submodule_under_the_judged_paths_is_refused() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let first = repo.commit("fleet");
+    // A gitlink written straight into the index, as `git submodule add`
+    // would leave it (the commit it names need not exist here).
+    repo.git(&[
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        &format!("160000,{first},clusters/vendor"),
+    ]);
+    repo.git(&["commit", "-q", "-m", "submodule"]);
+    for extra in [&[][..], &["--base", &first], &["--path", "clusters"]] {
+        let (code, json) = check_json(&repo, extra);
+        assert_eq!(code, 1, "{extra:?}: {json:#}");
+        let objects = last_objects(&json);
+        let o = find_file(&objects, "clusters/vendor");
+        assert_eq!(o["reason"], "ManifestInvalid", "{o:#}");
+        assert!(
+            o["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("is a submodule") && m.contains("--path")),
+            "{o:#}"
+        );
+    }
+    // Outside the judged paths it changes nothing.
+    let (code, json) = check_json(&repo, &["--path", "standalone"]);
+    assert_eq!(code, 0, "{json:#}");
+    // Removing it is not refused: the baseline is taken as given.
+    repo.git(&["rm", "-q", "--cached", "clusters/vendor"]);
+    repo.git(&["commit", "-q", "-m", "no submodule"]);
+    let (code, json) = check_json(&repo, &["--base", "HEAD~1"]);
+    assert_eq!(code, 0, "{json:#}");
+}
