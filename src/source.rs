@@ -917,9 +917,12 @@ impl PushTarget {
 /// scp-like `[user@]host:path` (ssh), or a local path.
 fn parse_url(url: &str) -> Result<GitUrl, SourceError> {
     let bad = |message: &str| SourceError::Url {
-        url: strip_userinfo(url),
+        url: redact_unparsed(url),
         message: message.to_owned(),
     };
+    // A password with a `/` ends the authority early, and its rest reads
+    // as a path; `@` has no other use before a query in a Git remote.
+    const AT_IN_PATH: &str = "an '@' after the host: write a password's '/', '@', '?' or '#' as %2F, %40, %3F or %23, or give the password in a file (--git-token-file)";
     if let Some((scheme_text, rest)) = url.split_once("://") {
         let scheme_text = scheme_text.to_ascii_lowercase();
         let scheme = match scheme_text.as_str() {
@@ -944,6 +947,14 @@ fn parse_url(url: &str) -> Result<GitUrl, SourceError> {
             Some(i) => rest.split_at(i),
             None => (rest, ""),
         };
+        // A query can carry a token (`?access_token=`): never shown.
+        let (path, query) = match path.find(['?', '#']) {
+            Some(i) => (&path[..i], "?…"),
+            None => (path, ""),
+        };
+        if path.contains('@') {
+            return Err(bad(AT_IN_PATH));
+        }
         let (userinfo, hostport) = match authority.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
             None => (None, authority),
@@ -965,7 +976,7 @@ fn parse_url(url: &str) -> Result<GitUrl, SourceError> {
             password,
             host,
             port,
-            display: format!("{scheme_text}://{hostport}{path}"),
+            display: format!("{scheme_text}://{hostport}{path}{query}"),
         });
     }
     // scp-like: a colon before any slash, as git itself decides.
@@ -973,6 +984,9 @@ fn parse_url(url: &str) -> Result<GitUrl, SourceError> {
         && !before.contains('/')
         && !before.is_empty()
     {
+        if path.contains('@') {
+            return Err(bad(AT_IN_PATH));
+        }
         let (user, host) = match before.rsplit_once('@') {
             Some((u, h)) => (Some(u.to_owned()), h),
             None => (None, before),
@@ -1021,20 +1035,27 @@ fn split_host_port(hostport: &str) -> Option<(String, Option<u16>)> {
 fn redact_url(url: &str) -> String {
     match parse_url(url) {
         Ok(u) => u.display,
-        Err(_) => strip_userinfo(url),
+        Err(_) => redact_unparsed(url),
     }
 }
 
-/// Drops whatever sits between `scheme://` and an `@` in the authority,
-/// without otherwise judging the URL.
-fn strip_userinfo(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+/// What an error may show of a URL that does not parse: nothing up to its
+/// last `@` (userinfo, also a password whose `/` or `?` ended the authority
+/// early) and no query or fragment (`?access_token=…`). It may hide more
+/// than it must; it never shows a credential.
+fn redact_unparsed(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, url),
     };
-    let end = rest.find('/').unwrap_or(rest.len());
-    match rest[..end].rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}://{host}{}", &rest[end..]),
-        None => url.to_owned(),
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let rest = match rest.find(['?', '#']) {
+        Some(i) => format!("{}?…", &rest[..i]),
+        None => rest.to_owned(),
+    };
+    match scheme {
+        Some(s) => format!("{s}://{rest}"),
+        None => rest,
     }
 }
 
@@ -1594,6 +1615,36 @@ mod tests {
         assert!(parse_url("https://host:notaport/x").is_err());
         let err = parse_url("ftp://u:pw@host/x").unwrap_err().to_string();
         assert!(err.contains("ftp://host/x") && !err.contains("pw"), "{err}");
+    }
+
+    /// Passwords that are not percent-encoded, and tokens in a query, never
+    /// reach an error or a log line.
+    #[test]
+    fn credentials_outside_the_userinfo_are_not_shown() {
+        for (url, shown) in [
+            ("https://u:pa/SECRET@host/x.git", "https://host/x.git"),
+            ("https://u:1234/SECRET@host/x.git", "https://host/x.git"),
+            (
+                "https://u:p?SECRET@host:badport/x",
+                "https://host:badport/x",
+            ),
+            ("u:pa@SECRET@host:org/x.git", "host:org/x.git"),
+        ] {
+            let err = parse_url(url).unwrap_err().to_string();
+            assert!(err.contains(shown), "{url}: {err}");
+            assert!(!err.contains("SECRET"), "{url}: {err}");
+            assert_eq!(redact_url(url), shown.to_owned(), "{url}");
+        }
+        let err = parse_url("https://u:pa/SECRET@host/x.git")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("%2F"), "{err}");
+        let u = parse_url("https://host/org/x.git?access_token=s3cret#frag").unwrap();
+        assert_eq!(u.display, "https://host/org/x.git?…");
+        let err = parse_url("https://host:bad/x.git?access_token=s3cret")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("s3cret"), "{err}");
     }
 
     #[test]

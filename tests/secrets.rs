@@ -278,3 +278,26 @@ fn a_broken_kubeconfig_is_named_never_quoted() {
         }
     }
 }
+
+/// A password that is not percent-encoded (its `/` ends the host early) and
+/// a token in the URL's query stay out of the error that names the URL.
+#[test]
+fn a_source_url_is_named_without_its_credentials() {
+    for url in [
+        "https://u:pa/SECRETpw@127.0.0.1:1/x.git",
+        "https://u:1234/SECRETpw@127.0.0.1:1/x.git",
+        "https://127.0.0.1:1/x.git?access_token=SECRETpw",
+    ] {
+        let out = Command::new(lockstep_bin())
+            .args(["run", "--until-idle", "--url", url])
+            .output()
+            .expect("run lockstep");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{url}: {err}");
+        assert!(err.contains("127.0.0.1:1/x.git"), "{url}: {err}");
+        assert!(
+            !err.contains("SECRETpw") && !String::from_utf8_lossy(&out.stdout).contains("SECRETpw"),
+            "{url}: {err}"
+        );
+    }
+}
