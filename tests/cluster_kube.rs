@@ -503,4 +503,26 @@ async fn kube_cluster_against_a_real_api_server() {
             Some(format!("us history {round}"))
         );
     }
+
+    // Four cluster names, each record at its bound (gzip'd text does not
+    // compress further), fit the one ConfigMap the API server caps at 1 MiB.
+    let full = |c: char| {
+        let mut t = String::with_capacity(lockstep::daemon::record::MAX_BYTES);
+        let mut x: u32 = c as u32;
+        while t.len() < lockstep::daemon::record::MAX_BYTES {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            t.push(char::from(b'A' + (x >> 16) as u8 % 26));
+        }
+        t
+    };
+    for name in ["eu", "us", "ap", "sa"] {
+        let text = full(name.chars().next().unwrap());
+        c.save_record(&format!("verdicts.{name}"), &text)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            c.load_record(&format!("verdicts.{name}")).await.unwrap(),
+            Some(text)
+        );
+    }
 }

@@ -753,3 +753,73 @@ async fn an_unreadable_repair_record_spends_the_budget() {
         "the report is an Event too"
     );
 }
+
+/// A status the operators would never write (an image reference of 5,000
+/// bytes) is refused as `check --live` refuses it in a snapshot file: the
+/// commit waits, nothing is applied, and the record of live verdicts, which
+/// would keep such a string for every commit judged with it until its
+/// ConfigMap overflowed, does not take it. A sane status again, and the
+/// hop goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_no_operator_writes_is_never_judged_with_nor_recorded() {
+    let repo = common::FleetRepo::new();
+    abort_phase(&repo, 0);
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let chaos = Chaos::new(mem.clone());
+    let forge = AnyForge::Notes(Notes::open(repo.path()).unwrap());
+    let queue = StatusQueue::new(10_000);
+    let mut d = daemon(repo.path(), &chaos, &queue);
+    assert!(drive(&mut d, &chaos, &forge, &queue).await);
+    let applied = chaos.applies.load(Ordering::SeqCst);
+    let glance = Key::new(lockstep::kind::Kind::Glance, "image", "glance");
+    let sane = {
+        let mut w = mem.world().unwrap();
+        let o = w.objects.get_mut(&glance).expect("Glance in the cluster");
+        let sane = o.status.installed_image.clone();
+        o.status.installed_image = Some(format!("registry.example/{}", "r".repeat(5_000)));
+        sane
+    };
+    repo.write(
+        "standalone/image/glance.yaml",
+        common::glance_digest("2027.1", 'c'),
+    );
+    repo.commit("Glance to 2027.1");
+    for _ in 0..3 {
+        let out = d.pass().await;
+        let error = out.source_error.unwrap_or_default();
+        assert!(
+            error.contains("Glance image/glance")
+                && error.contains("status.installedImage is 5017 bytes, more than the 4096"),
+            "{error}"
+        );
+    }
+    assert_eq!(
+        chaos.applies.load(Ordering::SeqCst),
+        applied,
+        "nothing applied"
+    );
+    let record = mem
+        .load_record(&lockstep::daemon::record::name("test"))
+        .await
+        .unwrap()
+        .unwrap_or_default();
+    assert!(!record.contains("rrrr"), "{record}");
+
+    mem.world()
+        .unwrap()
+        .objects
+        .get_mut(&glance)
+        .unwrap()
+        .status
+        .installed_image = sane;
+    assert!(drive(&mut d, &chaos, &forge, &queue).await);
+    assert!(
+        chaos.applies.load(Ordering::SeqCst) > applied,
+        "the hop went on"
+    );
+    let w = mem.world().unwrap();
+    assert_eq!(
+        w.objects[&glance].status.installed_release.as_deref(),
+        Some("2027.1")
+    );
+}

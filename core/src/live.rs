@@ -78,7 +78,49 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
+/// The longest status string lockstep reads. Releases and phases are a few
+/// bytes, and an image reference (registry, repository, tag and digest)
+/// a few hundred; a longer one was not written by an operator. Kept in
+/// lockstep's record of live verdicts, two such strings would fill its
+/// ConfigMap, and every later pass would fail.
+pub const MAX_STATUS_TEXT: usize = 4096;
+
+/// What is wrong with a status field's value, as the operators would never
+/// write it: the same rule for a snapshot file (`check --live`) and the API
+/// server (the daemon). A release that is not one would read as "nothing
+/// installed".
+pub fn status_text_problem(field: &str, value: &str) -> Option<String> {
+    if value.len() > MAX_STATUS_TEXT {
+        return Some(format!(
+            "status.{field} is {} bytes, more than the {MAX_STATUS_TEXT} lockstep reads (no operator writes one so long)",
+            value.len()
+        ));
+    }
+    if matches!(field, "installedRelease" | "targetRelease")
+        && !value.is_empty()
+        && TaggedRelease::parse(value).is_err()
+    {
+        return Some(format!(
+            "status.{field} {value:?} is not a release (expected YYYY.N, e.g. 2026.1)"
+        ));
+    }
+    None
+}
+
 impl LiveStatus {
+    /// The first status field the operators would never write so
+    /// ([`status_text_problem`]).
+    pub fn problem(&self) -> Option<String> {
+        [
+            ("installedRelease", &self.installed_release),
+            ("targetRelease", &self.target_release),
+            ("upgradePhase", &self.upgrade_phase),
+            ("installedImage", &self.installed_image),
+        ]
+        .into_iter()
+        .find_map(|(field, v)| status_text_problem(field, v.as_deref()?))
+    }
+
     /// The release an upgrade in flight is heading to, if one is.
     /// Phase-machine kinds show `upgradePhase`; Placement and Barbican only
     /// stamp `targetRelease` while their gated sync runs.
@@ -687,24 +729,18 @@ impl Reader<'_> {
                 )),
             }
         };
-        let release = |field: &str| -> Result<Option<String>, LiveError> {
+        let checked = |field: &str| -> Result<Option<String>, LiveError> {
             let value = string(status, "status", field)?;
-            if let Some(v) = value.as_deref().filter(|v| !v.is_empty())
-                && TaggedRelease::parse(v).is_err()
-            {
+            if let Some(message) = value.as_deref().and_then(|v| status_text_problem(field, v)) {
                 let line = get(status, field).map_or(1, |n| n.line);
-                return Err(self.item(
-                    line,
-                    who,
-                    format!("status.{field} {v:?} is not a release (expected YYYY.N, e.g. 2026.1)"),
-                ));
+                return Err(self.item(line, who, message));
             }
             Ok(value)
         };
-        let installed_release = release("installedRelease")?;
-        let target_release = release("targetRelease")?;
-        let upgrade_phase = string(status, "status", "upgradePhase")?;
-        let installed_image = string(status, "status", "installedImage")?;
+        let installed_release = checked("installedRelease")?;
+        let target_release = checked("targetRelease")?;
+        let upgrade_phase = checked("upgradePhase")?;
+        let installed_image = checked("installedImage")?;
         let conditions = match get(status, "conditions") {
             None
             | Some(Lined {
@@ -1042,6 +1078,8 @@ metadata: {resourceVersion: ""}
             (nova("    installedRelease: \"abc\"\n"), "live.yaml:11: items[1] Nova compute/nova: status.installedRelease \"abc\" is not a release (expected YYYY.N, e.g. 2026.1)"),
             (nova("    targetRelease: \"2026.3\"\n"), "live.yaml:11: items[1] Nova compute/nova: status.targetRelease \"2026.3\" is not a release (expected YYYY.N, e.g. 2026.1)"),
             (nova("    installedRelease: 2026.1\n"), "live.yaml:11: items[1] Nova compute/nova: status.installedRelease is a number, not a string; quote it"),
+            (nova(&format!("    installedImage: \"{}\"\n", "r".repeat(MAX_STATUS_TEXT + 1))), "live.yaml:11: items[1] Nova compute/nova: status.installedImage is 4097 bytes, more than the 4096 lockstep reads (no operator writes one so long)"),
+            (nova(&format!("    upgradePhase: \"{}\"\n", "r".repeat(MAX_STATUS_TEXT + 1))), "live.yaml:11: items[1] Nova compute/nova: status.upgradePhase is 4097 bytes, more than the 4096 lockstep reads (no operator writes one so long)"),
             (nova("    upgradePhase: [a]\n"), "live.yaml:11: items[1] Nova compute/nova: status.upgradePhase is a list, not a string"),
             (nova("    conditions: 7\n"), "live.yaml:11: items[1] Nova compute/nova: status.conditions is a number, not a list"),
             (nova("    conditions:\n    - {type: Ready}\n    - {type: Synced, observedGeneration: x}\n"), "live.yaml:13: items[1] Nova compute/nova: status.conditions[1].observedGeneration is a string, not a whole number"),

@@ -179,12 +179,18 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let moved = record.watermark.as_deref() != Some(&head.to_string());
         if moved || !entries.is_empty() {
             record.watermark = Some(head.to_string());
+            let (text, dropped) = record.fit();
+            if dropped > 0 {
+                tracing::warn!(
+                    dropped,
+                    kept = record.commits.len(),
+                    bytes = text.len(),
+                    "the record of live verdicts reached its bound; its oldest commits were dropped and will be judged from Git alone after a restart"
+                );
+            }
             if let Err(e) = self
                 .cluster
-                .save_record(
-                    &super::record::name(&self.opts.cluster_name),
-                    &record.to_text(),
-                )
+                .save_record(&super::record::name(&self.opts.cluster_name), &text)
                 .await
             {
                 // Judged again next pass, from where the record stands.
@@ -343,6 +349,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         for k in keys {
             match self.cluster.get(k).await {
                 Ok(Some(o)) => {
+                    if let Some(message) = o.status.problem() {
+                        return Err(PassError::LiveUnreadable {
+                            key: k.to_string(),
+                            message: crate::escape::escape(&message).into_owned(),
+                        });
+                    }
                     live.objects.insert(k.clone(), o.status);
                 }
                 Ok(None) => {}

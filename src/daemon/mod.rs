@@ -190,6 +190,12 @@ pub enum PassError {
     },
     #[error(transparent)]
     Record(#[from] record::RecordError),
+    /// A status the operators would never write (the rule `check --live`
+    /// applies to a snapshot file): nothing is judged with it.
+    #[error(
+        "cannot judge with the live status of {key}: {message}; lockstep judges nothing against a status no operator writes (docs/gate.md, \"Live rules in the daemon\")"
+    )]
+    LiveUnreadable { key: String, message: String },
 }
 
 impl From<crate::source::SourceError> for PassError {

@@ -33,6 +33,31 @@ const VERSION: u32 = 1;
 /// pruned commit is far behind the head and is judged from Git alone.
 const MAX_COMMITS: usize = 2_000;
 
+/// At most this many bytes of text per cluster name, the oldest commits
+/// going first. A ConfigMap holds 1 MiB in all and several cluster names
+/// may share `lockstep-records`; a record written past that is refused by
+/// the API server, and a record that cannot be written stops every pass.
+pub const MAX_BYTES: usize = 200 * 1024;
+
+/// Up to this size the record is plain JSON, readable with `kubectl`;
+/// above it, the same JSON gzip'd and base64'd (`{"version":1,"gzip":…}`),
+/// about a tenth of the size: commits judged with the same objects repeat
+/// the same names and releases.
+const PLAIN_MAX: usize = 64 * 1024;
+
+/// A gzip'd record that inflates past this is refused, not read: it was
+/// not written by lockstep, which never writes more than [`MAX_BYTES`]
+/// compressed from far less.
+const MAX_INFLATED: u64 = 64 * 1024 * 1024;
+
+/// The record stored compressed.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Packed {
+    version: u32,
+    gzip: String,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Record {
@@ -116,6 +141,15 @@ impl Record {
     }
 
     pub fn parse(text: &str) -> Result<Self, RecordError> {
+        let inflated;
+        let text = match serde_json::from_str::<Packed>(text) {
+            Ok(p) if p.version == VERSION => {
+                inflated = inflate(&p.gzip).map_err(RecordError::Malformed)?;
+                inflated.as_str()
+            }
+            Ok(p) => return Err(RecordError::Version(p.version)),
+            Err(_) => text,
+        };
         let r: Record = serde_json::from_str(text).map_err(|e| {
             RecordError::Malformed(format!("line {}, column {}", e.line(), e.column()))
         })?;
@@ -140,9 +174,49 @@ impl Record {
         Ok(r)
     }
 
+    /// The record as it is stored: plain JSON while small, gzip'd above
+    /// [`PLAIN_MAX`].
     pub fn to_text(&self) -> String {
         // Plain data of strings: serialising cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+        let plain = serde_json::to_string(self).unwrap_or_default();
+        if plain.len() <= PLAIN_MAX {
+            return plain;
+        }
+        serde_json::to_string(&Packed {
+            version: VERSION,
+            gzip: deflate(&plain),
+        })
+        .unwrap_or_default()
+    }
+
+    /// The text to store, after dropping the oldest commits until it is at
+    /// most [`MAX_BYTES`]; returns it with the number dropped. A dropped
+    /// commit is judged from Git alone after a restart, as one pruned by
+    /// count is: the bound keeps every pass from failing on a record the
+    /// API server would refuse.
+    pub fn fit(&mut self) -> (String, usize) {
+        let text = self.to_text();
+        if text.len() <= MAX_BYTES {
+            return (text, 0);
+        }
+        // The fewest oldest commits to drop: dropping all of them fits (a
+        // watermark alone is a few dozen bytes), dropping none does not.
+        let (mut short, mut enough) = (0, self.commits.len());
+        while enough - short > 1 {
+            let mid = short + (enough - short) / 2;
+            let trial = Record {
+                version: self.version,
+                watermark: self.watermark.clone(),
+                commits: self.commits[mid..].to_vec(),
+            };
+            if trial.to_text().len() <= MAX_BYTES {
+                enough = mid;
+            } else {
+                short = mid;
+            }
+        }
+        self.commits.drain(..enough);
+        (self.to_text(), enough)
     }
 
     /// The recorded live state of every recorded commit, for the judge.
@@ -204,6 +278,35 @@ impl Record {
             self.commits.drain(..extra);
         }
     }
+}
+
+fn deflate(text: &str) -> String {
+    use base64::Engine as _;
+    use std::io::Write as _;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    // Writing to memory cannot fail.
+    let _ = gz.write_all(text.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap_or_default())
+}
+
+fn inflate(b64: &str) -> Result<String, String> {
+    use base64::Engine as _;
+    use std::io::Read as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|_| "its gzip field is not base64".to_owned())?;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(bytes.as_slice())
+        .take(MAX_INFLATED + 1)
+        .read_to_string(&mut text)
+        .map_err(|_| "its gzip field is not gzip'd UTF-8 text".to_owned())?;
+    if text.len() as u64 > MAX_INFLATED {
+        return Err(format!(
+            "its gzip field inflates past {} MiB",
+            MAX_INFLATED >> 20
+        ));
+    }
+    Ok(text)
 }
 
 /// The name a cluster's record is kept under.
@@ -274,6 +377,117 @@ mod tests {
             assert!(e.contains("record of live verdicts"), "{bad}: {e}");
             assert!(!e.contains("serde"), "{e}");
         }
+    }
+
+    /// Commits of `objects` objects each, with the strings an operator
+    /// writes, and a few distinct bytes per commit (its id, a digest).
+    fn busy(commits: usize, objects: usize) -> Record {
+        let keys: Vec<Key> = (0..objects)
+            .map(|i| Key::new(Kind::Nova, "compute", format!("region-{i:04}-nova")))
+            .collect();
+        let mut r = Record::new();
+        for c in 0..commits {
+            let mut live = Live::default();
+            for (i, k) in keys.iter().enumerate() {
+                live.objects.insert(
+                    k.clone(),
+                    LiveStatus {
+                        installed_release: Some("2026.1".into()),
+                        target_release: Some("2026.2".into()),
+                        upgrade_phase: Some("Expanding".into()),
+                        installed_image: Some(format!(
+                            "registry.example/c5c3/nova@sha256:{:064x}",
+                            (c * 7919 + i) as u128 * 0x9e37_79b9_7f4a_7c15
+                        )),
+                        ..LiveStatus::default()
+                    },
+                );
+            }
+            r.add(&format!("{c:040x}"), &live, &keys);
+        }
+        r.watermark = Some(format!("{commits:040x}"));
+        r
+    }
+
+    #[test]
+    fn a_large_record_is_stored_gzipped_and_reads_back() {
+        let mut r = busy(40, 150);
+        let plain = serde_json::to_string(&r).unwrap().len();
+        let (text, dropped) = r.fit();
+        assert_eq!(dropped, 0, "{} bytes plain", plain);
+        assert!(plain > MAX_BYTES, "the test needs a record past the bound");
+        assert!(text.len() <= MAX_BYTES, "{} of {plain}", text.len());
+        assert!(
+            text.starts_with(r#"{"version":1,"gzip":""#),
+            "{}",
+            &text[..40]
+        );
+        assert_eq!(Record::parse(&text).unwrap(), r);
+        // Small records stay plain JSON, for a person reading them.
+        let mut small = busy(2, 3);
+        let (text, _) = small.fit();
+        assert!(text.contains(r#""commits":[{"commit":"#), "{text}");
+        assert_eq!(Record::parse(&text).unwrap(), small);
+    }
+
+    /// However many live-decided commits over however many objects, the
+    /// stored text fits its share of the ConfigMap: the newest commits are
+    /// kept, the oldest dropped, fewest first.
+    #[test]
+    fn a_record_past_its_bound_drops_its_oldest_commits() {
+        let mut r = busy(400, 150);
+        let newest = r.commits.last().unwrap().commit.clone();
+        let (text, dropped) = r.fit();
+        assert!(dropped > 0 && dropped < 400, "{dropped}");
+        assert!(text.len() <= MAX_BYTES, "{}", text.len());
+        assert_eq!(r.commits.len(), 400 - dropped);
+        assert_eq!(r.commits.last().unwrap().commit, newest);
+        assert_eq!(r.commits[0].commit, format!("{dropped:040x}"));
+        let back = Record::parse(&text).unwrap();
+        assert_eq!(back, r);
+        // One more commit's worth would not have fitted.
+        let mut more = busy(400, 150);
+        more.commits.drain(..dropped - 1);
+        assert!(more.to_text().len() > MAX_BYTES);
+    }
+
+    #[test]
+    fn a_damaged_gzipped_record_is_refused() {
+        use std::io::Write as _;
+        let bomb = {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            let zeros = vec![b' '; 1 << 20];
+            for _ in 0..(MAX_INFLATED >> 20) + 1 {
+                gz.write_all(&zeros).unwrap();
+            }
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap())
+        };
+        for (bad, why) in [
+            (r#"{"version":1,"gzip":"!!"}"#.to_owned(), "not base64"),
+            (
+                r#"{"version":1,"gzip":"aGVsbG8="}"#.to_owned(),
+                "not gzip'd",
+            ),
+            (
+                format!(r#"{{"version":1,"gzip":"{bomb}"}}"#),
+                "inflates past 64 MiB",
+            ),
+            (
+                format!(r#"{{"version":1,"gzip":"{}"}}"#, deflate("{")),
+                "line 1, column 1",
+            ),
+        ] {
+            let e = Record::parse(&bad).unwrap_err().to_string();
+            assert!(
+                e.contains("record of live verdicts") && e.contains(why),
+                "{e}"
+            );
+        }
+        let e = Record::parse(&format!(r#"{{"version":2,"gzip":"{}"}}"#, deflate("{}")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("has version 2"), "{e}");
     }
 
     #[test]
