@@ -698,3 +698,79 @@ fn push_to_a_bare_remote_and_refused_when_it_moved() {
     assert!(matches!(e, WritebackError::PushRejected { .. }), "{e:?}");
     assert_eq!(tip(&remote, "main"), moved);
 }
+
+/// A person's clone watched with `--repo`, its `main` checked out: the hop
+/// reaches the work tree and the index too, so `git status` is clean and
+/// the next `git commit -a` cannot set the hop back (the gate would accept
+/// that as an abort). A file the hop edits that the person changed stops
+/// the write, naming the file; other files they changed are theirs and
+/// stay as they are. A linked work tree on `main` is kept fresh the same
+/// way.
+#[test]
+fn a_checked_out_branch_gets_the_hop_in_its_work_tree_or_none_at_all() {
+    let fleet = fleet();
+    let dir = fleet.path();
+    let readme = "README.md";
+    fleet.write(readme, "notes\n");
+    fleet.commit("readme");
+    let linked = tempfile::tempdir().unwrap();
+    let linked_path = linked.path().join("second");
+    git_in(
+        dir,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            &linked_path.to_string_lossy(),
+        ],
+    );
+
+    // The person's own edit, in a file the hop edits.
+    let nova_before = std::fs::read_to_string(dir.join(NOVA)).unwrap();
+    std::fs::write(dir.join(NOVA), format!("{nova_before}# mine\n")).unwrap();
+    let before = tip(dir, "main");
+    let e = write_wave(dir, "2026.2", None).unwrap_err();
+    assert!(
+        matches!(&e, WritebackError::DirtyCheckout { file, .. } if file == NOVA),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("commit or stash them"), "{e}");
+    assert_eq!(tip(dir, "main"), before, "nothing written");
+
+    // Their edit elsewhere is kept; the hop's files are updated in place.
+    std::fs::write(dir.join(NOVA), &nova_before).unwrap();
+    std::fs::write(dir.join(readme), "notes, mine\n").unwrap();
+    let new = write_wave(dir, "2026.2", None).unwrap();
+    assert_eq!(tip(dir, "main"), new);
+    let status = git_in(dir, &["status", "--porcelain"]);
+    // (`git_in` trims the leading blank of " M".)
+    assert_eq!(status, "M README.md", "only the person's edit is left");
+    // `git commit -a` now commits the person's edit, not a set-back.
+    git_in(
+        dir,
+        &[
+            "-c",
+            "user.name=p",
+            "-c",
+            "user.email=p@example.invalid",
+            "commit",
+            "-qam",
+            "readme",
+        ],
+    );
+    let files = git_in(dir, &["diff", "--name-only", &format!("{new}"), "HEAD"]);
+    assert_eq!(files, readme);
+
+    // A linked work tree with `main` checked out is kept fresh too.
+    git_in(dir, &["checkout", "-q", "--detach"]);
+    git_in(&linked_path, &["checkout", "-q", "main"]);
+    let new = write_wave(dir, "2027.1", None).unwrap();
+    assert_eq!(tip(dir, "main"), new);
+    assert_eq!(git_in(&linked_path, &["status", "--porcelain"]), "");
+    assert!(
+        std::fs::read_to_string(linked_path.join(NOVA))
+            .unwrap()
+            .contains("2027.1")
+    );
+}

@@ -137,6 +137,17 @@ pub enum WritebackError {
         expected: Oid,
         actual: Option<Oid>,
     },
+    /// The branch is checked out in a work tree whose copy of a file the
+    /// hop edits differs from the branch's: moving the branch under it would
+    /// leave those changes to undo the hop at the next `git commit -a`.
+    #[error(
+        "refs/heads/{branch} is checked out in {worktree}, where {file} has changes that are not committed; lockstep writes the hop only over a clean file (as git's receive.denyCurrentBranch=updateInstead does): commit or stash them, and the next pass writes it"
+    )]
+    DirtyCheckout {
+        branch: String,
+        worktree: String,
+        file: String,
+    },
     #[error("signing with {key}: {message}")]
     Sign { key: PathBuf, message: String },
     /// The remote did not take the push (it moved on: fetch, re-plan, retry).
@@ -591,9 +602,14 @@ fn verify(
 /// carries git's SSH signature (`gpgsig`, made by `ssh-keygen -Y sign -n
 /// git`), so branch protection that requires signed commits accepts it.
 ///
-/// Only the object database and `refs/heads/<branch>` are written; a work
-/// tree and its index are not touched (a checked-out branch that moves
-/// shows the edits as reverted in `git status`).
+/// The object database and `refs/heads/<branch>` are written. Where the
+/// branch is checked out (a person's clone watched with `--repo`), the
+/// edited files are written to that work tree and its index as well, as
+/// git's `receive.denyCurrentBranch=updateInstead` does, and only if the
+/// person has no changes of their own in those files
+/// ([`WritebackError::DirtyCheckout`]): a branch moved under a stale index
+/// would show the hop as reverted, and the next `git commit -a` would
+/// commit that set-back, which the gate accepts as an abort.
 pub fn commit_bumps(
     repo_path: &Path,
     branch: &str,
@@ -625,13 +641,34 @@ pub fn commit_bumps(
         .find_commit(expect_parent)
         .map_err(git(format!("reading commit {expect_parent}")))?;
     let tree = wave_tree(&repo, &parent, bumps)?;
+    let files: std::collections::BTreeSet<&str> = bumps.iter().map(|b| b.file.as_str()).collect();
+    let checkouts = checked_out(&repo, &refname)?;
+    for wt in &checkouts {
+        for file in &files {
+            let status = wt
+                .status_file(Path::new(file))
+                .map_err(git(format!("reading the status of {file}")))?;
+            if !status.is_empty() {
+                return Err(WritebackError::DirtyCheckout {
+                    branch: branch.to_owned(),
+                    worktree: worktree_name(wt),
+                    file: (*file).to_owned(),
+                });
+            }
+        }
+    }
     let commit = write_commit(&repo, &parent, tree, message, author, signing_key)?;
     let log = format!(
         "lockstep: {}",
         message.lines().next().unwrap_or("plan write-back")
     );
     match repo.reference_matching(&refname, commit, true, expect_parent, &log) {
-        Ok(_) => Ok(commit),
+        Ok(_) => {
+            for wt in &checkouts {
+                update_checkout(wt, tree, &files)?;
+            }
+            Ok(commit)
+        }
         // Moved between the check above and now: the swap refused.
         Err(e) if e.code() == ErrorCode::Modified => Err(WritebackError::BranchMoved {
             branch: branch.to_owned(),
@@ -732,6 +769,65 @@ pub fn write_commit(
             e => e.into(),
         }
     })
+}
+
+/// The work trees (the repository's own and its linked ones) that have
+/// `refname` checked out.
+fn checked_out(repo: &Repository, refname: &str) -> Result<Vec<Repository>, WritebackError> {
+    let on_branch = |r: &Repository| {
+        !r.is_bare()
+            && r.find_reference("HEAD")
+                .ok()
+                .and_then(|h| h.symbolic_target().ok().flatten().map(|t| t == refname))
+                .unwrap_or(false)
+    };
+    let mut out = Vec::new();
+    if on_branch(repo) {
+        out.push(Repository::open(repo.path()).map_err(git("opening the work tree"))?);
+    }
+    let names = repo.worktrees().map_err(git("listing the work trees"))?;
+    for name in names.iter().filter_map(|n| n.ok().flatten()) {
+        let Ok(wt) = repo.find_worktree(name) else {
+            continue;
+        };
+        // A work tree whose directory is gone (not yet pruned) has nothing
+        // to keep fresh.
+        if wt.validate().is_err() {
+            continue;
+        }
+        let r = Repository::open_from_worktree(&wt)
+            .map_err(git(format!("opening the work tree {name}")))?;
+        if on_branch(&r) {
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+fn worktree_name(wt: &Repository) -> String {
+    wt.workdir()
+        .unwrap_or_else(|| wt.path())
+        .display()
+        .to_string()
+}
+
+/// Writes `files` as `tree` has them into the work tree and its index
+/// (checked clean just before the branch moved).
+fn update_checkout(
+    wt: &Repository,
+    tree: Oid,
+    files: &std::collections::BTreeSet<&str>,
+) -> Result<(), WritebackError> {
+    let tree = wt
+        .find_tree(tree)
+        .map_err(git(format!("reading tree {tree}")))?;
+    let mut co = git2::build::CheckoutBuilder::new();
+    co.force().disable_pathspec_match(true);
+    for f in files {
+        co.path(f);
+    }
+    wt.checkout_tree(tree.as_object(), Some(&mut co))
+        .map_err(git(format!("updating the work tree {}", worktree_name(wt))))
 }
 
 fn branch_tip(repo: &Repository, refname: &str) -> Result<Option<Oid>, WritebackError> {
