@@ -62,6 +62,24 @@ spec:
       maxParallel: 2
 "#;
 
+/// The tip of `branch` in `bare`, or zeros while it does not exist: what a
+/// fork copying lockstep's proposal branch would show as its head.
+fn tip_or_zeros(bare: &Path, branch: &str) -> String {
+    Command::new("git")
+        .args([
+            "rev-parse",
+            "--verify",
+            "-q",
+            &format!("refs/heads/{branch}"),
+        ])
+        .current_dir(bare)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "0".repeat(40))
+}
+
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(args)
@@ -670,13 +688,23 @@ async fn gitlab_a_merge_request_from_the_wave_branch() {
     // The first look finds nothing; after the create, the list shows it.
     let opened = Arc::new(Mutex::new(None::<Value>));
     let seen = opened.clone();
+    let fork_bare = fleet.bare();
     Mock::given(method("GET"))
         .and(path(list))
         .and(query_param("source_branch", WAVE1))
         .and(query_param("target_branch", "main"))
         .and(header("PRIVATE-TOKEN", "glpat-propose"))
         .respond_with(move |_: &Request| {
-            let v: Vec<Value> = seen.lock().expect("lock").iter().cloned().collect();
+            // A fork's merge request from a branch of the same name and
+            // the same commit (copied from lockstep's), open: taken for
+            // lockstep's own, the wave would wait on someone else's request
+            // (and be declined when they close it).
+            let mut v = vec![json!({
+                "iid": 4, "web_url": "https://gitlab.example/group/fleet/-/merge_requests/4",
+                "state": "opened", "source_branch": WAVE1, "sha": tip_or_zeros(&fork_bare, WAVE1),
+                "source_project_id": 77, "target_project_id": 12,
+            })];
+            v.extend(seen.lock().expect("lock").iter().cloned());
             ResponseTemplate::new(200).set_body_json(v)
         })
         .mount(&server)
@@ -702,6 +730,7 @@ async fn gitlab_a_merge_request_from_the_wave_branch() {
                 "iid": 5, "web_url": "https://gitlab.example/group/fleet/-/merge_requests/5",
                 "state": "opened", "source_branch": WAVE1,
                 "sha": git(&bare, &["rev-parse", WAVE1]),
+                "source_project_id": 12, "target_project_id": 12,
             });
             *created.lock().expect("lock") = Some(mr.clone());
             ResponseTemplate::new(201).set_body_json(mr)
@@ -995,17 +1024,30 @@ async fn gitea_a_pull_request_and_one_that_already_exists() {
         .and(query_param("base_branch", "main"))
         .and(header("authorization", "token gitea-propose"))
         .respond_with(move |_: &Request| {
-            let mut v = vec![json!({
-                "number": 3, "html_url": "https://gitea.example/o/r/pulls/3", "state": "open",
-                "merged": false, "head": {"ref": "feature", "label": "feature", "sha": "0".repeat(40)},
-                "base": {"ref": "main"}
-            })];
+            let mut v = vec![
+                json!({
+                    "number": 3, "html_url": "https://gitea.example/o/r/pulls/3", "state": "open",
+                    "merged": false,
+                    "head": {"ref": "feature", "label": "feature", "sha": "0".repeat(40), "repo_id": 5},
+                    "base": {"ref": "main", "repo_id": 5}
+                }),
+                // A fork's request from a branch of the same name and the
+                // same commit (copied from lockstep's), open: taken for
+                // lockstep's own, the wave would wait on someone else's
+                // request (and be declined when they close it).
+                json!({
+                    "number": 4, "html_url": "https://gitea.example/o/r/pulls/4", "state": "open",
+                    "merged": false,
+                    "head": {"ref": WAVE1, "label": WAVE1, "sha": tip_or_zeros(&bare, WAVE1), "repo_id": 6},
+                    "base": {"ref": "main", "repo_id": 5}
+                }),
+            ];
             if *shown.lock().expect("lock") {
                 v.push(json!({
                     "number": 9, "html_url": "https://gitea.example/o/r/pulls/9", "state": "open",
                     "merged": false,
-                    "head": {"ref": WAVE1, "label": WAVE1, "sha": git(&bare, &["rev-parse", WAVE1])},
-                    "base": {"ref": "main"}
+                    "head": {"ref": WAVE1, "label": WAVE1, "sha": git(&bare, &["rev-parse", WAVE1]), "repo_id": 5},
+                    "base": {"ref": "main", "repo_id": 5}
                 }));
             }
             ResponseTemplate::new(200).set_body_json(v)
@@ -1041,7 +1083,7 @@ async fn gitea_a_pull_request_and_one_that_already_exists() {
     assert_eq!(
         plan_status(&d),
         "wave 1/2 (canary): proposed as https://gitea.example/o/r/pulls/9, waiting for merge",
-        "the request another replica opened, not pull 3 from another branch"
+        "the request another replica opened, not pull 3 from another branch nor the fork's pull 4"
     );
     assert!(fleet.tip(WAVE1).is_some());
 }

@@ -136,12 +136,18 @@ struct ApiPullHead {
     label: String,
     #[serde(default)]
     sha: Option<String>,
+    /// The repository the branch is in: the base's for lockstep's own
+    /// requests, another for a fork's.
+    #[serde(default)]
+    repo_id: Option<i64>,
 }
 
 #[derive(Deserialize)]
 struct ApiPullBase {
     #[serde(default, rename = "ref")]
     branch: String,
+    #[serde(default)]
+    repo_id: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -206,9 +212,16 @@ impl Propose for Gitea {
             let n = list.len();
             out.extend(
                 list.into_iter()
+                    // A fork's request from a branch of the same name is
+                    // not ours: taken for ours, its closing would decline
+                    // the wave. Without both repository ids, it is not ours.
                     .filter(|p| {
                         (p.head.branch == head || p.head.label == head)
-                            && p.base.as_ref().is_none_or(|b| b.branch == base)
+                            && p.base.as_ref().is_some_and(|b| {
+                                b.branch == base
+                                    && b.repo_id.is_some()
+                                    && b.repo_id == p.head.repo_id
+                            })
                     })
                     .map(ApiPull::proposal),
             );

@@ -164,6 +164,9 @@ pub(crate) fn check_sha(sha: &str) -> Result<(), ForgeError> {
 struct ApiPullHead {
     #[serde(default, rename = "ref")]
     branch: String,
+    /// `owner:branch`: the owner of the repository the branch is in.
+    #[serde(default)]
+    label: String,
     #[serde(default)]
     sha: Option<String>,
 }
@@ -220,10 +223,12 @@ impl Propose for GitHub {
         )
         .await?;
         // `head` filters on the host; checked again, because a request from
-        // another branch must never be mistaken for ours.
+        // another branch, or from a fork's branch of the same name, must
+        // never be mistaken for ours (GitHub compares owners without case).
+        let label = format!("{owner}:{head}");
         Ok(list
             .into_iter()
-            .filter(|p| p.head.branch == head)
+            .filter(|p| p.head.branch == head && p.head.label.eq_ignore_ascii_case(&label))
             .map(ApiPull::proposal)
             .collect())
     }

@@ -176,6 +176,12 @@ struct ApiMergeRequest {
     sha: Option<String>,
     #[serde(default)]
     source_branch: String,
+    /// The project the branch is in: the target for lockstep's own
+    /// requests, a fork for another's.
+    #[serde(default)]
+    source_project_id: Option<u64>,
+    #[serde(default)]
+    target_project_id: Option<u64>,
 }
 
 impl ApiMergeRequest {
@@ -220,7 +226,14 @@ impl Propose for GitLab {
         .await?;
         Ok(list
             .into_iter()
-            .filter(|m| m.source_branch == head)
+            // A fork's request from a branch of the same name is not ours
+            // (taken for ours, its closing would decline the wave); without
+            // both project ids, it is not ours.
+            .filter(|m| {
+                m.source_branch == head
+                    && m.source_project_id.is_some()
+                    && m.source_project_id == m.target_project_id
+            })
             .map(ApiMergeRequest::proposal)
             .collect())
     }
