@@ -170,6 +170,24 @@ fn daemon_with(
     cluster: &str,
     repair: RepairPolicy,
 ) -> Daemon<Chaos, Source> {
+    daemon_counting(
+        repo,
+        chaos,
+        queue,
+        cluster,
+        repair,
+        Arc::new(Metrics::new()),
+    )
+}
+
+fn daemon_counting(
+    repo: &Path,
+    chaos: &Chaos,
+    queue: &StatusQueue,
+    cluster: &str,
+    repair: RepairPolicy,
+    metrics: Arc<Metrics>,
+) -> Daemon<Chaos, Source> {
     let source = Source::open(Origin::Local(repo.to_owned()), "main").unwrap();
     let opts = Options {
         cluster_name: cluster.into(),
@@ -178,14 +196,7 @@ fn daemon_with(
         ..Options::default()
     };
     let clock = lockstep::daemon::virtual_start(&chaos.inner, &source, &opts).unwrap();
-    Daemon::new(
-        opts,
-        source,
-        chaos.clone(),
-        clock,
-        queue.clone(),
-        Arc::new(Metrics::new()),
-    )
+    Daemon::new(opts, source, chaos.clone(), clock, queue.clone(), metrics)
 }
 
 /// What a finished run leaves behind.
@@ -789,7 +800,7 @@ async fn a_status_no_operator_writes_is_never_judged_with_nor_recorded() {
         let error = out.source_error.unwrap_or_default();
         assert!(
             error.contains("Glance image/glance")
-                && error.contains("status.installedImage is 5017 bytes, more than the 4096"),
+                && error.contains("status.installedImage is 5017 bytes, more than the 1024"),
             "{error}"
         );
     }
@@ -822,4 +833,56 @@ async fn a_status_no_operator_writes_is_never_judged_with_nor_recorded() {
         w.objects[&glance].status.installed_release.as_deref(),
         Some("2027.1")
     );
+}
+
+/// `lockstep_repairs_total` counts repairs made, not passes that asked for
+/// one: as many `rerun-job` as Jobs deleted, one `report` per object
+/// however many passes follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_repair_metric_counts_what_was_done() {
+    async fn counts(repo: &Path, world: World) -> (u64, u64, u64) {
+        let mem = MemoryCluster::new(world);
+        let chaos = Chaos::new(mem.clone());
+        let forge = AnyForge::Notes(Notes::open(repo).unwrap());
+        let queue = StatusQueue::new(10_000);
+        let metrics = Arc::new(Metrics::new());
+        let mut d = daemon_counting(
+            repo,
+            &chaos,
+            &queue,
+            "test",
+            RepairPolicy::default(),
+            metrics.clone(),
+        );
+        assert!(drive(&mut d, &chaos, &forge, &queue).await);
+        for _ in 0..20 {
+            d.pass().await;
+        }
+        let text = metrics.encode();
+        let count = |action: &str| -> u64 {
+            text.lines()
+                .filter(|l| {
+                    l.starts_with("lockstep_repairs_total{")
+                        && l.contains(&format!("action=\"{action}\""))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum()
+        };
+        (
+            count("rerun-job"),
+            count("report"),
+            chaos.deletes.load(Ordering::SeqCst) as u64,
+        )
+    }
+    // The example fleet: prod-nova's expand repaired forward.
+    let dir = tempfile::tempdir().unwrap();
+    lockstep::demo::build_repository(dir.path()).unwrap();
+    let (reruns, _, deletes) = counts(dir.path(), world()).await;
+    assert!(deletes > 0, "the test needs a repair");
+    assert_eq!(reruns, deletes);
+    // A standalone Glance whose expand keeps failing: reported once.
+    let repo = common::FleetRepo::new();
+    abort_phase(&repo, 0);
+    let (reruns, reports, deletes) = counts(repo.path(), glance_world()).await;
+    assert_eq!((reruns, reports, deletes), (0, 1, 0));
 }

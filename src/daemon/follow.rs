@@ -167,17 +167,21 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                             });
                         }
                     }
-                    self.metrics
-                        .repairs
-                        .get_or_create(&RepairLabels {
-                            kind: key.kind.as_str().into(),
-                            action: match action {
-                                Action::DeleteJob { .. } => "rerun-job",
-                                _ => "report",
-                            }
-                            .into(),
-                        })
-                        .inc();
+                    // Counted when done: a Job deleted, a report made
+                    // (once per object), not every pass that asked.
+                    let done = match action {
+                        Action::DeleteJob { .. } => rerun.then_some("rerun-job"),
+                        _ => first_report.then_some("report"),
+                    };
+                    if let Some(action) = done {
+                        self.metrics
+                            .repairs
+                            .get_or_create(&RepairLabels {
+                                kind: key.kind.as_str().into(),
+                                action: action.into(),
+                            })
+                            .inc();
+                    }
                 }
                 Action::ReassertPlane { .. } => reassert = true,
                 Action::WaitUntil(_) | Action::Nothing => {}
