@@ -607,9 +607,7 @@ impl GitRepo {
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let (old, new) = (side(delta.old_file()), side(delta.new_file()));
-            if !(wanted(&path) || gitlink(&old) || gitlink(&new))
-                || !under_prefixes(&path, prefixes)
-            {
+            if !selected(&path, gitlink(&old) || gitlink(&new), prefixes, &wanted) {
                 continue;
             }
             out.push(Change { path, old, new });
@@ -723,8 +721,7 @@ impl GitRepo {
             // directory or the other way round).
             let (of, nf) = (file(&o), file(&n));
             if (of.is_some() || nf.is_some())
-                && (wanted(&path) || gitlink(&of) || gitlink(&nf))
-                && under_prefixes(&path, prefixes)
+                && selected(&path, gitlink(&of) || gitlink(&nf), prefixes, wanted)
             {
                 out.push(Change {
                     path,
@@ -788,7 +785,7 @@ impl GitRepo {
                 }
                 _ => EntryKind::File,
             };
-            if (wanted(&path) || kind == EntryKind::Submodule) && under_prefixes(&path, prefixes) {
+            if selected(&path, kind == EntryKind::Submodule, prefixes, wanted) {
                 out.push((
                     path,
                     Entry {
@@ -1073,15 +1070,26 @@ pub fn redact(s: &str) -> String {
         let (head, tail) = rest.split_at(i + 3);
         out.push_str(head);
         let end = tail
-            .find(|c: char| c == '/' || c.is_whitespace())
+            .find(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '`'))
             .unwrap_or(tail.len());
-        match tail[..end].rfind('@') {
+        let (url, after) = tail.split_at(end);
+        // Up to the URL's last `@`: userinfo, also a password whose `/` or
+        // `?` ended the authority early. Then no query (`?access_token=`).
+        let url = match url.rfind('@') {
             Some(at) => {
                 out.push_str("<redacted>@");
-                rest = &tail[at + 1..];
+                &url[at + 1..]
             }
-            None => rest = tail,
+            None => url,
+        };
+        match url.find(['?', '#']) {
+            Some(q) => {
+                out.push_str(&url[..q]);
+                out.push_str("?…");
+            }
+            None => out.push_str(url),
         }
+        rest = after;
     }
     out.push_str(rest);
     out
@@ -1157,6 +1165,34 @@ pub fn normalize_prefixes(raw: &[String]) -> Result<Vec<String>, Error> {
 /// gate must get the chance to refuse it.
 fn gitlink(e: &Option<Entry>) -> bool {
     e.as_ref().is_some_and(|e| e.kind == EntryKind::Submodule)
+}
+
+/// Whether a gitlink at `path` is lockstep's business: under a selected
+/// path, or in place of a directory one lies in (`clusters` turned into a
+/// submodule under `--path clusters/prod`: Argo CD would apply its
+/// `prod/`).
+fn gitlink_selected(path: &str, prefixes: &[String]) -> bool {
+    under_prefixes(path, prefixes)
+        || prefixes.iter().any(|p| {
+            p.trim_end_matches('/')
+                .strip_prefix(path)
+                .is_some_and(|rest| rest.starts_with('/'))
+        })
+}
+
+/// A path the walks return: a wanted file under the selected paths, or a
+/// gitlink lockstep must see ([`gitlink_selected`]).
+fn selected(
+    path: &str,
+    is_gitlink: bool,
+    prefixes: &[String],
+    wanted: &dyn Fn(&str) -> bool,
+) -> bool {
+    if is_gitlink {
+        gitlink_selected(path, prefixes)
+    } else {
+        wanted(path) && under_prefixes(path, prefixes)
+    }
 }
 
 /// Whether a path lies under one of the prefixes (all paths when none).

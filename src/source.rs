@@ -943,18 +943,21 @@ fn parse_url(url: &str) -> Result<GitUrl, SourceError> {
                 display: url.to_owned(),
             });
         }
-        let (authority, path) = match rest.find('/') {
+        // The authority ends where git's and libgit2's does: at the first
+        // `/`, `?` or `#`. An `@` after it is a password's `/` or `?` not
+        // percent-encoded (or a token in a query): refused, never shown.
+        let (authority, path) = match rest.find(['/', '?', '#']) {
             Some(i) => rest.split_at(i),
             None => (rest, ""),
         };
+        if path.contains('@') {
+            return Err(bad(AT_IN_PATH));
+        }
         // A query can carry a token (`?access_token=`): never shown.
         let (path, query) = match path.find(['?', '#']) {
             Some(i) => (&path[..i], "?…"),
             None => (path, ""),
         };
-        if path.contains('@') {
-            return Err(bad(AT_IN_PATH));
-        }
         let (userinfo, hostport) = match authority.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
             None => (None, authority),
@@ -995,6 +998,9 @@ fn parse_url(url: &str) -> Result<GitUrl, SourceError> {
         if host.is_empty() {
             return Err(bad("no host"));
         }
+        let path = path
+            .find(['?', '#'])
+            .map_or(path.to_owned(), |i| format!("{}?…", &path[..i]));
         return Ok(GitUrl {
             scheme: Scheme::Ssh,
             user: user.filter(|u| !u.is_empty()),
@@ -1010,7 +1016,13 @@ fn parse_url(url: &str) -> Result<GitUrl, SourceError> {
         password: None,
         host: String::new(),
         port: None,
-        display: url.to_owned(),
+        // A mistyped URL read as a path (`https//u:pw@host/x`) may still
+        // carry a password: what an `@` precedes is not shown.
+        display: if url.contains('@') {
+            redact_unparsed(url)
+        } else {
+            url.to_owned()
+        },
     })
 }
 
@@ -1641,6 +1653,22 @@ mod tests {
         assert!(err.contains("%2F"), "{err}");
         let u = parse_url("https://host/org/x.git?access_token=s3cret#frag").unwrap();
         assert_eq!(u.display, "https://host/org/x.git?…");
+        for url in [
+            "https://u:1234/SE?CRET@host/x.git",
+            "https://u:/SE#CRET@host",
+            "https://u:p?CRET@host/x",
+        ] {
+            let err = parse_url(url).unwrap_err().to_string();
+            assert!(!err.contains("CRET") && !err.contains("SE"), "{url}: {err}");
+        }
+        for (url, shown) in [
+            ("https://host?access_token=SECRET", "https://host?…"),
+            ("https://tok@host?t=SECRET", "https://host?…"),
+            ("git@host:org/x.git?access_token=SECRET", "host:org/x.git?…"),
+            ("https//u:SECRET@host/x", "host/x"),
+        ] {
+            assert_eq!(parse_url(url).unwrap().display, shown, "{url}");
+        }
         let err = parse_url("https://host:bad/x.git?access_token=s3cret")
             .unwrap_err()
             .to_string();

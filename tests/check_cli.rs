@@ -1367,4 +1367,25 @@ fn a_submodule_under_the_judged_paths_is_refused() {
     repo.git(&["commit", "-q", "-m", "no submodule"]);
     let (code, json) = check_json(&repo, &["--base", "HEAD~1"]);
     assert_eq!(code, 0, "{json:#}");
+    // A submodule in place of a directory a judged path lies in: Argo CD
+    // would apply its `compute/`, so it is refused, not read as the
+    // removal of everything under `standalone/compute`.
+    repo.git(&["rm", "-r", "-q", "--cached", "standalone"]);
+    repo.git(&[
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        &format!("160000,{first},standalone"),
+    ]);
+    repo.git(&["commit", "-q", "-m", "standalone is a submodule now"]);
+    let (code, json) = check_json(&repo, &["--base", "HEAD~1", "--path", "standalone/compute"]);
+    assert_eq!(code, 1, "{json:#}");
+    let objects = last_objects(&json);
+    let o = find_file(&objects, "standalone");
+    assert!(
+        o["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("is a submodule")),
+        "{o:#}"
+    );
 }

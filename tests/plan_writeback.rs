@@ -773,4 +773,16 @@ fn a_checked_out_branch_gets_the_hop_in_its_work_tree_or_none_at_all() {
             .unwrap()
             .contains("2027.1")
     );
+
+    // Written through the linked work tree, the main one on `main` follows.
+    git_in(&linked_path, &["checkout", "-q", "--detach"]);
+    git_in(dir, &["checkout", "-q", "main"]);
+    let new = write_wave(&linked_path, "2027.2", None).unwrap();
+    assert_eq!(tip(dir, "main"), new);
+    assert_eq!(git_in(dir, &["status", "--porcelain"]), "");
+    assert!(
+        std::fs::read_to_string(dir.join(NOVA))
+            .unwrap()
+            .contains("2027.2")
+    );
 }

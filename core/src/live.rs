@@ -78,21 +78,30 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
-/// The longest status string lockstep reads. Releases and phases are a few
-/// bytes, and an image reference (registry, repository, tag and digest)
-/// a few hundred; a longer one was not written by an operator. Kept in
-/// lockstep's record of live verdicts, two such strings would fill its
-/// ConfigMap, and every later pass would fail.
-pub const MAX_STATUS_TEXT: usize = 4096;
+/// The longest image reference lockstep reads in a status: registry,
+/// repository, tag and digest are a few hundred bytes at most (a
+/// repository name is at most 255); a longer one was not written by an
+/// operator. Kept in lockstep's record of live verdicts, a few such strings
+/// would fill its ConfigMap.
+pub const MAX_STATUS_IMAGE: usize = 1024;
+
+/// The longest release or phase lockstep reads in a status (`2026.1-p1`,
+/// `Contracting`).
+pub const MAX_STATUS_WORD: usize = 64;
 
 /// What is wrong with a status field's value, as the operators would never
 /// write it: the same rule for a snapshot file (`check --live`) and the API
 /// server (the daemon). A release that is not one would read as "nothing
 /// installed".
 pub fn status_text_problem(field: &str, value: &str) -> Option<String> {
-    if value.len() > MAX_STATUS_TEXT {
+    let most = if field == "installedImage" {
+        MAX_STATUS_IMAGE
+    } else {
+        MAX_STATUS_WORD
+    };
+    if value.len() > most {
         return Some(format!(
-            "status.{field} is {} bytes, more than the {MAX_STATUS_TEXT} lockstep reads (no operator writes one so long)",
+            "status.{field} is {} bytes, more than the {most} lockstep reads (no operator writes one so long)",
             value.len()
         ));
     }
@@ -1078,8 +1087,8 @@ metadata: {resourceVersion: ""}
             (nova("    installedRelease: \"abc\"\n"), "live.yaml:11: items[1] Nova compute/nova: status.installedRelease \"abc\" is not a release (expected YYYY.N, e.g. 2026.1)"),
             (nova("    targetRelease: \"2026.3\"\n"), "live.yaml:11: items[1] Nova compute/nova: status.targetRelease \"2026.3\" is not a release (expected YYYY.N, e.g. 2026.1)"),
             (nova("    installedRelease: 2026.1\n"), "live.yaml:11: items[1] Nova compute/nova: status.installedRelease is a number, not a string; quote it"),
-            (nova(&format!("    installedImage: \"{}\"\n", "r".repeat(MAX_STATUS_TEXT + 1))), "live.yaml:11: items[1] Nova compute/nova: status.installedImage is 4097 bytes, more than the 4096 lockstep reads (no operator writes one so long)"),
-            (nova(&format!("    upgradePhase: \"{}\"\n", "r".repeat(MAX_STATUS_TEXT + 1))), "live.yaml:11: items[1] Nova compute/nova: status.upgradePhase is 4097 bytes, more than the 4096 lockstep reads (no operator writes one so long)"),
+            (nova(&format!("    installedImage: \"{}\"\n", "r".repeat(MAX_STATUS_IMAGE + 1))), "live.yaml:11: items[1] Nova compute/nova: status.installedImage is 1025 bytes, more than the 1024 lockstep reads (no operator writes one so long)"),
+            (nova(&format!("    upgradePhase: \"{}\"\n", "r".repeat(MAX_STATUS_WORD + 1))), "live.yaml:11: items[1] Nova compute/nova: status.upgradePhase is 65 bytes, more than the 64 lockstep reads (no operator writes one so long)"),
             (nova("    upgradePhase: [a]\n"), "live.yaml:11: items[1] Nova compute/nova: status.upgradePhase is a list, not a string"),
             (nova("    conditions: 7\n"), "live.yaml:11: items[1] Nova compute/nova: status.conditions is a number, not a list"),
             (nova("    conditions:\n    - {type: Ready}\n    - {type: Synced, observedGeneration: x}\n"), "live.yaml:13: items[1] Nova compute/nova: status.conditions[1].observedGeneration is a string, not a whole number"),

@@ -179,7 +179,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let moved = record.watermark.as_deref() != Some(&head.to_string());
         if moved || !entries.is_empty() {
             record.watermark = Some(head.to_string());
-            let (text, dropped) = record.fit();
+            // On failure nothing is posted; the next pass loads the record
+            // afresh and judges the same commits again.
+            let (text, dropped) = match record.fit(entries.len()) {
+                Ok(t) => t,
+                Err(e) => return Err((e.into(), None)),
+            };
             if dropped > 0 {
                 tracing::warn!(
                     dropped,

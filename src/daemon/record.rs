@@ -41,8 +41,8 @@ pub const MAX_BYTES: usize = 200 * 1024;
 
 /// Up to this size the record is plain JSON, readable with `kubectl`;
 /// above it, the same JSON gzip'd and base64'd (`{"version":1,"gzip":…}`),
-/// about a tenth of the size: commits judged with the same objects repeat
-/// the same names and releases.
+/// about a twelfth of the size: commits judged with the same objects
+/// repeat the same names and releases.
 const PLAIN_MAX: usize = 64 * 1024;
 
 /// A gzip'd record that inflates past this is refused, not read: it was
@@ -114,6 +114,15 @@ pub enum RecordError {
         annotation = crate::rollout::APPLIED_ANNOTATION
     )]
     Lost { location: String, object: String },
+    /// This pass's own entries alone exceed the bound.
+    #[error(
+        "the live verdicts of {commits} new commit(s), over {objects} objects, take {bytes} bytes in lockstep's record, more than the {MAX_BYTES} bytes it keeps per cluster name; lockstep gives no verdict it cannot record, so it judges no further (a commit that moves thousands of objects while a hop is in flight; docs/gate.md, \"Verdicts don't move\")"
+    )]
+    TooLarge {
+        commits: usize,
+        objects: usize,
+        bytes: usize,
+    },
 }
 
 fn kind_of(s: &str) -> Option<Kind> {
@@ -190,33 +199,46 @@ impl Record {
     }
 
     /// The text to store, after dropping the oldest commits until it is at
-    /// most [`MAX_BYTES`]; returns it with the number dropped. A dropped
-    /// commit is judged from Git alone after a restart, as one pruned by
-    /// count is: the bound keeps every pass from failing on a record the
-    /// API server would refuse.
-    pub fn fit(&mut self) -> (String, usize) {
+    /// most [`MAX_BYTES`]; returns it with the number dropped. The newest
+    /// `keep` commits (this pass's) are never dropped: their verdicts are
+    /// about to be posted, and a verdict that cannot be recorded is not
+    /// given ([`RecordError::TooLarge`]). An older commit dropped is judged
+    /// from Git alone after a restart, as one pruned by count is: the bound
+    /// keeps every pass from failing on a record the API server would
+    /// refuse.
+    pub fn fit(&mut self, keep: usize) -> Result<(String, usize), RecordError> {
         let text = self.to_text();
         if text.len() <= MAX_BYTES {
-            return (text, 0);
+            return Ok((text, 0));
         }
-        // The fewest oldest commits to drop: dropping all of them fits (a
-        // watermark alone is a few dozen bytes), dropping none does not.
-        let (mut short, mut enough) = (0, self.commits.len());
+        let keep = keep.min(self.commits.len());
+        let most = self.commits.len() - keep;
+        let without = |drop: usize| Record {
+            version: self.version,
+            watermark: self.watermark.clone(),
+            commits: self.commits[drop..].to_vec(),
+        };
+        let bytes = without(most).to_text().len();
+        if bytes > MAX_BYTES {
+            return Err(RecordError::TooLarge {
+                commits: keep,
+                bytes,
+                objects: self.commits[most..].iter().map(|e| e.objects.len()).sum(),
+            });
+        }
+        // The fewest oldest commits to drop: dropping `most` fits, dropping
+        // none does not.
+        let (mut short, mut enough) = (0, most);
         while enough - short > 1 {
             let mid = short + (enough - short) / 2;
-            let trial = Record {
-                version: self.version,
-                watermark: self.watermark.clone(),
-                commits: self.commits[mid..].to_vec(),
-            };
-            if trial.to_text().len() <= MAX_BYTES {
+            if without(mid).to_text().len() <= MAX_BYTES {
                 enough = mid;
             } else {
                 short = mid;
             }
         }
         self.commits.drain(..enough);
-        (self.to_text(), enough)
+        Ok((self.to_text(), enough))
     }
 
     /// The recorded live state of every recorded commit, for the judge.
@@ -292,6 +314,8 @@ fn deflate(text: &str) -> String {
 fn inflate(b64: &str) -> Result<String, String> {
     use base64::Engine as _;
     use std::io::Read as _;
+    // A record restored by hand may come wrapped (GNU base64's 76 columns).
+    let b64: String = b64.chars().filter(|c| !c.is_ascii_whitespace()).collect();
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(b64)
         .map_err(|_| "its gzip field is not base64".to_owned())?;
@@ -413,7 +437,7 @@ mod tests {
     fn a_large_record_is_stored_gzipped_and_reads_back() {
         let mut r = busy(40, 150);
         let plain = serde_json::to_string(&r).unwrap().len();
-        let (text, dropped) = r.fit();
+        let (text, dropped) = r.fit(1).unwrap();
         assert_eq!(dropped, 0, "{} bytes plain", plain);
         assert!(plain > MAX_BYTES, "the test needs a record past the bound");
         assert!(text.len() <= MAX_BYTES, "{} of {plain}", text.len());
@@ -425,7 +449,7 @@ mod tests {
         assert_eq!(Record::parse(&text).unwrap(), r);
         // Small records stay plain JSON, for a person reading them.
         let mut small = busy(2, 3);
-        let (text, _) = small.fit();
+        let (text, _) = small.fit(1).unwrap();
         assert!(text.contains(r#""commits":[{"commit":"#), "{text}");
         assert_eq!(Record::parse(&text).unwrap(), small);
     }
@@ -437,7 +461,7 @@ mod tests {
     fn a_record_past_its_bound_drops_its_oldest_commits() {
         let mut r = busy(400, 150);
         let newest = r.commits.last().unwrap().commit.clone();
-        let (text, dropped) = r.fit();
+        let (text, dropped) = r.fit(1).unwrap();
         assert!(dropped > 0 && dropped < 400, "{dropped}");
         assert!(text.len() <= MAX_BYTES, "{}", text.len());
         assert_eq!(r.commits.len(), 400 - dropped);
@@ -449,6 +473,28 @@ mod tests {
         let mut more = busy(400, 150);
         more.commits.drain(..dropped - 1);
         assert!(more.to_text().len() > MAX_BYTES);
+        // This pass's own commits are never dropped: when they alone are
+        // too large, nothing fits and nothing is dropped.
+        let mut r = busy(400, 150);
+        let e = r.fit(300).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RecordError::TooLarge {
+                    commits: 300,
+                    objects: 45_000,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("gives no verdict it cannot record"),
+            "{e}"
+        );
+        assert_eq!(r.commits.len(), 400);
+        let (_, dropped) = r.fit(10).unwrap();
+        assert_eq!(r.commits.len(), 400 - dropped);
     }
 
     #[test]

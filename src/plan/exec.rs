@@ -196,11 +196,15 @@ pub fn touched(repo: &GitRepo, sha: &str, prefixes: &[String]) -> bool {
         return true;
     };
     changes.iter().any(|ch| {
-        ch.new.as_ref().is_some_and(|e| {
-            repo.blob(e.oid)
-                .map(|b| memchr::memmem::find(b.content(), KIND.as_bytes()).is_some())
-                .unwrap_or(true)
-        }) || ch.old.is_some() && ch.new.is_none()
+        ch.new
+            .as_ref()
+            .filter(|e| e.kind == EntryKind::File)
+            .is_some_and(|e| {
+                repo.blob(e.oid)
+                    .map(|b| memchr::memmem::find(b.content(), KIND.as_bytes()).is_some())
+                    .unwrap_or(true)
+            })
+            || ch.old.is_some() && ch.new.is_none()
     })
 }
 

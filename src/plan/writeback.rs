@@ -643,29 +643,48 @@ pub fn commit_bumps(
     let tree = wave_tree(&repo, &parent, bumps)?;
     let files: std::collections::BTreeSet<&str> = bumps.iter().map(|b| b.file.as_str()).collect();
     let checkouts = checked_out(&repo, &refname)?;
-    for wt in &checkouts {
-        for file in &files {
-            let status = wt
-                .status_file(Path::new(file))
-                .map_err(git(format!("reading the status of {file}")))?;
-            if !status.is_empty() {
-                return Err(WritebackError::DirtyCheckout {
-                    branch: branch.to_owned(),
-                    worktree: worktree_name(wt),
-                    file: (*file).to_owned(),
-                });
+    let clean = || -> Result<(), WritebackError> {
+        for wt in &checkouts {
+            for file in &files {
+                let status = wt
+                    .status_file(Path::new(file))
+                    .map_err(git(format!("reading the status of {file}")))?;
+                if !status.is_empty() {
+                    return Err(WritebackError::DirtyCheckout {
+                        branch: branch.to_owned(),
+                        worktree: worktree_name(wt),
+                        file: (*file).to_owned(),
+                    });
+                }
             }
         }
-    }
+        Ok(())
+    };
+    clean()?;
     let commit = write_commit(&repo, &parent, tree, message, author, signing_key)?;
+    // Signing can wait on an agent or a hardware key for a long while: the
+    // files are checked again right before the branch moves, so the
+    // checkout below overwrites nothing a person wrote meanwhile (the
+    // commit object left unreferenced is harmless).
+    clean()?;
     let log = format!(
         "lockstep: {}",
         message.lines().next().unwrap_or("plan write-back")
     );
     match repo.reference_matching(&refname, commit, true, expect_parent, &log) {
         Ok(_) => {
+            // The commit is on the branch: a work tree that cannot follow
+            // (a file edited since the check above, a held index.lock) is
+            // said in the log, never a failed write, so the push goes on.
             for wt in &checkouts {
-                update_checkout(wt, tree, &files)?;
+                if let Err(e) = update_checkout(wt, tree, &files) {
+                    tracing::warn!(
+                        branch,
+                        worktree = %worktree_name(wt),
+                        error = %e,
+                        "plan: the hop commit is on the branch, but the work tree where it is checked out keeps the old files; run `git status` there"
+                    );
+                }
             }
             Ok(commit)
         }
@@ -782,12 +801,16 @@ fn checked_out(repo: &Repository, refname: &str) -> Result<Vec<Repository>, Writ
                 .unwrap_or(false)
     };
     let mut out = Vec::new();
-    if on_branch(repo) {
-        out.push(Repository::open(repo.path()).map_err(git("opening the work tree"))?);
+    // `--repo` may itself be a linked work tree: the main one and every
+    // linked one are found through the common directory.
+    let main = Repository::open(repo.commondir()).map_err(git("opening the repository"))?;
+    if on_branch(&main) {
+        out.push(main);
     }
-    let names = repo.worktrees().map_err(git("listing the work trees"))?;
+    let main = Repository::open(repo.commondir()).map_err(git("opening the repository"))?;
+    let names = main.worktrees().map_err(git("listing the work trees"))?;
     for name in names.iter().filter_map(|n| n.ok().flatten()) {
-        let Ok(wt) = repo.find_worktree(name) else {
+        let Ok(wt) = main.find_worktree(name) else {
             continue;
         };
         // A work tree whose directory is gone (not yet pruned) has nothing
@@ -812,7 +835,7 @@ fn worktree_name(wt: &Repository) -> String {
 }
 
 /// Writes `files` as `tree` has them into the work tree and its index
-/// (checked clean just before the branch moved).
+/// (checked clean right before the branch moved).
 fn update_checkout(
     wt: &Repository,
     tree: Oid,
@@ -1036,5 +1059,21 @@ spec:
         );
         assert_eq!(redact("/srv/git/fleet.git"), "/srv/git/fleet.git");
         assert_eq!(redact("ssh://git@host/x"), "ssh://<redacted>@host/x");
+        for (text, shown) in [
+            (
+                "'https://u:pa/SECRET@host/x.git' failed",
+                "'https://<redacted>@host/x.git' failed",
+            ),
+            (
+                "at https://u:p?SECRET@host/x",
+                "at https://<redacted>@host/x",
+            ),
+            (
+                "https://host/x.git?access_token=SECRET: 403",
+                "https://host/x.git?… 403",
+            ),
+        ] {
+            assert_eq!(redact(text), shown);
+        }
     }
 }
