@@ -673,6 +673,36 @@ async fn github_stub_restart_decline_and_a_moved_branch() {
         "{}",
         plan_status(&d)
     );
+
+    // A reviewer's commit on the branch, and a request the host no longer
+    // shows (closed here; past Gitea's search window there): main moves,
+    // and the branch is not pushed over.
+    let work = fleet.work();
+    git(&work, &["fetch", "-q", "origin"]);
+    git(
+        &work,
+        &["checkout", "-q", "-B", "review", &format!("origin/{WAVE1}")],
+    );
+    std::fs::write(work.join("REVIEW.md"), "a reviewer's note\n").expect("write");
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-q", "-m", "review: a note"]);
+    git(
+        &work,
+        &["push", "-q", "origin", &format!("HEAD:refs/heads/{WAVE1}")],
+    );
+    let reviewed = fleet.tip(WAVE1).expect("pushed");
+    stub.close_all();
+    fleet.unrelated_commit();
+    for _ in 0..3 {
+        d.pass().await;
+    }
+    assert_eq!(fleet.tip(WAVE1).as_deref(), Some(reviewed.as_str()), "kept");
+    assert_eq!(stub.posts(), 2);
+    assert!(
+        plan_status(&d).contains("which lockstep did not write"),
+        "{}",
+        plan_status(&d)
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -237,6 +237,17 @@ pub enum ProposeError {
     Remote(#[from] SourceError),
     #[error(transparent)]
     Git(#[from] crate::git::Error),
+    /// The remote branch holds a commit lockstep did not write: a
+    /// reviewer's, kept on a branch whose request the host's search did not
+    /// show (Gitea searches the most recent 250). Never pushed over.
+    #[error(
+        "{branch} ends in commit {commit}, which lockstep did not write (no Lockstep-Plan: {plan} trailer); lockstep does not push over it: merge or close its request and delete the branch, and the wave is proposed again"
+    )]
+    Foreign {
+        branch: String,
+        commit: Oid,
+        plan: String,
+    },
 }
 
 /// The commit on the remote's proposal branch after [`prepare`].
@@ -284,6 +295,22 @@ pub fn prepare(
         let reusable = repo.find_commit(tip).is_ok_and(|c| {
             c.parent_count() == 1 && c.parent_id(0).ok() == Some(req.head) && c.tree_id() == tree
         });
+        // Written by lockstep for this plan: one parent, and the trailer
+        // `writeback::message` puts last. Anything else is someone's work.
+        let ours = repo.find_commit(tip).is_ok_and(|c| {
+            c.parent_count() == 1
+                && c.message_raw().is_ok_and(|m| {
+                    m.lines()
+                        .any(|l| l.strip_prefix("Lockstep-Plan: ") == Some(req.plan.as_str()))
+                })
+        });
+        if !ours {
+            return Err(ProposeError::Foreign {
+                branch: req.branch.clone(),
+                commit: tip,
+                plan: req.plan.clone(),
+            });
+        }
         if reusable {
             repo.reference(
                 &refname,
