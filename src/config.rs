@@ -500,6 +500,16 @@ impl Config {
                 ));
             }
         }
+        // The dashboard links only http(s): another value would be dropped
+        // from every page without a word.
+        if let Some(u) = &self.ui.commit_url
+            && !(u.starts_with("https://") || u.starts_with("http://"))
+        {
+            return Err(bad(
+                "ui.commitUrl (--ui-commit-url)",
+                "expected an https:// (or http://) URL with {sha} for the commit, like https://github.com/org/fleet/commit/{sha}",
+            ));
+        }
         if self.report.kind == ReportKind::Gitea && self.report.url.is_none() {
             return Err(bad("report.url", "Gitea/Forgejo needs the server's URL"));
         }
@@ -1019,6 +1029,31 @@ mod tests {
             ))
             .unwrap();
             c.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_commit_link_that_is_not_http_is_refused_by_name() {
+        for (url, ok) in [
+            ("https://github.com/org/fleet/commit/{sha}", true),
+            ("http://gitea.local/org/fleet/commit/{sha}", true),
+            ("javascript:alert(1)//{sha}", false),
+            ("github.com/org/fleet/commit/{sha}", false),
+        ] {
+            let c: Config = serde_saphyr::from_str(&format!(
+                "source: {{repo: /srv/fleet}}\nui: {{commitUrl: \"{url}\"}}\n"
+            ))
+            .unwrap();
+            match c.validate() {
+                Ok(()) => assert!(ok, "{url}"),
+                Err(e) => {
+                    assert!(!ok, "{url}: {e}");
+                    assert!(
+                        e.to_string().contains("ui.commitUrl (--ui-commit-url)"),
+                        "{e}"
+                    );
+                }
+            }
         }
     }
 
