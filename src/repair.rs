@@ -249,9 +249,8 @@ pub async fn execute<C: crate::cluster::Cluster>(
             // be stale while the operator, or a person with `lockstep
             // retry`, already runs the Job again, and deleting a running
             // migration is never a repair (nor a re-run to count).
-            let jobs = cluster.jobs(key).await?;
-            if !jobs.iter().any(|j| j.name == *name && j.failed) {
-                tracing::info!(object = %key, job = %name, "repair forward waits: the Job the condition names has not failed (running again, or gone)");
+            if !job_failed(cluster, key, name).await? {
+                tracing::debug!(object = %key, job = %name, "repair forward waits: the Job the condition names has not failed (running again, or gone)");
                 return Ok(false);
             }
             // Counted before the Job is deleted: a crash between the two
@@ -287,6 +286,22 @@ pub async fn execute<C: crate::cluster::Cluster>(
     }
 }
 
+/// Whether the object's Job `name` exists and failed for good: the one
+/// test before any deletion, by the daemon's repair and by `lockstep
+/// retry`. A `DatabaseReady` condition can be stale while the Job already
+/// runs again, and deleting a running migration is never a repair.
+async fn job_failed<C: crate::cluster::Cluster>(
+    cluster: &C,
+    key: &Key,
+    name: &str,
+) -> Result<bool, crate::cluster::ClusterError> {
+    Ok(cluster
+        .jobs(key)
+        .await?
+        .iter()
+        .any(|j| j.name == name && j.failed))
+}
+
 /// What `lockstep retry` did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Retried {
@@ -320,8 +335,7 @@ pub async fn retry<C: crate::cluster::Cluster>(
             "{key}: no failed phase Job to re-run: {why}"
         )));
     };
-    let jobs = cluster.jobs(key).await?;
-    if !jobs.iter().any(|j| j.name == job && j.failed) {
+    if !job_failed(cluster, key, &job).await? {
         return Ok(Retried::Nothing(format!(
             "{key}: {job} is not a failed Job (already re-running, or deleted by someone else)"
         )));

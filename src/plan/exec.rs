@@ -403,7 +403,6 @@ pub fn run(
         // "upgrading" for a hop whose commit was refused as a whole (no
         // object of it judged) would never end.
         let decision = match (decision, refused_head) {
-            (Decision::Complete, _) => Decision::Complete,
             (Decision::Start { wave, .. } | Decision::Running { wave, .. }, Some(why)) => {
                 Decision::Held {
                     wave,
