@@ -408,6 +408,11 @@ async fn kube_cluster_against_a_real_api_server() {
     );
     assert_eq!(e.regarding.as_ref().unwrap().name.as_deref(), Some("nova"));
     assert_eq!(e.reporting_controller.as_deref(), Some("c5c3.io/lockstep"));
+    // A report quoting a long condition message in another script: the
+    // API server counts bytes, and the Event is kept, shortened.
+    c.record_event(&nova, "RepairNeeded", &"→".repeat(700), true)
+        .await
+        .expect("a long multi-byte note is shortened, not refused");
 
     // A ControlPlane: the plane's release and its override move together.
     let plane = Key::new(Kind::ControlPlane, "openstack", "prod");

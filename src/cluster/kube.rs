@@ -678,7 +678,7 @@ impl Cluster for KubeCluster {
             event_time: Some(MicroTime(now)),
             action: Some("Reconcile".into()),
             reason: Some(reason.to_owned()),
-            note: Some(crate::forge::shorten(message, 1024)),
+            note: Some(note(message)),
             type_: Some(if warning { "Warning" } else { "Normal" }.into()),
             reporting_controller: Some("c5c3.io/lockstep".into()),
             reporting_instance: Some(self.instance.clone()),
@@ -695,5 +695,37 @@ impl Cluster for KubeCluster {
             .await
             .map_err(|e| classify(key, e))?;
         Ok(())
+    }
+}
+
+/// An Event's note as the API server takes it: at most 1,024 bytes (not
+/// characters: a longer note, say a condition message in another script,
+/// is refused, and the Event lost), cut at a character with `…`.
+fn note(message: &str) -> String {
+    const MAX: usize = 1024;
+    if message.len() <= MAX {
+        return message.to_owned();
+    }
+    let mut end = MAX - '…'.len_utf8();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
+#[cfg(test)]
+mod note_tests {
+    #[test]
+    fn notes_fit_the_api_servers_byte_limit() {
+        assert_eq!(super::note("short"), "short");
+        for m in [
+            "x".repeat(5000),
+            "→".repeat(1000),
+            format!("a{}", "é".repeat(900)),
+        ] {
+            let n = super::note(&m);
+            assert!(n.len() <= 1024 && n.ends_with('…'), "{} bytes", n.len());
+            assert!(m.starts_with(n.trim_end_matches('…')));
+        }
     }
 }
