@@ -703,6 +703,30 @@ async fn github_stub_restart_decline_and_a_moved_branch() {
         "{}",
         plan_status(&d)
     );
+
+    // lockstep's commit amended by the reviewer keeps lockstep's message
+    // and trailer, under another committer: still theirs, still kept.
+    git(&work, &["checkout", "-q", "-B", "amend", &c2]);
+    std::fs::write(work.join("REVIEW.md"), "folded in\n").expect("write");
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-q", "--amend", "--no-edit"]);
+    git(
+        &work,
+        &[
+            "push",
+            "-q",
+            "-f",
+            "origin",
+            &format!("HEAD:refs/heads/{WAVE1}"),
+        ],
+    );
+    let amended = fleet.tip(WAVE1).expect("pushed");
+    fleet.unrelated_commit();
+    for _ in 0..3 {
+        d.pass().await;
+    }
+    assert_eq!(fleet.tip(WAVE1).as_deref(), Some(amended.as_str()), "kept");
+    assert_eq!(stub.posts(), 2);
 }
 
 // ---------------------------------------------------------------------------

@@ -322,8 +322,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             self.opts.plan_author.clone(),
             self.opts.plan_signing_key.clone(),
         );
-        let outcome = propose::step(&*forge, req, before.as_ref(), move || {
-            propose::prepare(&repo, &r, &author, key.as_deref(), &target)
+        let outcome = propose::step(&*forge, req, before.as_ref(), move |merged| {
+            propose::prepare(&repo, &r, &author, key.as_deref(), &target, &merged)
         })
         .await;
         if outcome.proposal.is_none() {

@@ -17,7 +17,9 @@
 //!   anyone's pushes to it stay);
 //! - otherwise the branch is made to carry the wave's commit on the current
 //!   head: a remote branch that already does (same parent, same tree) is
-//!   reused as it is, anything else is replaced;
+//!   reused as it is; one lockstep wrote, or whose tip the watched branch
+//!   already holds (merged), is replaced; one ending in anyone else's
+//!   commit is never pushed over ([`ProposeError::Foreign`]);
 //! - a request for exactly that commit that was **closed without merging**
 //!   was declined: nothing is opened again until the watched branch moves
 //!   (the wave is then proposed afresh on the new head) or someone deletes
@@ -241,7 +243,7 @@ pub enum ProposeError {
     /// reviewer's, kept on a branch whose request the host's search did not
     /// show (Gitea searches the most recent 250). Never pushed over.
     #[error(
-        "{branch} ends in commit {commit}, which lockstep did not write (no Lockstep-Plan: {plan} trailer); lockstep does not push over it: merge or close its request and delete the branch, and the wave is proposed again"
+        "{branch} ends in commit {commit}, which lockstep did not write as it is (no Lockstep-Plan: {plan} trailer under lockstep's own commit, or amended, or a merge), and which is not merged; lockstep does not push over it: merge its request, or delete the branch, and the wave is proposed again"
     )]
     Foreign {
         branch: String,
@@ -265,14 +267,18 @@ pub struct Prepared {
 /// A remote branch whose tip already is a wave commit for this head (its
 /// only parent is `req.head` and its tree is the edited tree) is reused:
 /// nothing is written, nothing pushed. Otherwise the commit is written in
-/// the local repository (`refs/heads/<branch>`) and pushed over whatever
-/// the remote branch held; the caller makes sure no open request uses it.
+/// the local repository (`refs/heads/<branch>`) and pushed over what the
+/// remote branch held, if that is lockstep's own commit, one the watched
+/// branch already holds, or the head of a request the host shows as merged
+/// (`merged`, squash merges included); never over anyone else's work. The
+/// caller makes sure no open request uses it.
 pub fn prepare(
     repo_path: &Path,
     req: &Request,
     author: &Author,
     signing_key: Option<&Path>,
     target: &PushTarget,
+    merged: &[String],
 ) -> Result<Prepared, ProposeError> {
     let refname = format!("refs/heads/{}", req.branch);
     if !git2::Reference::is_valid_name(&refname) {
@@ -295,16 +301,28 @@ pub fn prepare(
         let reusable = repo.find_commit(tip).is_ok_and(|c| {
             c.parent_count() == 1 && c.parent_id(0).ok() == Some(req.head) && c.tree_id() == tree
         });
-        // Written by lockstep for this plan: one parent, and the trailer
-        // `writeback::message` puts last. Anything else is someone's work.
+        // Written by lockstep for this plan and never rewritten: one
+        // parent, the trailer `writeback::message` puts in the last
+        // paragraph, and its author as committer (an amend, a squash or a
+        // host's rebase keeps lockstep's message under another committer).
+        // Or already safe elsewhere: in the watched branch, or merged.
         let ours = repo.find_commit(tip).is_ok_and(|c| {
-            c.parent_count() == 1
-                && c.message_raw().is_ok_and(|m| {
-                    m.lines()
+            let trailer = c.message_raw().is_ok_and(|m| {
+                m.trim_end().rsplit("\n\n").next().is_some_and(|last| {
+                    last.lines()
                         .any(|l| l.strip_prefix("Lockstep-Plan: ") == Some(req.plan.as_str()))
                 })
+            });
+            let (a, k) = (c.author(), c.committer());
+            c.parent_count() == 1
+                && trailer
+                && a.name_bytes() == k.name_bytes()
+                && a.email_bytes() == k.email_bytes()
         });
-        if !ours {
+        let kept = tip == req.head
+            || repo.graph_descendant_of(req.head, tip).unwrap_or(false)
+            || merged.iter().any(|m| *m == tip.to_string());
+        if !ours && !kept {
             return Err(ProposeError::Foreign {
                 branch: req.branch.clone(),
                 commit: tip,
@@ -415,7 +433,7 @@ pub async fn step<F, P>(
 ) -> Outcome
 where
     F: Forge + Propose,
-    P: FnOnce() -> Result<Prepared, ProposeError> + Send + 'static,
+    P: FnOnce(Vec<String>) -> Result<Prepared, ProposeError> + Send + 'static,
 {
     let host = forge.host();
     let found = match forge.proposals(&req.branch, &req.base).await {
@@ -433,7 +451,14 @@ where
     {
         return Outcome::waiting(p.clone(), false, false);
     }
-    let prepared = match tokio::task::spawn_blocking(prepare).await {
+    // The heads of merged requests: their work is in the watched branch
+    // (a squash merge leaves no ancestry to find it by).
+    let merged: Vec<String> = found
+        .iter()
+        .filter(|p| p.state == ProposalState::Merged)
+        .filter_map(|p| p.head_sha.clone())
+        .collect();
+    let prepared = match tokio::task::spawn_blocking(move || prepare(merged)).await {
         Ok(Ok(p)) => p,
         Ok(Err(e)) => {
             return Outcome::trouble(format!("writing the branch {} failed: {e}", req.branch));
