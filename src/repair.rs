@@ -270,14 +270,22 @@ pub async fn execute<C: crate::cluster::Cluster>(
                 "deleted failed Job {name} (attempt {attempt}) so the operator runs it again"
             );
             tracing::warn!(object = %key, job = %name, attempt, deleted, "repair forward: {message}");
-            cluster
+            // The Job is gone and the re-run counted: an Event that cannot
+            // be written (no RBAC for Events, an API hiccup) is said in the
+            // log, and does not turn the repair into a failure.
+            if let Err(e) = cluster
                 .record_event(key, "RepairJobDeleted", &message, false)
-                .await?;
+                .await
+            {
+                tracing::warn!(object = %key, error = %e, "the repair's Event could not be written");
+            }
             Ok(deleted)
         }
         Action::Report(m) => {
             tracing::error!(object = %key, "{m}");
-            cluster.record_event(key, "RepairNeeded", m, true).await?;
+            if let Err(e) = cluster.record_event(key, "RepairNeeded", m, true).await {
+                tracing::warn!(object = %key, error = %e, "the report's Event could not be written");
+            }
             Ok(false)
         }
         // Re-asserting the plane is an apply of the accepted hop, which the

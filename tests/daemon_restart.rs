@@ -45,6 +45,8 @@ struct Chaos {
     at: Arc<AtomicUsize>,
     after: Arc<AtomicBool>,
     killed: Arc<Notify>,
+    /// Events are refused (no RBAC for them, say).
+    events_fail: Arc<AtomicBool>,
 }
 
 impl Chaos {
@@ -57,6 +59,7 @@ impl Chaos {
             at: Arc::new(AtomicUsize::new(usize::MAX)),
             after: Arc::default(),
             killed: Arc::new(Notify::new()),
+            events_fail: Arc::default(),
         }
     }
 
@@ -133,6 +136,9 @@ impl Cluster for Chaos {
         message: &str,
         warning: bool,
     ) -> Result<(), ClusterError> {
+        if self.events_fail.load(Ordering::SeqCst) {
+            return Err(ClusterError::Other("events are forbidden".into()));
+        }
         call!(
             self,
             self.inner.record_event(key, reason, message, warning).await
@@ -840,9 +846,10 @@ async fn a_status_no_operator_writes_is_never_judged_with_nor_recorded() {
 /// however many passes follow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_repair_metric_counts_what_was_done() {
-    async fn counts(repo: &Path, world: World) -> (u64, u64, u64) {
+    async fn counts(repo: &Path, world: World, events_fail: bool) -> (u64, u64, u64) {
         let mem = MemoryCluster::new(world);
         let chaos = Chaos::new(mem.clone());
+        chaos.events_fail.store(events_fail, Ordering::SeqCst);
         let forge = AnyForge::Notes(Notes::open(repo).unwrap());
         let queue = StatusQueue::new(10_000);
         let metrics = Arc::new(Metrics::new());
@@ -877,12 +884,20 @@ async fn the_repair_metric_counts_what_was_done() {
     // The example fleet: prod-nova's expand repaired forward.
     let dir = tempfile::tempdir().unwrap();
     lockstep::demo::build_repository(dir.path()).unwrap();
-    let (reruns, _, deletes) = counts(dir.path(), world()).await;
+    let (reruns, _, deletes) = counts(dir.path(), world(), false).await;
     assert!(deletes > 0, "the test needs a repair");
     assert_eq!(reruns, deletes);
+    // Events refused (a Role without them): the repair is made and counted
+    // all the same, not taken for a failure after the Job was deleted.
+    let dir = tempfile::tempdir().unwrap();
+    lockstep::demo::build_repository(dir.path()).unwrap();
+    assert_eq!(
+        counts(dir.path(), world(), true).await,
+        (reruns, 0, deletes)
+    );
     // A standalone Glance whose expand keeps failing: reported once.
     let repo = common::FleetRepo::new();
     abort_phase(&repo, 0);
-    let (reruns, reports, deletes) = counts(repo.path(), glance_world()).await;
+    let (reruns, reports, deletes) = counts(repo.path(), glance_world(), false).await;
     assert_eq!((reruns, reports, deletes), (0, 1, 0));
 }

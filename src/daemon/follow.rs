@@ -128,6 +128,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     // A Job re-run only when one was deleted (a Job that
                     // has not failed is left alone).
                     let mut rerun = false;
+                    let mut reported = false;
                     if matches!(action, Action::DeleteJob { .. }) || first_report {
                         let r = repair::execute(
                             &self.cluster,
@@ -143,7 +144,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                             Err(e) => {
                                 tracing::warn!(error = %e, object = %key, "repair failed; next pass")
                             }
-                            Ok(changed) => rerun = changed,
+                            Ok(changed) => {
+                                rerun = changed;
+                                reported = first_report;
+                            }
                         }
                     }
                     if let Action::Report(m) = &action {
@@ -171,7 +175,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     // (once per object), not every pass that asked.
                     let done = match action {
                         Action::DeleteJob { .. } => rerun.then_some("rerun-job"),
-                        _ => first_report.then_some("report"),
+                        _ => reported.then_some("report"),
                     };
                     if let Some(action) = done {
                         self.metrics
