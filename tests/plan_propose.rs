@@ -1516,3 +1516,40 @@ fn rehearse_takes_proposals_as_merged() {
     assert!(text.contains("(2 hop commits)"), "{text}");
     assert!(fleet.tip(WAVE1).is_none(), "a rehearsal pushes nothing");
 }
+
+/// Commit mode whose push the remote refuses (no token): the hop is not
+/// applied (it is not on the branch), the plan says why, and the pass is
+/// not busy, so a bounded run ends instead of writing the hop again for
+/// ever; with the token the next pass pushes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_push_is_said_and_ends_a_bounded_run() {
+    let fleet = Fleet::new(&PLAN.replace("mode: propose", "mode: commit"));
+    let server = HttpGit::start(&fleet.root.path().join("srv"));
+    let main0 = fleet.tip("main").expect("main");
+    let mem = cluster();
+    let host = MockServer::start().await;
+    let forge = Arc::new(AnyForge::GitHub(
+        GitHub::new(&host.uri(), "o/r", None).expect("forge"),
+    ));
+    let mut d = http_daemon(&fleet, &server, None, forge.clone(), &mem);
+    for _ in 0..3 {
+        let out = d.pass().await;
+        mem.step(std::time::Duration::from_secs(60)).unwrap();
+        let status = plan_status(&d);
+        assert!(
+            status.contains("pushing the hop commit failed")
+                && status.contains("asks for credentials but no token is configured"),
+            "{status}"
+        );
+        assert!(!out.busy, "{status}");
+    }
+    assert_eq!(fleet.tip("main").as_deref(), Some(main0.as_str()));
+    assert_eq!(
+        applied(&mem),
+        ("2026.1".into(), "2026.1".into(), "2026.1".into())
+    );
+    drop(d);
+    let mut d = http_daemon(&fleet, &server, Some(PUSH_TOKEN), forge, &mem);
+    d.pass().await;
+    assert_ne!(fleet.tip("main").as_deref(), Some(main0.as_str()), "pushed");
+}

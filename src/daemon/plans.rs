@@ -208,7 +208,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 let view = self.plan_view(&plans, &p, now, proposal);
                 ui_plans.extend(view);
             }
-            if !matches!(p.decision, Decision::Complete | Decision::Held { .. }) {
+            if !p.trouble && !matches!(p.decision, Decision::Complete | Decision::Held { .. }) {
                 out.busy |= matches!(
                     p.decision,
                     Decision::Running { .. }
@@ -227,6 +227,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             let state = match p.decision {
                 Decision::Complete => crate::forge::State::Success,
                 Decision::Held { .. } => crate::forge::State::Failure,
+                // Retried every pass; a bounded run ends with it.
+                _ if p.trouble => crate::forge::State::Error,
                 _ => proposed.unwrap_or(crate::forge::State::Pending),
             };
             if matches!(

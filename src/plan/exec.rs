@@ -256,6 +256,10 @@ pub struct PlanPass {
     /// A wave to propose (`mode: propose`): the daemon writes its branch
     /// and opens the request.
     pub propose: Option<Request>,
+    /// The hop commit could not be written or pushed: the plan's status
+    /// says why, and a bounded run ends with it rather than retrying for
+    /// ever (a continuous run retries every pass).
+    pub trouble: bool,
 }
 
 /// The maintenance windows each unit must wait for before a hop of it is
@@ -317,6 +321,7 @@ pub fn run(
                 description: format!("refused: {} ({})", r.message, r.reason.as_str()),
                 wrote: None,
                 propose: None,
+                trouble: false,
             });
             continue;
         }
@@ -355,6 +360,7 @@ pub fn run(
                 decision,
                 wrote: None,
                 propose: None,
+                trouble: false,
             });
             continue;
         };
@@ -417,6 +423,7 @@ pub fn run(
         }
         let mut wrote = None;
         let mut propose = None;
+        let mut trouble = false;
         if let Decision::Start { wave, keys } = &decision {
             let bumps: Vec<Bump> = keys
                 .iter()
@@ -481,19 +488,31 @@ pub fn run(
                 ) {
                     Ok(oid) => {
                         tracing::info!(plan = %name, wave = %wave_name, commit = %oid, objects = keys.len(), "plan: wrote the wave's hop commit");
-                        if let Some(target) = &writer.push {
-                            let pushed = GitRepo::open(&writer.repo)
-                                .and_then(|r| r.push(target, &writer.branch, false));
-                            if let Err(e) = pushed {
+                        let pushed = match &writer.push {
+                            Some(target) => GitRepo::open(&writer.repo)
+                                .and_then(|r| r.push(target, &writer.branch, false)),
+                            None => Ok(()),
+                        };
+                        match pushed {
+                            Ok(()) => {
+                                tip = oid;
+                                wrote = Some(oid);
+                            }
+                            // Not on the remote, so not the branch: the next
+                            // fetch sets the cache's branch back, and the
+                            // next pass writes the hop again.
+                            Err(e) => {
                                 tracing::warn!(plan = %name, error = %e, "plan: pushing the hop commit failed; next pass");
+                                description =
+                                    format!("{description}; pushing the hop commit failed: {e}");
+                                trouble = true;
                             }
                         }
-                        tip = oid;
-                        wrote = Some(oid);
                     }
                     Err(e) => {
                         tracing::warn!(plan = %name, error = %e, "plan: writing the hop commit failed; next pass");
                         description = format!("{description}; writing failed: {e}");
+                        trouble = true;
                     }
                 }
             }
@@ -505,6 +524,7 @@ pub fn run(
             description,
             wrote,
             propose,
+            trouble,
         });
     }
     out
