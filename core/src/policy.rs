@@ -393,10 +393,10 @@ pub fn parse(file: &str, text: &str) -> (Vec<Policy>, Vec<PolicyError>) {
             name: name.clone(),
             message,
         };
-        let d: Doc = match serde_json::from_value(doc) {
+        let d: Doc = match serde_path_to_error::deserialize(doc) {
             Ok(d) => d,
             Err(e) => {
-                errors.push(fail(format!("{e}")));
+                errors.push(fail(crate::yaml::field_error(&e)));
                 continue;
             }
         };
@@ -605,6 +605,22 @@ impl PolicySet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_field_is_named_by_its_path() {
+        let text = include_str!("../../plans/upgradepolicy.sample.yaml").replacen(
+            "kinds: [Nova]",
+            "kinds: Nova",
+            1,
+        );
+        let (policies, errors) = parse(".lockstep/policies/fleet.yaml", &text);
+        assert!(policies.is_empty());
+        let m = &errors[0].message;
+        assert!(
+            m.starts_with("spec.blocked[0]") && m.contains("invalid type"),
+            "{m}"
+        );
+    }
 
     const POLICY: &str = r#"apiVersion: lockstep.c5c3.io/v1alpha1
 kind: UpgradePolicy

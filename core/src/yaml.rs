@@ -401,6 +401,18 @@ fn one_line(s: &str) -> String {
     first.trim().to_owned()
 }
 
+/// A document that did not read into its type, with the field it stopped
+/// at (`spec.waves[0].maxParallel: invalid type: string "x", expected u32`)
+/// rather than serde's message alone, which names no field.
+pub fn field_error(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = e.path().to_string();
+    if path.is_empty() || path == "." {
+        e.inner().to_string()
+    } else {
+        format!("{path}: {}", e.inner())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

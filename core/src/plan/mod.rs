@@ -263,7 +263,7 @@ pub fn parse_plans(file: &str, text: &str) -> (Vec<Located>, Vec<PlanError>) {
             });
             continue;
         }
-        match serde_json::from_value::<UpgradePlan>(doc) {
+        match serde_path_to_error::deserialize::<_, UpgradePlan>(doc) {
             Ok(plan) => plans.push(Located {
                 plan,
                 file: file.clone(),
@@ -273,7 +273,7 @@ pub fn parse_plans(file: &str, text: &str) -> (Vec<Located>, Vec<PlanError>) {
                 file: file.clone(),
                 line,
                 name,
-                message: format!("not a valid UpgradePlan: {e}"),
+                message: format!("not a valid UpgradePlan: {}", crate::yaml::field_error(&e)),
             }),
         }
     }
@@ -333,6 +333,24 @@ pub fn schema_json() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A field of the wrong type is named with its path, not only serde's
+    /// words.
+    #[test]
+    fn a_bad_field_is_named_by_its_path() {
+        let plan = include_str!("../../../plans/samples/two-waves.yaml").replacen(
+            "maxParallel: 1",
+            "maxParallel: many",
+            1,
+        );
+        let (plans, errors) = parse_plans("plans.yaml", &plan);
+        assert!(plans.is_empty());
+        let m = &errors[0].message;
+        assert!(
+            m.starts_with("not a valid UpgradePlan: spec.waves[0].maxParallel: invalid type"),
+            "{m}"
+        );
+    }
 
     /// A plan behind more documents than the parser's fixed default (1,024)
     /// is read: the manifest reader reads such a file, so its plans must
