@@ -222,3 +222,32 @@ fn the_committed_plan_schema_is_generated_and_the_samples_validate() {
         "maxParallel 0 must be refused by the schema"
     );
 }
+
+/// `lockstep plan status` shows a plan that does not read, with the field
+/// and the rule, instead of leaving it out as if it were not there.
+#[test]
+fn plan_status_shows_a_plan_that_does_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    lockstep::demo::build_repository(dir.path()).unwrap();
+    let plan = include_str!("../plans/samples/two-waves.yaml").replacen(
+        "maxParallel: 1",
+        "maxParallel: many",
+        1,
+    );
+    std::fs::write(dir.path().join("plan.yaml"), plan).unwrap();
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-q", "-m", "a broken plan"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args(["plan", "status", "--repo"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("plan fleet-to-2026.2 (plan.yaml:3): refused: not a valid UpgradePlan: spec.waves[0].maxParallel")
+            && text.contains("(PlanInvalid)"),
+        "{text}"
+    );
+    assert!(!text.contains("no UpgradePlan"), "{text}");
+}

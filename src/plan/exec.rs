@@ -38,6 +38,9 @@ pub struct TreePlans {
     /// The releases of the judged range's base tree ([`given`]), filled in
     /// by the daemon, which knows the range.
     pub given: BTreeMap<Key, String>,
+    /// Plan documents that do not read (the gate refuses their commit as
+    /// `PlanInvalid`); `lockstep plan status` shows them.
+    pub unreadable: Vec<super::PlanError>,
 }
 
 impl TreePlans {
@@ -138,17 +141,22 @@ pub fn read(
     let tree = repo.commit(head)?.tree;
     let files = repo.files(tree, prefixes, manifest::is_manifest_path)?;
     let mut plans = Vec::new();
+    let mut unreadable = Vec::new();
     let mut texts: Vec<(String, Oid)> = Vec::new();
     for (path, e) in files.iter().filter(|(_, e)| e.kind == EntryKind::File) {
         let blob = repo.blob(e.oid)?;
         if memchr::memmem::find(blob.content(), KIND.as_bytes()).is_some() {
-            let (found, _) = super::parse_plans(path, &String::from_utf8_lossy(blob.content()));
+            let (found, bad) = super::parse_plans(path, &String::from_utf8_lossy(blob.content()));
             plans.extend(found);
+            unreadable.extend(bad);
         }
         texts.push((path.clone(), e.oid));
     }
     if plans.is_empty() {
-        return Ok(TreePlans::default());
+        return Ok(TreePlans {
+            unreadable,
+            ..TreePlans::default()
+        });
     }
     let mut docs = Vec::new();
     for (path, oid) in &texts {
@@ -175,6 +183,7 @@ pub fn read(
         units,
         origins,
         given: BTreeMap::new(),
+        unreadable,
     })
 }
 

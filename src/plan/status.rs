@@ -40,8 +40,25 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
         crate::manifest::DEFAULT_MAX_FILE_BYTES,
     )?;
     let mut out = String::new();
+    // A plan that does not read is shown, not dropped: its commit was
+    // refused, and a person looking for it needs to know why.
+    for e in &tp.unreadable {
+        let _ = writeln!(
+            out,
+            "{}",
+            Escaped(format_args!(
+                "plan {} ({}:{}): refused: {} (PlanInvalid)",
+                e.name.as_deref().unwrap_or("(no name)"),
+                e.file,
+                e.line,
+                e.message
+            ))
+        );
+    }
     if tp.plans.is_empty() {
-        let _ = writeln!(out, "no UpgradePlan in {}", Escaped(rev));
+        if tp.unreadable.is_empty() {
+            let _ = writeln!(out, "no UpgradePlan in {}", Escaped(rev));
+        }
         return Ok(out);
     }
     let all: Vec<super::Located> = tp.plans.iter().map(|(p, _)| p.clone()).collect();
