@@ -322,7 +322,9 @@ pub fn prepare(
         let kept = tip == req.head
             || repo.graph_descendant_of(req.head, tip).unwrap_or(false)
             || merged.iter().any(|m| *m == tip.to_string());
-        if !ours && !kept {
+        // A tip carrying exactly the wave's edits on this head is reused
+        // whoever committed it (nothing is pushed over it).
+        if !ours && !kept && !reusable {
             return Err(ProposeError::Foreign {
                 branch: req.branch.clone(),
                 commit: tip,
