@@ -510,6 +510,20 @@ impl GitRepo {
         base: Option<Oid>,
         head: Oid,
     ) -> Result<Vec<CommitInfo>, Error> {
+        self.first_parent_fork(base, head)
+            .map(|(commits, _)| commits)
+    }
+
+    /// [`GitRepo::first_parent_range`], and the commit the walk stopped at:
+    /// the newest commit of `head`'s first-parent line that `base` contains
+    /// (`base` itself when `head` descends from it along its first parents;
+    /// where the branch forked when it did not, even when it merged `base`
+    /// in since), `None` when the line reaches a root first.
+    pub fn first_parent_fork(
+        &self,
+        base: Option<Oid>,
+        head: Oid,
+    ) -> Result<(Vec<CommitInfo>, Option<Oid>), Error> {
         // The commits `head` has and `base` lacks, in one walk of the
         // history (asking "is this an ancestor of base" for each commit
         // walked `base`'s history again every time: minutes for a head of
@@ -538,25 +552,7 @@ impl GitRepo {
             cur = self.first_parent(id)?;
         }
         out.reverse();
-        Ok(out)
-    }
-
-    /// `base` itself when it is an ancestor of `head` (or `head`), else the
-    /// merge base of the two; `base` when they share no history.
-    pub fn fork_point(&self, base: Oid, head: Oid) -> Result<Oid, Error> {
-        if base == head
-            || self
-                .repo
-                .graph_descendant_of(head, base)
-                .map_err(self.fail(format!("the history of {head}")))?
-        {
-            return Ok(base);
-        }
-        match self.repo.merge_base(base, head) {
-            Ok(m) => Ok(m),
-            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(base),
-            Err(e) => Err(self.fail(format!("the merge base of {base} and {head}"))(e)),
-        }
+        Ok((out, cur))
     }
 
     /// Manifest paths that differ between two trees (`None` = empty tree),

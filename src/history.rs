@@ -180,6 +180,8 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
     // Where the floors of identities new to the baseline are looked for:
     // the history up to the base's own tip.
     let mut floors_from = None;
+    // The commits judged, oldest first, and where they start from.
+    let mut range = None;
     let (base_commit, mut baseline_tree) = match opts.base.as_deref() {
         // Git's empty tree need not exist in the object database.
         Some(EMPTY_TREE) => (None, None),
@@ -189,10 +191,17 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
             // newer commits are not the pull request's to answer for. Their
             // floors are: the merge will be judged on the target with them,
             // so an object the target removed at 2026.2 after the fork is
-            // not re-added at 2025.1 by the pull request either.
+            // not re-added at 2025.1 by the pull request either. The fork
+            // point is on the head's first-parent line, the line that is
+            // judged: a branch that merged its target in since it forked
+            // (GitHub's "Update branch") descends from the target, but its
+            // own first commits were written on the older target, and judged
+            // against the newer one they would undo the target's work.
             Resolved::Commit(c) => {
-                let start = repo.fork_point(c, head)?;
+                let (commits, stop) = repo.first_parent_fork(Some(c), head)?;
+                let start = stop.unwrap_or(c);
                 floors_from = Some(c);
+                range = Some(commits);
                 (Some(start), Some(repo.commit(start)?.tree))
             }
             Resolved::Tree(t) => (None, Some(t)),
@@ -228,7 +237,10 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
         .map(|c| c.to_string())
         .or_else(|| baseline_tree.map(|t| t.to_string()));
     // From a bare tree or from nothing: the whole first-parent history.
-    let commits = repo.first_parent_range(base_commit, head)?;
+    let commits = match range {
+        Some(commits) => commits,
+        None => repo.first_parent_range(base_commit, head)?,
+    };
     // History before the range still holds floors: the caller's memory when
     // it was taken exactly at the start, else a look back from there.
     let floors_from = floors_from.or(base_commit);

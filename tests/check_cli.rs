@@ -1328,6 +1328,65 @@ fn a_range_starts_where_the_head_forked_from_the_base() {
     assert_eq!(json["commits"].as_array().map(Vec::len), Some(1));
 }
 
+/// A branch that merged its target in since it forked (GitHub's "Update
+/// branch", `git pull` on a feature branch) descends from the target, but
+/// its first commits were written on the older target: they are judged
+/// from where the branch forked, along its first parents, not against the
+/// newer target, where they would read as undoing its work (a downgrade).
+#[test]
+fn a_branch_that_merged_its_target_in_is_judged_from_where_it_forked() {
+    const OTHER: &str = "standalone/compute/nova-cell.yaml";
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.write(OTHER, nova("nova-cell", "2026.1", "2026.1"));
+    let a = repo.commit("two novas at 2026.1");
+    repo.git(&["checkout", "-q", "-b", "side", &a]);
+    repo.write(OTHER, nova("nova-cell", "2026.2", "2026.2"));
+    repo.commit("nova-cell to 2026.2");
+    repo.git(&["checkout", "-q", "main"]);
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    let b = repo.commit("nova to 2026.2");
+    repo.git(&["checkout", "-q", "side"]);
+    repo.git(&["merge", "-q", "--no-edit", "main"]);
+    let merged = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    let verdicts = |json: &serde_json::Value| -> Vec<String> {
+        json["commits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| c["verdict"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    // The head descends from the base, though not along its first parents.
+    let (code, json) = check_json(&repo, &["--base", &b, "--head", &merged]);
+    assert_eq!(code, 0, "{json:#}");
+    assert_eq!(json["base"], a.as_str(), "{json:#}");
+    assert_eq!(verdicts(&json), ["accepted", "accepted"], "{json:#}");
+    // The target moved on again: the merge base is now `b`, but the
+    // branch's own first commit still forked at `a`.
+    repo.git(&["checkout", "-q", "main"]);
+    repo.write("README.md", "docs\n");
+    let c = repo.commit("docs");
+    let (code, json) = check_json(&repo, &["--base", &c, "--head", &merged]);
+    assert_eq!(code, 0, "{json:#}");
+    assert_eq!(json["base"], a.as_str(), "{json:#}");
+    assert_eq!(verdicts(&json), ["accepted", "accepted"], "{json:#}");
+    // The branch's own commits are still judged: one that sets nova back
+    // below what the merge brought is refused.
+    repo.git(&["checkout", "-q", "side"]);
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let back = repo.commit("nova back to 2026.1");
+    let (code, json) = check_json(&repo, &["--base", &c, "--head", &back]);
+    assert_eq!(code, 1, "{json:#}");
+    assert_eq!(
+        verdicts(&json),
+        ["accepted", "accepted", "refused"],
+        "{json:#}"
+    );
+    let objects = last_objects(&json);
+    assert_eq!(objects[0]["reason"], "DowngradeNotSupported", "{json:#}");
+}
+
 /// A submodule is another repository's content: Argo CD clones it (and Flux
 /// with `recurseSubmodules`), so manifests behind one would be applied
 /// unjudged. Under the judged paths it is refused, whatever its name; a
