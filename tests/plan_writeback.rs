@@ -786,3 +786,54 @@ fn a_checked_out_branch_gets_the_hop_in_its_work_tree_or_none_at_all() {
             .contains("2027.2")
     );
 }
+
+/// A file the hop edits that the work tree's index marks so that git does
+/// not look at it (`--skip-worktree`, as sparse checkouts do, or
+/// `--assume-unchanged`) reads clean whatever it holds: the person's
+/// changes there would be overwritten unseen. The write stops, naming the
+/// file and the mark, and goes on once the mark is cleared.
+#[test]
+fn a_file_git_is_told_not_to_look_at_stops_the_write_by_name() {
+    let fleet = fleet();
+    let dir = fleet.path();
+    let nova_before = std::fs::read_to_string(dir.join(NOVA)).unwrap();
+    let mine = format!("{nova_before}# mine\n");
+    for flag in ["skip-worktree", "assume-unchanged"] {
+        std::fs::write(dir.join(NOVA), &mine).unwrap();
+        git_in(dir, &["update-index", &format!("--{flag}"), NOVA]);
+        assert_eq!(
+            git_in(dir, &["status", "--porcelain"]),
+            "",
+            "{flag} hides it"
+        );
+        let before = tip(dir, "main");
+        let e = write_wave(dir, "2026.2", None).unwrap_err();
+        assert!(
+            matches!(&e, WritebackError::HiddenCheckout { file, flag: f, .. } if file == NOVA && *f == flag),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(&format!("--no-{flag}")), "{e}");
+        assert_eq!(tip(dir, "main"), before, "nothing written");
+        assert_eq!(
+            std::fs::read_to_string(dir.join(NOVA)).unwrap(),
+            mine,
+            "kept"
+        );
+        git_in(dir, &["update-index", &format!("--no-{flag}"), NOVA]);
+    }
+    // The mark cleared, the change shows and stops the write as any would.
+    let e = write_wave(dir, "2026.2", None).unwrap_err();
+    assert!(matches!(&e, WritebackError::DirtyCheckout { .. }), "{e:?}");
+    std::fs::write(dir.join(NOVA), &nova_before).unwrap();
+    // A split index is one lockstep's Git library cannot read: the write
+    // fails and nothing is written.
+    git_in(dir, &["update-index", "--split-index"]);
+    let before = tip(dir, "main");
+    let e = write_wave(dir, "2026.2", None).unwrap_err();
+    assert!(e.to_string().contains("reading the index of"), "{e}");
+    assert_eq!(tip(dir, "main"), before, "nothing written");
+    git_in(dir, &["update-index", "--no-split-index"]);
+    let new = write_wave(dir, "2026.2", None).unwrap();
+    assert_eq!(tip(dir, "main"), new);
+    assert_eq!(git_in(dir, &["status", "--porcelain"]), "");
+}

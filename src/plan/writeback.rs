@@ -148,6 +148,19 @@ pub enum WritebackError {
         worktree: String,
         file: String,
     },
+    /// A file the hop edits is marked in that work tree's index so that
+    /// git does not look at it (`--skip-worktree`, a sparse checkout, or
+    /// `--assume-unchanged`): its status reads clean whatever the file
+    /// holds, so writing the hop there could overwrite someone's changes.
+    #[error(
+        "refs/heads/{branch} is checked out in {worktree}, where {file} is marked {flag} in the index, so git does not show whether it has changes of its own; lockstep writes the hop only over a file it can see is clean: clear the mark (git update-index --no-{flag} {file}, or widen the sparse checkout) and the next pass writes it"
+    )]
+    HiddenCheckout {
+        branch: String,
+        worktree: String,
+        file: String,
+        flag: &'static str,
+    },
     #[error("signing with {key}: {message}")]
     Sign { key: PathBuf, message: String },
     /// The remote did not take the push (it moved on: fetch, re-plan, retry).
@@ -645,7 +658,21 @@ pub fn commit_bumps(
     let checkouts = checked_out(&repo, &refname)?;
     let clean = || -> Result<(), WritebackError> {
         for wt in &checkouts {
+            let index = wt
+                .index()
+                .map_err(git(format!("reading the index of {}", worktree_name(wt))))?;
             for file in &files {
+                if let Some(flag) = index
+                    .get_path(Path::new(file), 0)
+                    .and_then(|e| hidden_by(&e))
+                {
+                    return Err(WritebackError::HiddenCheckout {
+                        branch: branch.to_owned(),
+                        worktree: worktree_name(wt),
+                        file: (*file).to_owned(),
+                        flag,
+                    });
+                }
                 let status = wt
                     .status_file(Path::new(file))
                     .map_err(git(format!("reading the status of {file}")))?;
@@ -804,10 +831,6 @@ fn checked_out(repo: &Repository, refname: &str) -> Result<Vec<Repository>, Writ
     // `--repo` may itself be a linked work tree: the main one and every
     // linked one are found through the common directory.
     let main = Repository::open(repo.commondir()).map_err(git("opening the repository"))?;
-    if on_branch(&main) {
-        out.push(main);
-    }
-    let main = Repository::open(repo.commondir()).map_err(git("opening the repository"))?;
     let names = main.worktrees().map_err(git("listing the work trees"))?;
     for name in names.iter().filter_map(|n| n.ok().flatten()) {
         let Ok(wt) = main.find_worktree(name) else {
@@ -824,7 +847,25 @@ fn checked_out(repo: &Repository, refname: &str) -> Result<Vec<Repository>, Writ
             out.push(r);
         }
     }
+    if on_branch(&main) {
+        out.insert(0, main);
+    }
     Ok(out)
+}
+
+/// The index mark that makes git skip a file's work-tree copy, if any:
+/// `assume-unchanged` (the entry's "valid" bit) or `skip-worktree` (set by
+/// sparse checkouts too).
+fn hidden_by(entry: &git2::IndexEntry) -> Option<&'static str> {
+    const ASSUME_VALID: u16 = 0x8000;
+    const SKIP_WORKTREE: u16 = 0x4000;
+    if entry.flags_extended & SKIP_WORKTREE != 0 {
+        Some("skip-worktree")
+    } else if entry.flags & ASSUME_VALID != 0 {
+        Some("assume-unchanged")
+    } else {
+        None
+    }
 }
 
 fn worktree_name(wt: &Repository) -> String {
