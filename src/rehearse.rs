@@ -32,6 +32,10 @@ pub enum RehearseError {
     Seed(#[from] daemon::SeedError),
     #[error("--head {0}: names a tree, not a commit; a rehearsal runs commits")]
     HeadNotACommit(String),
+    #[error(transparent)]
+    UnknownFault(#[from] crate::sim::UnknownFaultObject),
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
 }
 
 /// What to rehearse.
@@ -114,11 +118,14 @@ pub async fn rehearse(range: &Range) -> Result<Rehearsal, RehearseError> {
     };
     let sim = daemon::simulate(
         FixedHead { path, head },
-        world,
+        world.clone(),
         opts,
         jiff::Timestamp::now(),
     )
     .await;
+    if let Some(e) = world.world()?.fault_without_object() {
+        return Err(e.into());
+    }
     let mut r = render(&sim);
     r.refused = refused;
     Ok(r)

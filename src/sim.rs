@@ -1187,6 +1187,59 @@ fn set_ready(o: &mut Object, workloads_done: bool) {
     }
 }
 
+impl Fault {
+    /// The name of the object it troubles (`metadata.name`).
+    pub fn object(&self) -> &str {
+        match self {
+            Fault::JobFails { object, .. }
+            | Fault::DatabaseDown { object, .. }
+            | Fault::RolloutStall { object, .. } => object,
+        }
+    }
+}
+
+/// A `--fault` naming no object the rehearsal had: it injected nothing, and
+/// a timeline without trouble would read as one that weathered it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--fault names \"{object}\", but no object of the rehearsal is named so; faults name an object by its metadata.name ({known})"
+)]
+pub struct UnknownFaultObject {
+    pub object: String,
+    pub known: String,
+}
+
+impl World {
+    /// The first fault whose object was never in this world (seeded, or
+    /// installed during the run), with the names it had, for the message.
+    pub fn fault_without_object(&self) -> Option<UnknownFaultObject> {
+        let names: std::collections::BTreeSet<&str> = self
+            .objects
+            .keys()
+            .chain(self.planes.keys())
+            .map(|k| k.name.as_str())
+            .collect();
+        let missing = self.faults.iter().find(|f| !names.contains(f.object()))?;
+        const SHOWN: usize = 8;
+        let mut known: Vec<String> = names
+            .iter()
+            .take(SHOWN)
+            .map(|n| crate::escape::escape(n).into_owned())
+            .collect();
+        if names.len() > SHOWN {
+            known.push(format!("and {} more", names.len() - SHOWN));
+        }
+        Some(UnknownFaultObject {
+            object: crate::escape::escape(missing.object()).into_owned(),
+            known: if known.is_empty() {
+                "the rehearsal has no object".to_owned()
+            } else {
+                format!("the rehearsal has {}", known.join(", "))
+            },
+        })
+    }
+}
+
 /// A `--fault` that does not parse.
 #[derive(Debug, thiserror::Error)]
 #[error(

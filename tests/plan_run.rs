@@ -703,6 +703,11 @@ fn rehearse_plan_predicts_the_schedule_with_and_without_faults() {
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("held in wave 1/3 (canary)"), "{text}");
     assert!(!text.contains("wave eu (2/3) to 2026.2"), "{text}");
+
+    // A fault naming no object of the fleet injects nothing: refused.
+    let (code, text) = run(&["c00-glanse:expand:fail=1000"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.is_empty(), "{text}");
 }
 
 /// `rehearse --plan` shows a fast-forward's whole chain: every hop's waves

@@ -109,5 +109,24 @@ fn the_cli_prints_the_timeline_and_exits_by_outcome() {
     let out = lockstep(&["rehearse", "--repo", &path, "--fault", "nonsense"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--fault \"nonsense\""));
+    // A fault naming no object would inject nothing: the clean timeline
+    // would read as one that weathered it.
+    let out = lockstep(&[
+        "rehearse",
+        "--repo",
+        &path,
+        "--base",
+        &base,
+        "--fault",
+        "nvoa:migrate:fail=5",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--fault names \"nvoa\", but no object of the rehearsal is named so")
+            && err.contains("nova"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "no timeline is printed");
     let _ = Duration::ZERO;
 }

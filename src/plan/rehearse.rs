@@ -51,6 +51,10 @@ pub enum RehearseError {
     Source(#[from] crate::source::SourceError),
     #[error(transparent)]
     Seed(#[from] daemon::SeedError),
+    #[error(transparent)]
+    UnknownFault(#[from] crate::sim::UnknownFaultObject),
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
 }
 
 /// Rehearses the plans of `branch` in `repo` (which is not touched: the run
@@ -103,7 +107,10 @@ pub async fn rehearse(
     if let Some(head) = daemon::Repo::head(&source) {
         daemon::seed_simulation(&world, &clone, head, &opts)?;
     }
-    let sim = daemon::simulate(source, world, opts, start).await;
+    let sim = daemon::simulate(source, world.clone(), opts, start).await;
+    if let Some(e) = world.world()?.fault_without_object() {
+        return Err(e.into());
+    }
     let git = crate::git::GitRepo::open(&clone)?;
     let git = git.raw();
     let mut out = Schedule {
