@@ -3,6 +3,7 @@
 //! [`Store`] is the seam the engine is given; [`Error`] says what failed in
 //! lockstep's words (no libgit2 class or code in a message).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use git2::{DiffOptions, ObjectType, Oid, Repository};
@@ -211,6 +212,25 @@ pub struct Change {
     pub path: String,
     pub old: Option<Entry>,
     pub new: Option<Entry>,
+}
+
+/// `base..head` along `head`'s first parents, as a pull request is judged
+/// (`history::check`).
+#[derive(Clone, Debug, Default)]
+pub struct Fork {
+    /// Oldest first.
+    pub commits: Vec<CommitInfo>,
+    /// Where the walk stopped: the newest commit of `head`'s first-parent
+    /// line that `base` contains (`base` itself when `head` extends it
+    /// along its first parents; where the branch forked when it did not,
+    /// even when it merged `base` in since); `None` when the line reaches a
+    /// root first.
+    pub stop: Option<Oid>,
+    /// Merges of the range that bring in work `base` contains and their
+    /// first parent lacks (the target merged into the branch: GitHub's
+    /// "Update branch", `git pull`), each with that parent: what such a
+    /// merge brings to the target is itself against that parent's tree.
+    pub updates: HashMap<Oid, Oid>,
 }
 
 /// A commit as the reports name it.
@@ -510,20 +530,12 @@ impl GitRepo {
         base: Option<Oid>,
         head: Oid,
     ) -> Result<Vec<CommitInfo>, Error> {
-        self.first_parent_fork(base, head)
-            .map(|(commits, _)| commits)
+        self.first_parent_fork(base, head).map(|f| f.commits)
     }
 
-    /// [`GitRepo::first_parent_range`], and the commit the walk stopped at:
-    /// the newest commit of `head`'s first-parent line that `base` contains
-    /// (`base` itself when `head` descends from it along its first parents;
-    /// where the branch forked when it did not, even when it merged `base`
-    /// in since), `None` when the line reaches a root first.
-    pub fn first_parent_fork(
-        &self,
-        base: Option<Oid>,
-        head: Oid,
-    ) -> Result<(Vec<CommitInfo>, Option<Oid>), Error> {
+    /// [`GitRepo::first_parent_range`], where the walk stopped, and the
+    /// merges of the range that bring in `base`'s work ([`Fork`]).
+    pub fn first_parent_fork(&self, base: Option<Oid>, head: Oid) -> Result<Fork, Error> {
         // The commits `head` has and `base` lacks, in one walk of the
         // history (asking "is this an ancestor of base" for each commit
         // walked `base`'s history again every time: minutes for a head of
@@ -543,6 +555,7 @@ impl GitRepo {
             None => None,
         };
         let mut out = Vec::new();
+        let mut updates = HashMap::new();
         let mut cur = Some(head);
         while let Some(id) = cur {
             if only.as_ref().is_some_and(|o| !o.contains(&id)) {
@@ -550,9 +563,50 @@ impl GitRepo {
             }
             out.push(self.commit(id)?);
             cur = self.first_parent(id)?;
+            if let (Some(only), Some(first)) = (&only, cur) {
+                let c = self
+                    .repo
+                    .find_commit(id)
+                    .map_err(self.fail(format!("commit {id}")))?;
+                for p in c.parent_ids().skip(1) {
+                    if only.contains(&p) || p == first {
+                        continue;
+                    }
+                    let older = self
+                        .repo
+                        .graph_descendant_of(first, p)
+                        .map_err(self.fail(format!("the history of {id}")))?;
+                    if !older {
+                        updates.insert(id, p);
+                        break;
+                    }
+                }
+            }
         }
         out.reverse();
-        Ok((out, cur))
+        Ok(Fork {
+            commits: out,
+            stop: cur,
+            updates,
+        })
+    }
+
+    /// `base` itself when it is an ancestor of `head` (or `head`), else the
+    /// merge base of the two; `base` when they share no history.
+    pub fn fork_point(&self, base: Oid, head: Oid) -> Result<Oid, Error> {
+        if base == head
+            || self
+                .repo
+                .graph_descendant_of(head, base)
+                .map_err(self.fail(format!("the history of {head}")))?
+        {
+            return Ok(base);
+        }
+        match self.repo.merge_base(base, head) {
+            Ok(m) => Ok(m),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(base),
+            Err(e) => Err(self.fail(format!("the merge base of {base} and {head}"))(e)),
+        }
     }
 
     /// Manifest paths that differ between two trees (`None` = empty tree),

@@ -58,6 +58,16 @@ pub struct CheckOptions {
     /// largest table of the run (every object again, keyed by identity);
     /// without them the report's memory is valid nowhere (`at: None`).
     pub keep_floors: bool,
+    /// How a `base` commit the head's first-parent line does not pass
+    /// through is read. `false` (a pull request; `check --base`): the
+    /// commits are judged from where that line forked, and a merge that
+    /// brings in the base's work against the tree it brings it from
+    /// ([`crate::git::Fork`]). `true` (the branch the daemon applies, from
+    /// its `since`): every commit against the base's tree and what was
+    /// accepted since, as the daemon judges each new head
+    /// ([`check_after`]): what the cluster runs is the base's, whatever
+    /// the line says, and a restart must reach the verdicts once posted.
+    pub from_base: bool,
 }
 
 impl Default for CheckOptions {
@@ -74,6 +84,7 @@ impl Default for CheckOptions {
             sources: None,
             names: None,
             keep_floors: true,
+            from_base: false,
         }
     }
 }
@@ -196,12 +207,21 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
             // judged: a branch that merged its target in since it forked
             // (GitHub's "Update branch") descends from the target, but its
             // own first commits were written on the older target, and judged
-            // against the newer one they would undo the target's work.
-            Resolved::Commit(c) => {
-                let (commits, stop) = repo.first_parent_fork(Some(c), head)?;
-                let start = stop.unwrap_or(c);
+            // against the newer one they would undo the target's work. The
+            // merge that brought the target in is judged against the target
+            // commit it merged: what the branch brings to the target
+            // (`git::Fork::updates`). The daemon's own branch is judged
+            // from its base (`CheckOptions::from_base`).
+            Resolved::Commit(c) if opts.from_base => {
+                let start = repo.fork_point(c, head)?;
                 floors_from = Some(c);
-                range = Some(commits);
+                (Some(start), Some(repo.commit(start)?.tree))
+            }
+            Resolved::Commit(c) => {
+                let fork = repo.first_parent_fork(Some(c), head)?;
+                let start = fork.stop.unwrap_or(c);
+                floors_from = Some(c);
+                range = Some(fork);
                 (Some(start), Some(repo.commit(start)?.tree))
             }
             Resolved::Tree(t) => (None, Some(t)),
@@ -237,9 +257,9 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
         .map(|c| c.to_string())
         .or_else(|| baseline_tree.map(|t| t.to_string()));
     // From a bare tree or from nothing: the whole first-parent history.
-    let commits = match range {
-        Some(commits) => commits,
-        None => repo.first_parent_range(base_commit, head)?,
+    let (commits, updates) = match range {
+        Some(fork) => (fork.commits, fork.updates),
+        None => (repo.first_parent_range(base_commit, head)?, HashMap::new()),
     };
     // History before the range still holds floors: the caller's memory when
     // it was taken exactly at the start, else a look back from there.
@@ -252,6 +272,7 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
         repo,
         opts,
         commits,
+        &updates,
         baseline_tree,
         base_label,
         head,
@@ -287,6 +308,7 @@ pub fn check_after(
         repo,
         opts,
         commits,
+        &HashMap::new(),
         baseline,
         Some(after.to_string()),
         head,
@@ -300,6 +322,7 @@ fn judge_commits(
     repo: &GitRepo,
     opts: &CheckOptions,
     commits: Vec<crate::git::CommitInfo>,
+    updates: &HashMap<Oid, Oid>,
     mut baseline_tree: Option<Oid>,
     base_label: Option<String>,
     head: Oid,
@@ -317,6 +340,9 @@ fn judge_commits(
         without_policies: Default::default(),
         policies: HashMap::new(),
     };
+    // The floors the range started from: a merge that brings in the
+    // base's work is judged with them (`git::Fork::updates`).
+    let start_memory = (!updates.is_empty()).then(|| walker.memory.clone());
     let mut reports = Vec::with_capacity(commits.len());
     let last = commits.len().saturating_sub(1);
     for (i, c) in commits.into_iter().enumerate() {
@@ -337,10 +363,23 @@ fn judge_commits(
             continue;
         }
         let sha = c.id.to_string();
+        // A merge that brings the base's work into a branch is judged by
+        // what the branch brings to the base: against the tree of the base
+        // commit it merged, with the base's floors, which the branch's own
+        // commits (judged from where it forked) must not have lowered. Its
+        // changes hold all of theirs.
+        let mut before_update = None;
+        let judged_from = match (updates.get(&c.id), &start_memory) {
+            (Some(p), Some(start)) => {
+                before_update = Some(std::mem::replace(&mut walker.memory, start.clone()));
+                Some(repo.commit(*p)?.tree)
+            }
+            _ => baseline_tree,
+        };
         let judged = walker
             .judge(
                 c.id,
-                baseline_tree,
+                judged_from,
                 c.tree,
                 opts.recorded
                     .as_ref()
@@ -355,6 +394,9 @@ fn judge_commits(
             // A tree Git would not write: refused whole, like an untrusted
             // commit (`git::Error::MalformedTree`).
             Err(GitError::MalformedTree { path, why }) => {
+                if let Some(m) = before_update {
+                    walker.memory = m;
+                }
                 reports.push(CommitReport {
                     sha,
                     summary: c.summary,
@@ -371,6 +413,13 @@ fn judge_commits(
             (judged.objects, judged.skipped, judged.changes.len());
         objects.extend(plans);
         let verdict = gate::commit_verdict(&objects);
+        // Refused, the merge moves nothing: the branch goes on from where
+        // it was.
+        if verdict == Verdict::Refused
+            && let Some(m) = before_update
+        {
+            walker.memory = m;
+        }
         // A held commit is accepted work queued behind the hop in flight:
         // what comes after it builds on it.
         if matches!(verdict, Verdict::Accepted | Verdict::Held) {
@@ -1183,6 +1232,7 @@ impl Walker<'_> {
                     self.repo,
                     &opts,
                     commits,
+                    &HashMap::new(),
                     None,
                     None,
                     start,

@@ -451,6 +451,8 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                     names: names.clone(),
                     // Nothing judges on from this report.
                     keep_floors: false,
+                    // `--base` reads as a pull request's target.
+                    from_base: false,
                 },
             )?;
             // Derived data: a repository lockstep cannot write to is

@@ -77,6 +77,8 @@ pub async fn rehearse(range: &Range) -> Result<Rehearsal, RehearseError> {
         base: range.base.clone(),
         head: range.head.clone(),
         prefixes: paths.clone(),
+        // The range as the daemon applies it (`daemon::simulate`).
+        from_base: true,
         ..CheckOptions::default()
     };
     let (path, head, since, refused, world) = {

@@ -1333,17 +1333,22 @@ fn a_range_starts_where_the_head_forked_from_the_base() {
 /// its first commits were written on the older target: they are judged
 /// from where the branch forked, along its first parents, not against the
 /// newer target, where they would read as undoing its work (a downgrade).
+/// The merge that brought the target in is judged by what the branch
+/// brings to the target: against the target commit it merged.
 #[test]
 fn a_branch_that_merged_its_target_in_is_judged_from_where_it_forked() {
     const OTHER: &str = "standalone/compute/nova-cell.yaml";
     let repo = FleetRepo::new();
-    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
-    repo.write(OTHER, nova("nova-cell", "2026.1", "2026.1"));
-    let a = repo.commit("two novas at 2026.1");
+    repo.write(NOVA, nova("nova", "2025.2", "2025.2"));
+    repo.write(OTHER, nova("nova-cell", "2025.2", "2025.2"));
+    let a = repo.commit("two novas at 2025.2");
     repo.git(&["checkout", "-q", "-b", "side", &a]);
-    repo.write(OTHER, nova("nova-cell", "2026.2", "2026.2"));
-    repo.commit("nova-cell to 2026.2");
+    repo.write(OTHER, nova("nova-cell", "2026.1", "2026.1"));
+    repo.commit("nova-cell to 2026.1");
+    // The target moves nova two hops while the branch is open.
     repo.git(&["checkout", "-q", "main"]);
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova to 2026.1");
     repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
     let b = repo.commit("nova to 2026.2");
     repo.git(&["checkout", "-q", "side"]);
@@ -1357,11 +1362,19 @@ fn a_branch_that_merged_its_target_in_is_judged_from_where_it_forked() {
             .map(|c| c["verdict"].as_str().unwrap_or_default().to_owned())
             .collect()
     };
+    let names = |objects: &[serde_json::Value]| -> Vec<String> {
+        objects
+            .iter()
+            .map(|o| o["name"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
     // The head descends from the base, though not along its first parents.
     let (code, json) = check_json(&repo, &["--base", &b, "--head", &merged]);
     assert_eq!(code, 0, "{json:#}");
     assert_eq!(json["base"], a.as_str(), "{json:#}");
     assert_eq!(verdicts(&json), ["accepted", "accepted"], "{json:#}");
+    // The merge brings the target nova-cell's hop, not nova's two.
+    assert_eq!(names(&last_objects(&json)), ["nova-cell"], "{json:#}");
     // The target moved on again: the merge base is now `b`, but the
     // branch's own first commit still forked at `a`.
     repo.git(&["checkout", "-q", "main"]);
@@ -1385,6 +1398,22 @@ fn a_branch_that_merged_its_target_in_is_judged_from_where_it_forked() {
     );
     let objects = last_objects(&json);
     assert_eq!(objects[0]["reason"], "DowngradeNotSupported", "{json:#}");
+    // A merge that drops the target's work (`-s ours`, or a conflict
+    // resolved to the branch's side) brings a downgrade to the target:
+    // refused, though the branch's own line never changed nova.
+    repo.git(&["checkout", "-q", "-b", "ours", &a]);
+    repo.write(OTHER, nova("nova-cell", "2026.1", "2026.1"));
+    repo.commit("nova-cell to 2026.1");
+    repo.git(&["merge", "-q", "-s", "ours", "--no-edit", "main"]);
+    let (code, json) = check_json(&repo, &["--base", &c, "--head", "ours"]);
+    assert_eq!(code, 1, "{json:#}");
+    assert_eq!(verdicts(&json), ["accepted", "refused"], "{json:#}");
+    let objects = last_objects(&json);
+    let o = objects
+        .iter()
+        .find(|o| o["name"] == "nova")
+        .unwrap_or_else(|| panic!("{json:#}"));
+    assert_eq!(o["reason"], "DowngradeNotSupported", "{json:#}");
 }
 
 /// A submodule is another repository's content: Argo CD clones it (and Flux

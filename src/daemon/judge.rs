@@ -167,6 +167,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             sources: self.opts.parsed.take(),
             names: None,
             keep_floors: true,
+            // As each new head is judged (`history::check_after`).
+            from_base: true,
         };
         let t = Instant::now();
         let r = self
@@ -402,6 +404,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 sources: None,
                 names: None,
                 keep_floors: true,
+                from_base: false,
             };
             let r = self.judge_pull(path, opts).await;
             match r {
@@ -950,6 +953,7 @@ mod tests {
             sources: None,
             names: None,
             keep_floors: true,
+            from_base: true,
         };
         let Ok((j, _, _)) = judge_blocking(dir.path(), head, None, &opts, None) else {
             panic!("judging the demo repository failed");
