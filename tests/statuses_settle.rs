@@ -536,3 +536,101 @@ async fn a_world_that_never_settles_still_stops_when_asked() {
         started.elapsed()
     );
 }
+
+/// The simulated cluster, where applying a ControlPlane leaves its Horizon
+/// child on the image it had while `hold` is set: the plane has not
+/// projected the hop onto it yet (the simulated operator projects at once;
+/// a real plane does so on its next reconcile, or later behind its gates).
+#[derive(Clone)]
+struct Unprojected {
+    inner: MemoryCluster,
+    hold: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Cluster for Unprojected {
+    crate::forward_cluster!(all_but apply);
+    async fn apply(
+        &self,
+        req: &lockstep::cluster::ApplyRequest,
+    ) -> Result<lockstep::cluster::ClusterObject, lockstep::cluster::ClusterError> {
+        let before: Vec<_> = self
+            .inner
+            .world()?
+            .objects
+            .values()
+            .filter(|o| o.key.kind == lockstep::kind::Kind::Horizon)
+            .map(|o| (o.key.clone(), o.image.clone()))
+            .collect();
+        let out = self.inner.apply(req).await?;
+        if self.hold.load(std::sync::atomic::Ordering::SeqCst) {
+            let mut w = self.inner.world()?;
+            for (k, image) in before {
+                if let Some(o) = w.objects.get_mut(&k) {
+                    o.image = image;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A ControlPlane hop whose Horizon child the plane has not projected yet:
+/// Horizon tracks no release, and it stays Ready on its old image. Its
+/// status for the hop must not read success (nor the hop's) until the
+/// child runs the hop's image; once the plane projects it, both settle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_the_plane_has_not_projected_yet_is_not_complete() {
+    let repo = FleetRepo::new();
+    repo.write(PROD, prod("2026.1", "2026.1"));
+    repo.commit("prod at 2026.1");
+    repo.write(PROD, prod("2026.2", "2026.2"));
+    let hop = repo.commit("prod to 2026.2");
+
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let cluster = Unprojected {
+        inner: mem.clone(),
+        hold: hold.clone(),
+    };
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let mut d = simulated(&repo, &mem, cluster, &queue);
+    let metrics = Metrics::new();
+    let horizon_ctx = |history: &BTreeMap<(String, String), Vec<String>>| {
+        history
+            .iter()
+            .find(|((sha, ctx), _)| *sha == hop && ctx.contains("horizon"))
+            .map(|(_, states)| states.clone())
+            .unwrap_or_default()
+    };
+    // Ten minutes: the other children are under way, Horizon is Ready on
+    // its old image from the first pass on.
+    for _ in 0..10 {
+        d.pass().await;
+        assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+        mem.step(Duration::from_secs(60)).expect("step");
+    }
+    let history = status_history(&repo);
+    let states = horizon_ctx(&history);
+    assert_eq!(states, ["pending"], "{history:#?}");
+    // The plane projects the hop onto it at last (its own reconcile: no
+    // apply of lockstep's): the child and the hop settle.
+    hold.store(false, std::sync::atomic::Ordering::SeqCst);
+    for o in mem.world().expect("world").objects.values_mut() {
+        if o.key.kind == lockstep::kind::Kind::Horizon {
+            o.image = lockstep::release::ImageRef::default_for("horizon", "2026.2");
+        }
+    }
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    let history = status_history(&repo);
+    assert_eq!(
+        horizon_ctx(&history),
+        ["pending", "success"],
+        "{history:#?}"
+    );
+    assert_eq!(
+        history[&(hop.clone(), "lockstep/t".to_owned())],
+        ["pending", "success"],
+        "{history:#?}"
+    );
+}

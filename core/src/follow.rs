@@ -18,7 +18,8 @@ pub struct Observation {
     /// Nova and Cinder: whether the post-contract second roll has finished
     /// (every annotated Deployment rolled to the installed release).
     pub second_roll_done: bool,
-    /// Placement and Barbican: the image reference the hop applied.
+    /// The image reference the object's spec names (what was applied to
+    /// it, by lockstep or by its ControlPlane's projection).
     pub image_reference: String,
 }
 
@@ -122,6 +123,8 @@ pub const FAILURE_REASONS: [&str; 10] = [
 #[derive(Clone, Debug)]
 pub struct Tracker {
     pub to: String,
+    /// The image the hop gives the object, when known ([`assess_hop`]).
+    pub image: Option<String>,
     deadlines: Deadlines,
     last: Option<(String, Duration)>,
 }
@@ -130,14 +133,21 @@ impl Tracker {
     pub fn new(to: impl Into<String>, deadlines: Deadlines) -> Self {
         Self {
             to: to.into(),
+            image: None,
             deadlines,
             last: None,
         }
     }
 
+    /// The hop's image: until the object's spec names it, the hop has not
+    /// reached the object ([`assess_hop`]).
+    pub fn with_image(self, image: Option<String>) -> Self {
+        Self { image, ..self }
+    }
+
     /// `now` is any monotonic clock reading (virtual in simulations).
     pub fn observe(&mut self, obs: &Observation, now: Duration) -> Progress {
-        let p = assess(&self.to, obs);
+        let p = assess_hop(&self.to, self.image.as_deref(), obs);
         let label = match &p {
             Progress::Phase { phase, .. } => phase.clone(),
             Progress::Settling { what } => (*what).to_owned(),
@@ -157,6 +167,22 @@ impl Tracker {
             _ => self.last = Some((label, now)),
         }
         p
+    }
+}
+
+/// [`assess`] of a hop whose image is `image`: an object whose spec names
+/// another image has not been given the hop yet (a ControlPlane's child
+/// before the plane projects it again), so it waits, whatever its status
+/// says. Without this, a Horizon or a Keystone pinned by digest (no release
+/// to wait for) read as complete while still Ready on the old image.
+pub fn assess_hop(to: &str, image: Option<&str>, obs: &Observation) -> Progress {
+    let p = assess(to, obs);
+    match (image, &p) {
+        (_, Progress::Failed { .. }) => p,
+        (Some(image), _) if !obs.image_reference.is_empty() && obs.image_reference != image => {
+            Progress::Waiting
+        }
+        _ => p,
     }
 }
 
@@ -319,6 +345,53 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A Horizon (no release) or a Keystone pinned by digest, Ready on the
+    /// image it had before the hop: its ControlPlane has not projected the
+    /// hop onto it yet. It waits (and stalls, then is reported, if the
+    /// plane never does), never reads as complete.
+    #[test]
+    fn a_child_still_on_the_old_image_waits_for_the_hop() {
+        let old = "ghcr.io/c5c3/horizon:2026.1";
+        let new = "ghcr.io/c5c3/horizon:2026.2";
+        let mut o = obs(Kind::Horizon, "", "", "", true);
+        o.status.installed_release = None;
+        o.status.target_release = None;
+        o.status.upgrade_phase = None;
+        o.image_reference = old.into();
+        // The old rule, blind to the image.
+        assert_eq!(assess("", &o), Progress::Complete);
+        assert_eq!(assess_hop("", Some(new), &o), Progress::Waiting);
+        let mut t = Tracker::new(
+            "",
+            Deadlines {
+                other: Duration::from_secs(60),
+                ..Deadlines::default()
+            },
+        )
+        .with_image(Some(new.into()));
+        assert_eq!(t.observe(&o, Duration::from_secs(0)), Progress::Waiting);
+        assert!(matches!(
+            t.observe(&o, Duration::from_secs(61)),
+            Progress::Stalled { .. }
+        ));
+        // Projected at last: complete once Ready at its generation.
+        o.image_reference = new.into();
+        assert_eq!(t.observe(&o, Duration::from_secs(62)), Progress::Complete);
+        // A failure on the old spec is still a failure.
+        o.image_reference = old.into();
+        o.status.conditions.push(crate::live::Condition {
+            type_: "DatabaseReady".into(),
+            status: "False".into(),
+            reason: "UpgradeTargetChanged".into(),
+            message: String::new(),
+            observed_generation: Some(3),
+        });
+        assert!(matches!(
+            assess_hop("", Some(new), &o),
+            Progress::Failed { .. }
+        ));
     }
 
     #[test]

@@ -30,6 +30,19 @@ impl Following {
     }
 }
 
+/// Which hop of an object a [`Following`] tracks: its release and its image
+/// (a Horizon, or a Keystone pinned by digest, has no release to tell its
+/// hops apart).
+pub(super) type FollowId = (crate::kind::Key, String, Option<String>);
+
+pub(super) fn follow_id(key: &crate::kind::Key, target: &crate::rollout::Target) -> FollowId {
+    (
+        key.clone(),
+        target.follow_to(key.kind),
+        target.image.clone(),
+    )
+}
+
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     pub(super) async fn follow(
         &mut self,
@@ -44,7 +57,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let mut reassert = false;
         for (key, target) in chain.followed(i) {
             let to = target.follow_to(key.kind);
-            let id = (key.clone(), to.clone());
+            let id = follow_id(&key, &target);
             let t = Instant::now();
             let obs = observe(&self.cluster, &key).await;
             Metrics::observe(
@@ -73,7 +86,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 self.following.insert(
                     id.clone(),
                     Following {
-                        tracker: Tracker::new(to.clone(), self.opts.deadlines.clone()),
+                        tracker: Tracker::new(to.clone(), self.opts.deadlines.clone())
+                            .with_image(target.image.clone()),
                         history,
                         phase: None,
                         reported: false,

@@ -249,7 +249,7 @@ pub struct Daemon<C: Cluster, R: Repo> {
     metrics: Arc<Metrics>,
     judged: Option<judge::Judged>,
     pulls: HashMap<u64, Oid>,
-    following: HashMap<(Key, String), follow::Following>,
+    following: HashMap<follow::FollowId, follow::Following>,
     posted: HashMap<(String, String), (crate::forge::State, String)>,
     /// The last report of every unit: a quiet pass reuses them.
     units: BTreeMap<Key, UnitReport>,

@@ -280,7 +280,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         {
             // Objects the stateless read saw complete before a tracker did.
             for (k, t) in chain.followed(p) {
-                let id = (k.clone(), t.follow_to(k.kind));
+                let id = super::follow::follow_id(&k, &t);
                 if self.following.get_mut(&id).is_none_or(|f| f.complete()) {
                     self.record(Did::Complete { object: k });
                 }
