@@ -687,8 +687,11 @@ pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) 
     // Nor below what the operator finished installing: a spec set back
     // outside Git (`kubectl edit`) matches an older step, whose apply would
     // ask the operator for a downgrade. Git's step at the installed release
-    // is re-asserted instead.
-    if let Next::Apply(i) = n
+    // is re-asserted instead. The same holds for a step already applied
+    // and followed: the operator refuses to go down (or waits), so
+    // following it would wedge the chain for ever, Git's later steps
+    // queued behind it.
+    if let Next::Apply(i) | Next::Follow(i) = n
         && !chain.steps[i].abort
         && let Some(wanted) = chain.steps[i].release.as_deref().and_then(release_of)
         && let Some(installed) = state
@@ -1710,6 +1713,46 @@ mod tests {
         ));
         // Installed at 2026.1 (nothing set back): the hop, as before.
         assert_eq!(next(c, &edited("2026.1"), |_| true), Next::Apply(1));
+
+        // The step in flight (spec at 2026.2, not complete) below what the
+        // operator installed (a hand upgrade, then the spec set back):
+        // following it would wait for ever. Git's step at the installed
+        // release is applied, or the unit is blocked with what to do.
+        let r3 = report(vec![
+            r.commits[0].clone(),
+            r.commits[1].clone(),
+            commit(
+                "c",
+                Verdict::Accepted,
+                vec![ov(
+                    &n,
+                    Some("2026.2"),
+                    "2027.1",
+                    &img("2027.1"),
+                    Transition::Upgrade,
+                )],
+            ),
+        ]);
+        let c3 = &chains(&r3, |_, _, _| None, |_, _, _| Err(String::new()))[&n];
+        let in_flight = |installed: &str| {
+            let mut s = at("2026.2", &img("2026.2"));
+            s.objects.insert(
+                n.clone(),
+                ObjectState {
+                    spec: s.spec.clone().unwrap(),
+                    progress: Progress::Waiting,
+                    installed: Some(installed.into()),
+                },
+            );
+            s
+        };
+        // Mid-hop, as usual: followed.
+        assert_eq!(next(c3, &in_flight("2026.1"), |_| false), Next::Follow(1));
+        assert_eq!(next(c3, &in_flight("2027.1"), |_| false), Next::Apply(2));
+        assert!(matches!(
+            next(c, &in_flight("2027.1"), |_| false),
+            Next::Blocked(m) if m.contains("2027.1 installed") && m.contains("set the release in Git forward")
+        ));
     }
 
     /// A hop wedged in flight, a commit held behind it (queued in the
