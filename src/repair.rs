@@ -145,9 +145,11 @@ pub enum Action {
         name: String,
         attempt: u32,
     },
-    /// Apply the accepted target to the plane again.
+    /// Apply the accepted target to the plane again (the `attempt`-th
+    /// repair of this child's hop, counted like a Job's re-run).
     ReassertPlane {
         plane: String,
+        attempt: u32,
     },
     /// Nothing lockstep may do: tell a person.
     Report(String),
@@ -203,14 +205,8 @@ pub fn plan(
                 history.retries
             ));
         }
-        let wait = policy
-            .backoff
-            .saturating_mul(2u32.saturating_pow(history.retries))
-            .min(policy.max_backoff);
-        if let Some(last) = history.last
-            && now < last + wait
-        {
-            return Action::WaitUntil(last + wait);
+        if let Some(until) = backoff(history, now, policy) {
+            return Action::WaitUntil(until);
         }
         return Action::DeleteJob {
             namespace: key.namespace.clone(),
@@ -219,11 +215,46 @@ pub fn plan(
         };
     }
     match (reason.as_str(), projected_by) {
-        ("UpgradeTargetChanged" | "ImageReleaseMismatch", Some(plane)) => Action::ReassertPlane {
-            plane: plane.to_owned(),
-        },
+        // A child parked by an edit outside Git: its plane's accepted step
+        // is applied again, within the budget and backoff of a Job's re-run
+        // (a plane whose apply never clears the park, because something
+        // keeps editing the child or its operator keeps refusing, was
+        // applied every pass, for ever, and nobody was told).
+        ("UpgradeTargetChanged" | "ImageReleaseMismatch", Some(plane)) => {
+            if let Some(why) = &history.unreadable {
+                return Action::Report(format!(
+                    "{key}: {reason}: lockstep's repair record cannot be read ({why}), so the retry budget counts as spent and the ControlPlane {plane} is not applied again; fix or remove the annotation {RECORD_ANNOTATION} once the cause is fixed: {message}"
+                ));
+            }
+            if history.retries >= policy.budget {
+                return Action::Report(format!(
+                    "{key}: {reason} again after {} re-asserts of its ControlPlane {plane}; the retry budget is spent: something outside Git keeps this child off the plane's step (an edit, another tool): {message}",
+                    history.retries
+                ));
+            }
+            if let Some(until) = backoff(history, now, policy) {
+                return Action::WaitUntil(until);
+            }
+            Action::ReassertPlane {
+                plane: plane.to_owned(),
+                attempt: history.retries + 1,
+            }
+        }
         _ => Action::Report(format!("{key}: {reason}: {message}")),
     }
+}
+
+/// When the next repair may be made, if not now: the backoff doubles with
+/// each one made for this hop.
+fn backoff(history: &RepairHistory, now: Duration, policy: &RepairPolicy) -> Option<Duration> {
+    let wait = policy
+        .backoff
+        .saturating_mul(2u32.saturating_pow(history.retries))
+        .min(policy.max_backoff);
+    history
+        .last
+        .map(|last| last + wait)
+        .filter(|until| now < *until)
 }
 
 /// Carries out a planned repair on a cluster: every repair is a log line
@@ -289,8 +320,32 @@ pub async fn execute<C: crate::cluster::Cluster>(
             Ok(false)
         }
         // Re-asserting the plane is an apply of the accepted hop, which the
-        // caller owns (it has the document); waiting and nothing need no audit.
-        Action::ReassertPlane { .. } | Action::WaitUntil(_) | Action::Nothing => Ok(false),
+        // caller owns (it has the document): here it is counted, before
+        // the apply, as a re-run is before its Job is deleted.
+        Action::ReassertPlane { plane, attempt } => {
+            let record = RepairRecord {
+                target: target.to_owned(),
+                attempts: *attempt,
+                last: jiff::Timestamp::from_second(wall.as_second())
+                    .unwrap_or(wall)
+                    .to_string(),
+            };
+            cluster.set_repair_record(key, &record.to_json()).await?;
+            history.retries = *attempt;
+            history.last = Some(now);
+            let message = format!(
+                "parked by an edit outside Git: the ControlPlane {plane}'s accepted step is applied again (attempt {attempt})"
+            );
+            if let Err(e) = cluster
+                .record_event(key, "RepairPlaneReasserted", &message, false)
+                .await
+            {
+                tracing::warn!(object = %key, error = %e, "the repair's Event could not be written");
+            }
+            Ok(true)
+        }
+        // Waiting and nothing need no audit.
+        Action::WaitUntil(_) | Action::Nothing => Ok(false),
     }
 }
 
@@ -554,9 +609,49 @@ mod tests {
             assert_eq!(
                 a,
                 Action::ReassertPlane {
-                    plane: "prod".into()
+                    plane: "prod".into(),
+                    attempt: 1,
                 }
             );
+            // Within the budget and its backoff, like a Job's re-run.
+            let after = |retries: u32, last: u64, now: u64| {
+                plan(
+                    &key,
+                    Some("prod"),
+                    &failed(reason),
+                    &RepairHistory {
+                        retries,
+                        last: Some(Duration::from_secs(last)),
+                        unreadable: None,
+                    },
+                    Duration::from_secs(now),
+                    &RepairPolicy::default(),
+                )
+            };
+            assert_eq!(
+                after(1, 100, 130),
+                Action::WaitUntil(Duration::from_secs(220))
+            );
+            assert_eq!(
+                after(1, 100, 220),
+                Action::ReassertPlane {
+                    plane: "prod".into(),
+                    attempt: 2,
+                }
+            );
+            assert!(matches!(
+                after(3, 100, 100_000),
+                Action::Report(m) if m.contains("after 3 re-asserts of its ControlPlane prod") && m.contains("budget is spent")
+            ));
+            let unreadable = plan(
+                &key,
+                Some("prod"),
+                &failed(reason),
+                &RepairHistory::from_record(Some("{"), "2026.2", 3, Duration::ZERO),
+                Duration::ZERO,
+                &RepairPolicy::default(),
+            );
+            assert!(matches!(unreadable, Action::Report(m) if m.contains("cannot be read")));
         }
         // A refusal is not repaired: nothing forward exists for a downgrade.
         let a = plan(

@@ -255,3 +255,61 @@ async fn a_parked_child_of_a_removed_plane_waits_for_a_person_instead_of_a_re_ap
         s.mem.world().unwrap().objects[&child]
     );
 }
+
+/// A child parked again after every re-assert of its plane (a tool outside
+/// Git that keeps editing it, or an operator that keeps refusing): the
+/// plane is applied again within the repair budget and its backoff, each
+/// re-assert counted in the child's repair record, then a person is told
+/// and the unit stops asking. It was applied every pass, for ever.
+#[tokio::test]
+async fn a_child_parked_after_every_re_assert_is_reported_once_the_budget_is_spent() {
+    let mut s = Story::new().await;
+    let child = Key::new(Kind::Nova, "openstack", "prod-nova");
+    // The release edited, the plane's image kept: the operator parks the
+    // child (ImageReleaseMismatch), and only the plane's apply clears it.
+    let park = |s: &Story| {
+        let mut w = s.mem.world().unwrap();
+        let image = w.objects[&child].image.clone();
+        w.apply(&child, Some("2027.1".into()), image).unwrap();
+    };
+    park(&s);
+    let mut applied = s.cluster.applies_of("prod");
+    let mut last = None;
+    for _ in 0..200 {
+        let out = s.daemon.pass().await;
+        if s.cluster.applies_of("prod") > applied {
+            applied = s.cluster.applies_of("prod");
+            park(&s);
+        }
+        s.mem.step(Duration::from_secs(60)).unwrap();
+        last = Some(out);
+    }
+    assert_eq!(
+        s.cluster.applies_of("prod"),
+        1 + 3,
+        "the hop, then three re-asserts (the default budget)"
+    );
+    let record = lockstep::cluster::Cluster::get(&s.mem, &child)
+        .await
+        .unwrap()
+        .and_then(|o| o.status.repair_record)
+        .unwrap_or_default();
+    assert!(record.contains("\"attempts\":3"), "{record}");
+    let person: Vec<String> = s
+        .daemon
+        .needs_person()
+        .into_iter()
+        .map(|p| format!("{p:?}"))
+        .collect();
+    assert!(
+        person.iter().any(
+            |p| p.contains("after 3 re-asserts of its ControlPlane prod")
+                && p.contains("budget is spent")
+        ),
+        "{person:?}"
+    );
+    assert!(
+        last.is_some_and(|o| !o.busy),
+        "the unit waits on a person, not busy"
+    );
+}

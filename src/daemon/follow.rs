@@ -58,6 +58,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         for (key, target) in chain.followed(i) {
             let to = target.follow_to(key.kind);
             let id = follow_id(&key, &target);
+            // What the repair record counts towards: the hop's release, or
+            // its image for a kind that tracks none (a Horizon's hops all
+            // have the release "").
+            let record_target = if to.is_empty() {
+                target.image.clone().unwrap_or_default()
+            } else {
+                to.clone()
+            };
             let t = Instant::now();
             let obs = observe(&self.cluster, &key).await;
             Metrics::observe(
@@ -76,7 +84,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 // record that cannot be read spends it.
                 let history = RepairHistory::from_record(
                     obs.status.repair_record.as_deref(),
-                    &to,
+                    &record_target,
                     self.opts.repair.budget,
                     now,
                 );
@@ -150,7 +158,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                             &action,
                             &mut f.history,
                             now,
-                            &to,
+                            &record_target,
                             self.clock.wall(),
                         )
                         .await;
@@ -201,7 +209,28 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                             .inc();
                     }
                 }
-                Action::ReassertPlane { .. } => reassert = true,
+                // Counted in the child's record before the plane is applied
+                // (below, once for every parked child of the pass); a plane
+                // out of Git is not applied, so nothing is counted.
+                Action::ReassertPlane { .. } if chain.removed.is_some() => reassert = true,
+                Action::ReassertPlane { .. } => {
+                    match repair::execute(
+                        &self.cluster,
+                        &key,
+                        &action,
+                        &mut f.history,
+                        now,
+                        &record_target,
+                        self.clock.wall(),
+                    )
+                    .await
+                    {
+                        Ok(_) => reassert = true,
+                        Err(e) => {
+                            tracing::warn!(error = %e, object = %key, "counting the re-assert failed; next pass")
+                        }
+                    }
+                }
                 Action::WaitUntil(_) | Action::Nothing => {}
             }
             if p == Progress::Complete && f.complete() {
