@@ -264,6 +264,9 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
     // History before the range still holds floors: the caller's memory when
     // it was taken exactly at the start, else a look back from there.
     let floors_from = floors_from.or(base_commit);
+    // Judged from below the base's tip (a pull request's fork point): the
+    // base's floors are never lowered ([`Memory::accept`]).
+    let forked = base_commit.is_some() && base_commit != floors_from;
     let (memory, look_back) = match (&opts.memory, floors_from) {
         (Some(m), Some(b)) if m.at == Some(b) => (Memory::clone(m), None),
         (_, b) => (Memory::default(), b),
@@ -273,6 +276,7 @@ pub fn check(repo: &GitRepo, opts: &CheckOptions) -> Result<CheckReport, GitErro
         opts,
         commits,
         &updates,
+        forked,
         baseline_tree,
         base_label,
         head,
@@ -309,6 +313,7 @@ pub fn check_after(
         opts,
         commits,
         &HashMap::new(),
+        false,
         baseline,
         Some(after.to_string()),
         head,
@@ -323,22 +328,35 @@ fn judge_commits(
     opts: &CheckOptions,
     commits: Vec<crate::git::CommitInfo>,
     updates: &HashMap<Oid, Oid>,
+    forked: bool,
     mut baseline_tree: Option<Oid>,
     base_label: Option<String>,
     head: Oid,
     memory: Memory,
     look_back: Option<Oid>,
 ) -> Result<CheckReport, GitError> {
+    // Forked, the base's floors are looked up even for identities the
+    // range's commits left a floor for: from the history before the base,
+    // or from the caller's memory taken at the base.
+    let past = match look_back {
+        Some(b) => Some(Past::new(b)),
+        None if forked => memory.at.map(|at| Past {
+            start: at,
+            memory: Some(Arc::new(memory.clone())),
+        }),
+        None => None,
+    };
     let mut walker = Walker {
         repo,
         opts,
         cache: HashMap::new(),
         memory,
-        past: look_back.map(Past::new),
+        past,
         mentions: Mentions::default(),
         without_plans: Default::default(),
         without_policies: Default::default(),
         policies: HashMap::new(),
+        forked,
     };
     // The floors the range started from: a merge that brings in the
     // base's work is judged with them (`git::Fork::updates`).
@@ -536,6 +554,7 @@ pub fn tree_desired(
         without_plans: Default::default(),
         without_policies: Default::default(),
         policies: HashMap::new(),
+        forked: false,
     };
     let files = repo.files(tree, &opts.prefixes, manifest::is_manifest_path)?;
     walker.parse_many(
@@ -609,6 +628,13 @@ struct Walker<'a> {
     without_policies: std::collections::HashSet<Oid>,
     /// The policies of a tree's policy directory, by the directory's id.
     policies: HashMap<Option<Oid>, Arc<TreePolicies>>,
+    /// Judged from below the base's tip (a pull request's fork point): the
+    /// range's own commits were judged against the older tree the branch
+    /// forked from, so the floors they leave may lie below the base's. An
+    /// identity the range re-adds takes the base's floor when it is higher
+    /// (or a branch could reconfigure an object at the fork's release,
+    /// remove it and re-add it below what the base accepted).
+    forked: bool,
 }
 
 /// The `UpgradePolicy` documents of one tree's policy directory.
@@ -1233,6 +1259,7 @@ impl Walker<'_> {
                     &opts,
                     commits,
                     &HashMap::new(),
+                    false,
                     None,
                     None,
                     start,
@@ -1246,12 +1273,21 @@ impl Walker<'_> {
                 m
             }
         };
+        let release = |f: &Floor| f.released().and_then(|f| gate::parsed_release(&f.last));
         for k in keys {
             let Some(past) = memory.floors.get(*k) else {
                 continue;
             };
             match self.memory.floors.get(*k) {
                 None => {
+                    self.memory.floors.insert((*k).clone(), past.clone());
+                }
+                // Forked: the base's floor when it is higher than the one
+                // the range's own commits left.
+                Some(now)
+                    if self.forked
+                        && release(now).is_some_and(|n| release(past).is_some_and(|p| p > n)) =>
+                {
                     self.memory.floors.insert((*k).clone(), past.clone());
                 }
                 // Known since the range began, but without a release that
@@ -1455,7 +1491,7 @@ impl Walker<'_> {
             let unknown: Vec<&Key> = new_keys
                 .iter()
                 .copied()
-                .filter(|k| !self.memory.floors.contains_key(*k))
+                .filter(|k| self.forked || !self.memory.floors.contains_key(*k))
                 .chain(unreleased)
                 .collect();
             self.look_back(&unknown)?;

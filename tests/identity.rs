@@ -728,6 +728,41 @@ fn a_pull_request_forked_before_a_removal_keeps_the_targets_floor() {
     );
 }
 
+/// A pull request forked before its target raised an object, whose own
+/// commits touch that object at the fork's release (a patch), remove it
+/// and re-add it there: the patch is judged against the fork's tree and
+/// leaves a floor below the target's, but the re-add is judged from the
+/// target's floor all the same (the merge would be refused for it).
+#[test]
+fn a_pull_request_cannot_lower_the_targets_floor_through_its_own_commits() {
+    const NOVA: &str = "standalone/compute/nova.yaml";
+    let repo = FleetRepo::new();
+    repo.write(NOVA, common::nova("nova", "2026.1", "2026.1"));
+    let fork = repo.commit("nova at 2026.1");
+    repo.write(NOVA, common::nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova to 2026.2");
+    repo.git(&["checkout", "-q", "-b", "pr", &fork]);
+    repo.write(NOVA, common::nova("nova", "2026.1", "2026.1-p1"));
+    repo.commit("pr: nova patched at 2026.1");
+    repo.remove(NOVA);
+    repo.commit("pr: nova removed");
+    repo.write("moved/nova.yaml", common::nova("nova", "2026.1", "2026.1"));
+    repo.commit("pr: nova back at 2026.1");
+    let (code, json) = check_json(&repo, &["--base", "main", "--head", "pr"]);
+    assert_eq!(code, 1, "{json:#}");
+    let verdicts: Vec<&str> = json["commits"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| c["verdict"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(verdicts, ["accepted", "accepted", "refused"], "{json:#}");
+    let objects = last_objects(&json);
+    let nova = find(&objects, "Nova", "nova");
+    assert_eq!(nova["reason"], "DowngradeNotSupported", "{json:#}");
+    assert_eq!(nova["from"], "2026.2", "{json:#}");
+}
+
 /// A head of an unrelated history (`git checkout --orphan`) shares nothing
 /// with its base: every commit of its first-parent line is judged, in one
 /// walk of the two histories (`git::GitRepo::first_parent_range`; asking
