@@ -7,7 +7,8 @@
 //! lowered. Standalone services are reported; `lockstep retry` does the
 //! same repair by hand.
 //!
-//! The re-runs already made count against a budget per hop. They are
+//! The repairs already made (Job re-runs, and re-asserts of a parked
+//! child's ControlPlane) count against one budget per hop. They are
 //! recorded on the object itself, in lockstep's annotation
 //! [`RECORD_ANNOTATION`] (a [`RepairRecord`]: target release, attempts
 //! towards it, when the last was made), written by its own field manager
@@ -16,7 +17,8 @@
 //! it, so never removes it, and the operator's fields are not touched. A
 //! restart reads the budget back from the object; a record that cannot be
 //! read spends the budget (fail closed), it never refills it. Every repair
-//! is also a Kubernetes Event (`RepairJobDeleted`) for people to read;
+//! is also a Kubernetes Event (`RepairJobDeleted`, `RepairPlaneReasserted`)
+//! for people to read;
 //! nothing parses Events.
 
 use std::time::Duration;
@@ -88,7 +90,8 @@ pub const RECORD_MANAGER: &str = "lockstep-repair";
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RepairRecord {
     /// The release (or tag) the hop repaired was heading to
-    /// (`rollout::Target::follow_to`).
+    /// (`rollout::Target::follow_to`); the hop's image for a kind that
+    /// tracks no release (a Horizon, a Keystone pinned by digest).
     pub target: String,
     pub attempts: u32,
     /// When the last re-run was made (RFC 3339, UTC).
@@ -201,7 +204,7 @@ pub fn plan(
         }
         if history.retries >= policy.budget {
             return Action::Report(format!(
-                "{key}: {reason} again after {} re-runs of {job}; the retry budget is spent: {message}",
+                "{key}: {reason} again after {} repairs of this hop (re-runs of its phase Jobs and re-asserts of its ControlPlane share one budget); the retry budget is spent and {job} is not re-run: {message}",
                 history.retries
             ));
         }
@@ -228,7 +231,7 @@ pub fn plan(
             }
             if history.retries >= policy.budget {
                 return Action::Report(format!(
-                    "{key}: {reason} again after {} re-asserts of its ControlPlane {plane}; the retry budget is spent: something outside Git keeps this child off the plane's step (an edit, another tool): {message}",
+                    "{key}: {reason} again after {} repairs of this hop (re-asserts of its ControlPlane {plane} and re-runs of its phase Jobs share one budget); the retry budget is spent: something outside Git keeps this child off the plane's step (an edit, another tool): {message}",
                     history.retries
                 ));
             }
@@ -641,7 +644,7 @@ mod tests {
             );
             assert!(matches!(
                 after(3, 100, 100_000),
-                Action::Report(m) if m.contains("after 3 re-asserts of its ControlPlane prod") && m.contains("budget is spent")
+                Action::Report(m) if m.contains("after 3 repairs of this hop (re-asserts of its ControlPlane prod") && m.contains("budget is spent")
             ));
             let unreadable = plan(
                 &key,

@@ -302,10 +302,9 @@ async fn a_child_parked_after_every_re_assert_is_reported_once_the_budget_is_spe
         .map(|p| format!("{p:?}"))
         .collect();
     assert!(
-        person.iter().any(
-            |p| p.contains("after 3 re-asserts of its ControlPlane prod")
-                && p.contains("budget is spent")
-        ),
+        person.iter().any(|p| p
+            .contains("after 3 repairs of this hop (re-asserts of its ControlPlane prod")
+            && p.contains("budget is spent")),
         "{person:?}"
     );
     assert!(

@@ -690,13 +690,16 @@ pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) 
     // is re-asserted instead. The same holds for a step already applied
     // and followed: the operator refuses to go down (or waits), so
     // following it would wedge the chain for ever, Git's later steps
-    // queued behind it.
+    // queued behind it. Only the step's own objects count: a plane's
+    // former child (a service it dropped, run standalone since) is not
+    // the plane's to follow.
     if let Next::Apply(i) | Next::Follow(i) = n
         && !chain.steps[i].abort
         && let Some(wanted) = chain.steps[i].release.as_deref().and_then(release_of)
-        && let Some(installed) = state
-            .objects
-            .values()
+        && let Some(installed) = chain
+            .followed(i)
+            .iter()
+            .filter_map(|(k, _)| state.objects.get(k))
             .filter_map(|o| o.installed.as_deref().and_then(release_of))
             .max()
         && wanted < installed
@@ -1748,6 +1751,18 @@ mod tests {
         };
         // Mid-hop, as usual: followed.
         assert_eq!(next(c3, &in_flight("2026.1"), |_| false), Next::Follow(1));
+        // Another object's installed release (a plane's former child, run
+        // standalone since) is not this step's to answer for.
+        let mut other = in_flight("2026.1");
+        other.objects.insert(
+            Key::new(Kind::Glance, "openstack", "prod-glance"),
+            ObjectState {
+                spec: other.spec.clone().unwrap(),
+                progress: Progress::Complete,
+                installed: Some("2027.1".into()),
+            },
+        );
+        assert_eq!(next(c3, &other, |_| false), Next::Follow(1));
         assert_eq!(next(c3, &in_flight("2027.1"), |_| false), Next::Apply(2));
         assert!(matches!(
             next(c, &in_flight("2027.1"), |_| false),

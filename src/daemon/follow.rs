@@ -55,7 +55,18 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let now = self.clock.now();
         let projected = (chain.unit.kind == Kind::ControlPlane).then_some(chain.unit.name.as_str());
         let mut reassert = false;
-        for (key, target) in chain.followed(i) {
+        // Trackers of these objects' earlier hops go: a patch folded in, or
+        // a revert to an earlier step's image, starts from the object's
+        // record again, never from a tracker's stale count and flags (and
+        // the table does not grow by one entry per patch).
+        let followed = chain.followed(i);
+        let ids: std::collections::HashSet<FollowId> =
+            followed.iter().map(|(k, t)| follow_id(k, t)).collect();
+        let keys: std::collections::HashSet<&crate::kind::Key> =
+            followed.iter().map(|(k, _)| k).collect();
+        self.following
+            .retain(|id, _| !keys.contains(&id.0) || ids.contains(id));
+        for (key, target) in followed.iter().cloned() {
             let to = target.follow_to(key.kind);
             let id = follow_id(&key, &target);
             // What the repair record counts towards: the hop's release, or
