@@ -11,7 +11,9 @@
 //! idle at random points of the history (so the cluster holds older states
 //! when later commits arrive) and is checked against its own judgment (the
 //! live verdicts it recorded). A shallow clone either refuses or answers
-//! exactly like the whole repository.
+//! exactly like the whole repository. A pull request that merged main in,
+//! however the merge was resolved, is never accepted with an object below
+//! main's release.
 //!
 //! Histories are written with libgit2 in process (real repositories, real
 //! commits, real merges), so thousands run in `cargo test`. The number of
@@ -1082,4 +1084,177 @@ fn a_removed_service_with_a_patch_never_applied_settles() {
         step(vec![Op::Remove { obj: Obj::ProdNova }]),
     ];
     daemon_keeps_the_promise(&steps).unwrap();
+}
+
+/// A pull request as hosts see one: main's history, a branch forked from
+/// one of its commits with commits of its own, then main merged into the
+/// branch ("Update branch", `git pull`) with any tree at all (each object
+/// from either side, as a conflict may be resolved, plus edits of its own:
+/// an evil merge), then more commits on the branch.
+#[derive(Clone, Debug)]
+struct PullRequest {
+    main: Vec<Vec<Op>>,
+    fork_seed: usize,
+    before: Vec<Vec<Op>>,
+    /// For each object, whether the merge takes the branch's side.
+    ours: Vec<bool>,
+    evil: Vec<Op>,
+    after: Vec<Vec<Op>>,
+}
+
+fn pull_request() -> impl Strategy<Value = PullRequest> {
+    let commits = |n| prop::collection::vec(prop::collection::vec(op(), 1..=2), n);
+    (
+        commits(1..=6),
+        0usize..100,
+        commits(0..=3),
+        prop::collection::vec(prop::bool::ANY, OBJS.len() + 1),
+        prop::collection::vec(op(), 0..=1),
+        commits(0..=2),
+    )
+        .prop_map(|(main, fork_seed, before, ours, evil, after)| PullRequest {
+            main,
+            fork_seed,
+            before,
+            ours,
+            evil,
+            after,
+        })
+}
+
+/// Writes `pr` into a new repository: main's tip and the branch's head.
+fn build_pull_request(dir: &Path, pr: &PullRequest) -> (Oid, Oid) {
+    let repo = Repository::init_opts(
+        dir,
+        git2::RepositoryInitOptions::new().external_template(false),
+    )
+    .expect("init");
+    let sig = Signature::new("Fleet", "fleet@example.invalid", &git2::Time::new(1, 0))
+        .expect("signature");
+    type State = (BTreeMap<Obj, Written>, bool);
+    let commit = |state: &State, parents: &[Oid], msg: &str| -> Oid {
+        let tree = repo
+            .find_tree(tree_of(&repo, &state.0, state.1))
+            .expect("tree");
+        let parents: Vec<git2::Commit<'_>> = parents
+            .iter()
+            .map(|p| repo.find_commit(*p).expect("parent"))
+            .collect();
+        let refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
+        repo.commit(None, &sig, &sig, msg, &tree, &refs)
+            .expect("commit")
+    };
+    let step = |state: &mut State, ops: &[Op]| {
+        for op in ops {
+            apply_op(&mut state.0, op);
+            if let Op::Policy(on) = op {
+                state.1 = *on;
+            }
+        }
+    };
+    let mut state: State = (BTreeMap::new(), false);
+    let mut main: Vec<(Oid, State)> = Vec::new();
+    for (i, ops) in pr.main.iter().enumerate() {
+        step(&mut state, ops);
+        let parents: Vec<Oid> = main.last().map(|(p, _)| *p).into_iter().collect();
+        main.push((
+            commit(&state, &parents, &format!("main {i}: {ops:?}")),
+            state.clone(),
+        ));
+    }
+    let (tip, tip_state) = main.last().cloned().expect("a main commit");
+    repo.reference("refs/heads/main", tip, true, "main")
+        .expect("main");
+    let (fork, mut branch) = main[pr.fork_seed % main.len()].clone();
+    let mut head = fork;
+    for (i, ops) in pr.before.iter().enumerate() {
+        step(&mut branch, ops);
+        head = commit(&branch, &[head], &format!("branch {i}: {ops:?}"));
+    }
+    // The merge: each object from the side `ours` says, then its own edits.
+    let mut merged: State = (
+        BTreeMap::new(),
+        if pr.ours[OBJS.len()] {
+            branch.1
+        } else {
+            tip_state.1
+        },
+    );
+    for (n, obj) in OBJS.iter().enumerate() {
+        let side = if pr.ours[n] { &branch.0 } else { &tip_state.0 };
+        if let Some(w) = side.get(obj) {
+            merged.0.insert(*obj, w.clone());
+        }
+    }
+    step(&mut merged, &pr.evil);
+    head = commit(&merged, &[head, tip], "merge main into the branch");
+    let mut after = merged;
+    for (i, ops) in pr.after.iter().enumerate() {
+        step(&mut after, ops);
+        head = commit(&after, &[head], &format!("after {i}: {ops:?}"));
+    }
+    (tip, head)
+}
+
+/// Each identity's release in a commit's tree (those that name one; an
+/// identity defined twice, as a refused commit may leave main, has no one
+/// release and is left out).
+fn releases_at(repo: &GitRepo, commit: Oid) -> BTreeMap<Key, Release> {
+    let tree = repo.commit(commit).expect("commit").tree;
+    let (desired, _) =
+        history::tree_desired(repo, Some(tree), &CheckOptions::default()).expect("tree");
+    let mut count: BTreeMap<&Key, usize> = BTreeMap::new();
+    for d in &desired {
+        *count.entry(&d.key).or_default() += 1;
+    }
+    desired
+        .iter()
+        .filter(|d| count[&d.key] == 1)
+        .filter_map(|d| Some((d.key.clone(), d.release.as_deref().and_then(release_of)?)))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(2000) / 4,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// A pull request that merged main in is judged from where it forked
+    /// (`docs/gate.md`, "The baseline"), but what it would bring to main
+    /// is never a downgrade: when `check --base main --head pr` accepts it,
+    /// no object runs a lower release in the branch's head than in main's
+    /// tip, however the merge was resolved. (A skip may remain: two hops on
+    /// the branch read as one when merged with a merge commit, and the
+    /// daemon refuses that merge.)
+    #[test]
+    fn an_accepted_pull_request_never_brings_main_a_downgrade(pr in pull_request()) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (tip, head) = build_pull_request(dir.path(), &pr);
+        let repo = GitRepo::open(dir.path()).expect("open");
+        let report = history::check(
+            &repo,
+            &CheckOptions {
+                base: Some(tip.to_string()),
+                head: head.to_string(),
+                ..CheckOptions::default()
+            },
+        )
+        .expect("check");
+        // The branch's own commits, the merge and those after it, judged.
+        prop_assert_eq!(report.commits.len(), pr.before.len() + 1 + pr.after.len());
+        if report.verdict == Verdict::Accepted {
+            let before = releases_at(&repo, tip);
+            for (key, now) in releases_at(&repo, head) {
+                if let Some(was) = before.get(&key) {
+                    prop_assert!(
+                        now >= *was,
+                        "{} goes down {} → {} from main's tip to the accepted branch: {:#?}",
+                        key, was, now, report.commits
+                    );
+                }
+            }
+        }
+    }
 }
