@@ -197,19 +197,22 @@ pub fn plan(
                 key.name
             ));
         }
-        if let Some(why) = &history.unreadable {
-            return Action::Report(format!(
-                "{key}: {reason}: lockstep's repair record cannot be read ({why}), so the retry budget counts as spent and {job} is not re-run; fix or remove the annotation {RECORD_ANNOTATION} once the cause is fixed: {message}"
-            ));
-        }
-        if history.retries >= policy.budget {
-            return Action::Report(format!(
-                "{key}: {reason} again after {} repairs of this hop (re-runs of its phase Jobs and re-asserts of its ControlPlane share one budget); the retry budget is spent and {job} is not re-run: {message}",
-                history.retries
-            ));
-        }
-        if let Some(until) = backoff(history, now, policy) {
-            return Action::WaitUntil(until);
+        if let Some(held) = budget(
+            history,
+            now,
+            policy,
+            |why| {
+                format!(
+                    "{key}: {reason}: lockstep's repair record cannot be read ({why}), so the retry budget counts as spent and {job} is not re-run; fix or remove the annotation {RECORD_ANNOTATION} once the cause is fixed: {message}"
+                )
+            },
+            |n| {
+                format!(
+                    "{key}: {reason} again after {n} repairs of this hop (re-runs of its phase Jobs and re-asserts of its ControlPlane share one budget); the retry budget is spent and {job} is not re-run: {message}"
+                )
+            },
+        ) {
+            return held;
         }
         return Action::DeleteJob {
             namespace: key.namespace.clone(),
@@ -224,19 +227,22 @@ pub fn plan(
         // keeps editing the child or its operator keeps refusing, was
         // applied every pass, for ever, and nobody was told).
         ("UpgradeTargetChanged" | "ImageReleaseMismatch", Some(plane)) => {
-            if let Some(why) = &history.unreadable {
-                return Action::Report(format!(
-                    "{key}: {reason}: lockstep's repair record cannot be read ({why}), so the retry budget counts as spent and the ControlPlane {plane} is not applied again; fix or remove the annotation {RECORD_ANNOTATION} once the cause is fixed: {message}"
-                ));
-            }
-            if history.retries >= policy.budget {
-                return Action::Report(format!(
-                    "{key}: {reason} again after {} repairs of this hop (re-asserts of its ControlPlane {plane} and re-runs of its phase Jobs share one budget); the retry budget is spent: something outside Git keeps this child off the plane's step (an edit, another tool): {message}",
-                    history.retries
-                ));
-            }
-            if let Some(until) = backoff(history, now, policy) {
-                return Action::WaitUntil(until);
+            if let Some(held) = budget(
+                history,
+                now,
+                policy,
+                |why| {
+                    format!(
+                        "{key}: {reason}: lockstep's repair record cannot be read ({why}), so the retry budget counts as spent and the ControlPlane {plane} is not applied again; fix or remove the annotation {RECORD_ANNOTATION} once the cause is fixed: {message}"
+                    )
+                },
+                |n| {
+                    format!(
+                        "{key}: {reason} again after {n} repairs of this hop (re-asserts of its ControlPlane {plane} and re-runs of its phase Jobs share one budget); the retry budget is spent: something outside Git keeps this child off the plane's step (an edit, another tool): {message}"
+                    )
+                },
+            ) {
+                return held;
             }
             Action::ReassertPlane {
                 plane: plane.to_owned(),
@@ -247,9 +253,23 @@ pub fn plan(
     }
 }
 
-/// When the next repair may be made, if not now: the backoff doubles with
-/// each one made for this hop.
-fn backoff(history: &RepairHistory, now: Duration, policy: &RepairPolicy) -> Option<Duration> {
+/// What holds one more repair of this hop back, if anything: a record that
+/// cannot be read or a spent budget (a report, `unreadable(why)` or
+/// `spent(repairs made)`), or the backoff, which doubles with each repair
+/// made (a wait).
+fn budget(
+    history: &RepairHistory,
+    now: Duration,
+    policy: &RepairPolicy,
+    unreadable: impl FnOnce(&str) -> String,
+    spent: impl FnOnce(u32) -> String,
+) -> Option<Action> {
+    if let Some(why) = &history.unreadable {
+        return Some(Action::Report(unreadable(why)));
+    }
+    if history.retries >= policy.budget {
+        return Some(Action::Report(spent(history.retries)));
+    }
     let wait = policy
         .backoff
         .saturating_mul(2u32.saturating_pow(history.retries))
@@ -258,6 +278,7 @@ fn backoff(history: &RepairHistory, now: Duration, policy: &RepairPolicy) -> Opt
         .last
         .map(|last| last + wait)
         .filter(|until| now < *until)
+        .map(Action::WaitUntil)
 }
 
 /// Carries out a planned repair on a cluster: every repair is a log line
@@ -289,16 +310,7 @@ pub async fn execute<C: crate::cluster::Cluster>(
             }
             // Counted before the Job is deleted: a crash between the two
             // leaves the budget one re-run shorter, never longer.
-            let record = RepairRecord {
-                target: target.to_owned(),
-                attempts: *attempt,
-                last: jiff::Timestamp::from_second(wall.as_second())
-                    .unwrap_or(wall)
-                    .to_string(),
-            };
-            cluster.set_repair_record(key, &record.to_json()).await?;
-            history.retries = *attempt;
-            history.last = Some(now);
+            count(cluster, key, history, *attempt, target, now, wall).await?;
             let deleted = cluster.delete_job(namespace, name).await?;
             let message = format!(
                 "deleted failed Job {name} (attempt {attempt}) so the operator runs it again"
@@ -326,16 +338,7 @@ pub async fn execute<C: crate::cluster::Cluster>(
         // caller owns (it has the document): here it is counted, before
         // the apply, as a re-run is before its Job is deleted.
         Action::ReassertPlane { plane, attempt } => {
-            let record = RepairRecord {
-                target: target.to_owned(),
-                attempts: *attempt,
-                last: jiff::Timestamp::from_second(wall.as_second())
-                    .unwrap_or(wall)
-                    .to_string(),
-            };
-            cluster.set_repair_record(key, &record.to_json()).await?;
-            history.retries = *attempt;
-            history.last = Some(now);
+            count(cluster, key, history, *attempt, target, now, wall).await?;
             let message = format!(
                 "parked by an edit outside Git: the ControlPlane {plane}'s accepted step is applied again (attempt {attempt})"
             );
@@ -350,6 +353,30 @@ pub async fn execute<C: crate::cluster::Cluster>(
         // Waiting and nothing need no audit.
         Action::WaitUntil(_) | Action::Nothing => Ok(false),
     }
+}
+
+/// Counts the `attempt`-th repair towards `target` in the object's record
+/// (and in `history`), before the repair is made.
+async fn count<C: crate::cluster::Cluster>(
+    cluster: &C,
+    key: &Key,
+    history: &mut RepairHistory,
+    attempt: u32,
+    target: &str,
+    now: Duration,
+    wall: jiff::Timestamp,
+) -> Result<(), crate::cluster::ClusterError> {
+    let record = RepairRecord {
+        target: target.to_owned(),
+        attempts: attempt,
+        last: jiff::Timestamp::from_second(wall.as_second())
+            .unwrap_or(wall)
+            .to_string(),
+    };
+    cluster.set_repair_record(key, &record.to_json()).await?;
+    history.retries = attempt;
+    history.last = Some(now);
+    Ok(())
 }
 
 /// Whether the object's Job `name` exists and failed for good: the one
