@@ -70,6 +70,7 @@ fn report(key: &Key, i: usize, children: &[Key]) -> UnitReport {
         progress,
         needs_person: (i % 250 == 5)
             .then(|| "expand Job failed 3 times: repair budget spent".into()),
+        stalled: None,
         waiting: None,
         cluster_release: None,
         settled: Default::default(),

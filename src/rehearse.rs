@@ -297,8 +297,10 @@ fn render(sim: &Simulation) -> Rehearsal {
         if let Some(m) = &u.waiting {
             out.lines.push(format!("{key}: not applied, {m}"));
         }
-        out.failed |=
-            matches!(u.next, Next::Blocked(_)) || u.needs_person.is_some() || u.waiting.is_some();
+        out.failed |= matches!(u.next, Next::Blocked(_))
+            || u.needs_person.is_some()
+            || u.stalled.is_some()
+            || u.waiting.is_some();
     }
     out.total = if out.failed {
         sim.ended

@@ -180,10 +180,10 @@ pub fn plan(
     policy: &RepairPolicy,
 ) -> Action {
     let Progress::Failed { reason, message } = progress else {
-        if let Progress::Stalled { phase, for_ } = progress {
+        if let Progress::Stalled { .. } = progress {
             return Action::Report(format!(
-                "{key}: no progress in {phase} for {}s; lockstep never goes backwards: look at the operator's events",
-                for_.as_secs()
+                "{key}: {}; lockstep never goes backwards: look at the operator's events",
+                progress.describe()
             ));
         }
         return Action::Nothing;

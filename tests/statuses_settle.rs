@@ -634,3 +634,237 @@ async fn a_child_the_plane_has_not_projected_yet_is_not_complete() {
         "{history:#?}"
     );
 }
+
+/// Sets the prod plane's Horizon child on the hop's image, as the plane's
+/// own reconcile does once its gate lets it (no apply of lockstep's).
+fn project_horizon(mem: &MemoryCluster, hold: &std::sync::atomic::AtomicBool) {
+    hold.store(false, std::sync::atomic::Ordering::SeqCst);
+    for o in mem.world().expect("world").objects.values_mut() {
+        if o.key.kind == lockstep::kind::Kind::Horizon {
+            o.image = lockstep::release::ImageRef::default_for("horizon", "2026.2");
+        }
+    }
+}
+
+/// The states of the hop's commit for the Horizon child's context.
+fn horizon_states(history: &BTreeMap<(String, String), Vec<String>>, hop: &str) -> Vec<String> {
+    history
+        .iter()
+        .find(|((sha, ctx), _)| sha == hop && ctx.contains("horizon"))
+        .map(|(_, states)| states.clone())
+        .unwrap_or_default()
+}
+
+/// A Horizon its plane does not project for an hour (its Keystone
+/// finishes the hop in about a quarter of it) stalls (the `other` deadline, twenty
+/// minutes). A person is told, in the same words every pass (not a new
+/// message, and a new status, each minute), and the statuses stay pending:
+/// the stall may end by itself, and a failure posted now would turn
+/// success later. Once projected, the object and the hop go success, and
+/// nothing on the way read failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_that_ends_by_itself_is_told_and_settles_once() {
+    let repo = FleetRepo::new();
+    repo.write(PROD, prod("2026.1", "2026.1"));
+    repo.commit("prod at 2026.1");
+    repo.write(PROD, prod("2026.2", "2026.2"));
+    let hop = repo.commit("prod to 2026.2");
+
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let cluster = Unprojected {
+        inner: mem.clone(),
+        hold: hold.clone(),
+    };
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let mut d = simulated(&repo, &mem, cluster, &queue);
+    let metrics = Metrics::new();
+    let mut told = Vec::new();
+    for _ in 0..60 {
+        d.pass().await;
+        assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+        mem.step(Duration::from_secs(60)).expect("step");
+        told.extend(
+            d.needs_person()
+                .into_iter()
+                .map(|n| format!("{}: {}", n.subject, n.reason)),
+        );
+    }
+    assert!(
+        !told.is_empty()
+            && told
+                .iter()
+                .all(|t| t.contains("horizon") && t.contains("stalled")),
+        "{told:#?}"
+    );
+    told.dedup();
+    assert_eq!(told.len(), 1, "the same words every pass: {told:#?}");
+    let history = status_history(&repo);
+    assert_eq!(horizon_states(&history, &hop), ["pending"], "{history:#?}");
+    assert_eq!(
+        history[&(hop.clone(), "lockstep/t".to_owned())],
+        ["pending"],
+        "{history:#?}"
+    );
+
+    project_horizon(&mem, &hold);
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    assert!(d.needs_person().is_empty());
+    let history = status_history(&repo);
+    assert_eq!(horizon_states(&history, &hop), ["pending", "success"]);
+    assert_eq!(
+        history[&(hop.clone(), "lockstep/t".to_owned())],
+        ["pending", "success"],
+        "{history:#?}"
+    );
+    for ((sha, ctx), states) in &history {
+        assert!(
+            !states.iter().any(|s| s == "failure"),
+            "{sha} {ctx}: {states:?}"
+        );
+    }
+}
+
+/// A plane projects nothing onto a child while its Keystone is not Ready
+/// (`docs/operators.md` §4.4). With every migration taking 45 minutes, the
+/// Keystone's hop outlasts the `other` deadline by far, and the Horizon
+/// waits for it on its old image the whole time: that is the upgrade going
+/// as it should, so nobody is told of a stall, and the hop settles once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_waiting_behind_its_keystone_is_not_stalled() {
+    let repo = FleetRepo::new();
+    repo.write(PROD, prod("2026.1", "2026.1"));
+    repo.commit("prod at 2026.1");
+    repo.write(PROD, prod("2026.2", "2026.2"));
+    let hop = repo.commit("prod to 2026.2");
+
+    let mem = MemoryCluster::new(World::new(Params {
+        migrate: Duration::from_secs(45 * 60),
+        ..Params::default()
+    }));
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let cluster = Unprojected {
+        inner: mem.clone(),
+        hold: hold.clone(),
+    };
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let mut d = simulated(&repo, &mem, cluster, &queue);
+    let metrics = Metrics::new();
+    let keystone_done = |mem: &MemoryCluster| {
+        mem.world().expect("world").objects.values().any(|o| {
+            o.key.kind == lockstep::kind::Kind::Keystone
+                && o.status.installed_release.as_deref() == Some("2026.2")
+                && o.status.phase().is_none()
+        })
+    };
+    let mut minutes = 0;
+    while !keystone_done(&mem) {
+        minutes += 1;
+        assert!(minutes < 300, "the Keystone never finished");
+        d.pass().await;
+        assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+        mem.step(Duration::from_secs(60)).expect("step");
+        let told = d.needs_person();
+        assert!(
+            told.is_empty(),
+            "minute {minutes}: {:?}",
+            told.first().map(|n| &n.reason)
+        );
+    }
+    assert!(minutes > 45, "the Keystone took {minutes} minutes");
+    project_horizon(&mem, &hold);
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    let history = status_history(&repo);
+    assert_eq!(horizon_states(&history, &hop), ["pending", "success"]);
+    assert_eq!(
+        history[&(hop.clone(), "lockstep/t".to_owned())],
+        ["pending", "success"],
+        "{history:#?}"
+    );
+}
+
+/// The simulated cluster, whose reads fail while `down` is set: the API
+/// server is down (`Unavailable`, retried) or refuses lockstep (`Other`,
+/// RBAC gone: a person must act).
+#[derive(Clone)]
+struct Unreadable {
+    inner: MemoryCluster,
+    down: Arc<std::sync::Mutex<Option<bool>>>,
+}
+
+impl Cluster for Unreadable {
+    crate::forward_cluster!(
+        load_record,
+        applied_object,
+        save_record,
+        apply,
+        jobs,
+        deployments,
+        events,
+        watch,
+        delete_job,
+        set_repair_record,
+        record_event
+    );
+    async fn get(
+        &self,
+        key: &lockstep::kind::Key,
+    ) -> Result<Option<lockstep::cluster::ClusterObject>, lockstep::cluster::ClusterError> {
+        let down = *self.down.lock().expect("lock");
+        match down {
+            Some(true) => Err(lockstep::cluster::ClusterError::Unavailable(
+                "connection refused".into(),
+            )),
+            Some(false) => Err(lockstep::cluster::ClusterError::Other(
+                "controlplanes is forbidden".into(),
+            )),
+            None => self.inner.get(key).await,
+        }
+    }
+}
+
+/// A daemon restarted while the API server cannot be read knows nothing of
+/// where its units stand: it must say nothing of their commits rather than
+/// turn the done ones failure or pending (they were success, and statuses
+/// settle once). A person is told while the reads fail; once they answer,
+/// nothing changes, because nothing did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_cannot_read_the_cluster_changes_no_status() {
+    let (repo, hops, install) = chained_fleet();
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let mut d = simulated(&repo, &mem, mem.clone(), &queue);
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    let settled = status_history(&repo);
+    assert_settled(&settled, &hops, &install);
+
+    let down = Arc::new(std::sync::Mutex::new(Some(true)));
+    let cluster = Unreadable {
+        inner: mem.clone(),
+        down: down.clone(),
+    };
+    let mut d = simulated(&repo, &mem, cluster, &queue);
+    let metrics = Metrics::new();
+    for refused in [true, true, false, false] {
+        *down.lock().expect("lock") = Some(refused);
+        let out = d.pass().await;
+        assert_eq!(out.busy, refused, "retried while unavailable only");
+        assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+        assert_eq!(status_history(&repo), settled);
+        let told = d.needs_person();
+        assert!(
+            told.len() == 2
+                && told
+                    .iter()
+                    .all(|n| n.reason.contains("cannot be read from the cluster")),
+            "{told:#?}"
+        );
+    }
+    *down.lock().expect("lock") = None;
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    assert!(d.needs_person().is_empty());
+    assert_eq!(status_history(&repo), settled);
+}

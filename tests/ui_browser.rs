@@ -1270,6 +1270,7 @@ fn hostile_strings_render_inert_and_auth_is_asked() {
             next: Next::Blocked(format!("blocked because {hostile}")),
             progress: BTreeMap::new(),
             needs_person: None,
+            stalled: None,
             waiting: None,
             cluster_release: None,
             settled: Default::default(),

@@ -44,10 +44,13 @@ pub enum Progress {
         reason: String,
         message: String,
     },
-    /// No progress within the phase's deadline.
+    /// No progress within the phase's deadline. `over` is that deadline,
+    /// not the time waited, so the report (and a status's description)
+    /// stays the same from one pass to the next instead of being posted
+    /// again every pass.
     Stalled {
         phase: String,
-        for_: Duration,
+        over: Duration,
     },
 }
 
@@ -59,14 +62,28 @@ impl Progress {
             Progress::Settling { what } => format!("settling: {what}"),
             Progress::Complete => "complete".into(),
             Progress::Failed { reason, message } => format!("{reason}: {message}"),
-            Progress::Stalled { phase, for_ } => {
-                format!("stalled in {phase} for {}s", for_.as_secs())
+            Progress::Stalled { phase, over } if phase == "Waiting" => {
+                format!("stalled: not picked up for over {}", short(*over))
+            }
+            Progress::Stalled { phase, over } => {
+                format!("stalled in {phase}: no progress for over {}", short(*over))
             }
         }
     }
 
     pub fn is_terminal(&self) -> bool {
         matches!(self, Progress::Complete | Progress::Failed { .. })
+    }
+}
+
+/// A deadline as people write it: `20m`, `1h`, `90s`.
+pub fn short(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => format!("{}ms", d.as_millis()),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
     }
 }
 
@@ -147,7 +164,22 @@ impl Tracker {
 
     /// `now` is any monotonic clock reading (virtual in simulations).
     pub fn observe(&mut self, obs: &Observation, now: Duration) -> Progress {
+        self.observe_gated(obs, now, false)
+    }
+
+    /// [`observe`](Self::observe) of a ControlPlane's child the plane holds
+    /// back (`gated`): its Keystone, or a Nova's Placement, is not done with
+    /// the same hop yet, and the plane projects nothing onto a child whose
+    /// gate is not Ready (`docs/operators.md` §4.4). While
+    /// it waits for that projection its stall clock does not run; it
+    /// starts when the gate opens. Without this, a Horizon waiting out its
+    /// Keystone's migration was reported stalled on an upgrade going well.
+    pub fn observe_gated(&mut self, obs: &Observation, now: Duration, gated: bool) -> Progress {
         let p = assess_hop(&self.to, self.image.as_deref(), obs);
+        if gated && p == Progress::Waiting {
+            self.last = Some((format!("{p:?}"), now));
+            return p;
+        }
         let label = match &p {
             Progress::Phase { phase, .. } => phase.clone(),
             Progress::Settling { what } => (*what).to_owned(),
@@ -160,7 +192,7 @@ impl Tracker {
                 if !p.is_terminal() && waited > deadline {
                     return Progress::Stalled {
                         phase: label,
-                        for_: waited,
+                        over: deadline,
                     };
                 }
             }
@@ -391,6 +423,56 @@ mod tests {
         assert!(matches!(
             assess_hop("", Some(new), &o),
             Progress::Failed { .. }
+        ));
+    }
+
+    /// A child its plane holds behind the Keystone gate waits without a
+    /// stall clock; the clock starts when the gate opens, and the stall
+    /// reads the same on every pass (its deadline, not the time waited).
+    #[test]
+    fn a_gated_child_waits_without_a_stall_clock() {
+        let (old, new) = ("ghcr.io/c5c3/horizon:2026.1", "ghcr.io/c5c3/horizon:2026.2");
+        let mut o = obs(Kind::Horizon, "", "", "", true);
+        o.status.installed_release = None;
+        o.image_reference = old.into();
+        let mut t = Tracker::new(
+            "",
+            Deadlines {
+                other: Duration::from_secs(600),
+                ..Deadlines::default()
+            },
+        )
+        .with_image(Some(new.into()));
+        for m in 0..120 {
+            assert_eq!(
+                t.observe_gated(&o, Duration::from_secs(m * 60), true),
+                Progress::Waiting,
+                "minute {m}"
+            );
+        }
+        // The last pass that saw the gate closed.
+        let open = Duration::from_secs(119 * 60);
+        assert_eq!(
+            t.observe(&o, open + Duration::from_secs(599)),
+            Progress::Waiting
+        );
+        let stalled = t.observe(&o, open + Duration::from_secs(601));
+        assert_eq!(
+            stalled,
+            Progress::Stalled {
+                phase: "Waiting".into(),
+                over: Duration::from_secs(600)
+            }
+        );
+        assert_eq!(stalled.describe(), "stalled: not picked up for over 10m");
+        assert_eq!(t.observe(&o, open + Duration::from_secs(3600)), stalled);
+        // A gate hides nothing but the wait: once projected, a child's
+        // progress reads as it is.
+        o.image_reference = new.into();
+        o.status.upgrade_phase = Some("RollingUpdate".into());
+        assert!(matches!(
+            t.observe_gated(&o, open + Duration::from_secs(3601), true),
+            Progress::Phase { .. }
         ));
     }
 

@@ -889,8 +889,14 @@ pub struct UnitReport {
     pub next: Next,
     /// Progress of the followed objects of the step in flight (or last done).
     pub progress: BTreeMap<Key, Progress>,
-    /// A repair lockstep may not make: a person must act.
+    /// A repair lockstep may not make: a person must act (the hop's
+    /// statuses go failure).
     pub needs_person: Option<String>,
+    /// A hop that made no progress within its phase's deadline, as it was
+    /// reported to a person. Unlike `needs_person` its statuses stay
+    /// pending: a slow migration may still finish by itself, and a failure
+    /// posted now would turn success later (statuses settle once).
+    pub stalled: Option<String>,
     /// The hop to apply waits on a pre-flight gate (`core/src/preflight.rs`):
     /// why, as its pending status says it.
     pub waiting: Option<String>,
@@ -1178,12 +1184,17 @@ pub fn statuses<M>(
             };
             let from = step.from.as_deref().unwrap_or("new");
             let to = target.release.as_deref().unwrap_or("");
+            // Failure only when a person must act: a failed phase Job
+            // lockstep is re-running, or a stall (no progress yet, reported),
+            // may still end in success, and a status goes pending to
+            // success or failure once.
             let (state, phase) = match &p {
                 Progress::Complete if step.abort => (State::Success, "aborted".to_owned()),
                 Progress::Complete => (State::Success, "complete".to_owned()),
-                Progress::Failed { .. } | Progress::Stalled { .. } => {
+                Progress::Failed { .. } if u.needs_person.is_some() => {
                     (State::Failure, p.describe())
                 }
+                Progress::Failed { .. } => (State::Pending, format!("repairing: {}", p.describe())),
                 _ => (State::Pending, p.describe()),
             };
             out.push((
@@ -1290,6 +1301,9 @@ fn step_state(u: &UnitReport, i: usize) -> StepState {
             if let Some(m) = &u.needs_person {
                 return StepState::Failed(m.clone());
             }
+            // A stall reads as what it is ("stalled in Migrating: no
+            // progress for over 1h"), pending: reported to a person, not
+            // yet a failure.
             let (phase, failing) = summarize(&u.progress);
             let text = format!("{hop}: {phase}");
             if failing {
@@ -1334,7 +1348,7 @@ fn summarize(progress: &BTreeMap<Key, Progress>) -> (String, bool) {
     else {
         return ("settling".into(), false);
     };
-    let failing = matches!(p, Progress::Failed { .. } | Progress::Stalled { .. });
+    let failing = matches!(p, Progress::Failed { .. });
     if progress.len() == 1 {
         return (p.describe(), failing);
     }
@@ -1838,6 +1852,7 @@ mod tests {
             next: Next::Apply(2),
             progress: BTreeMap::new(),
             needs_person: None,
+            stalled: None,
             waiting: None,
             cluster_release: None,
             settled: BTreeMap::new(),
@@ -2075,6 +2090,7 @@ mod tests {
             next,
             progress: [(nova(), p)].into_iter().collect(),
             needs_person: None,
+            stalled: None,
             waiting: None,
             cluster_release: None,
             settled: BTreeMap::new(),
@@ -2143,6 +2159,46 @@ mod tests {
         let (st, d) = find(&s, "d", "lockstep/prod");
         assert_eq!(st, State::Failure);
         assert!(d.contains("lockstep retry"), "{d}");
+        assert_eq!(
+            find(&s, "d", "lockstep/prod/compute/nova").0,
+            State::Failure
+        );
+
+        // The same failure while lockstep re-runs the Job (no person
+        // asked for yet), and a stall (told, may still move): pending,
+        // commit and object alike, so that success can follow once.
+        let repairing = unit(
+            Next::Follow(1),
+            Progress::Failed {
+                reason: "MigrateFailed".into(),
+                message: "boom".into(),
+            },
+        );
+        let mut stalled = unit(
+            Next::Follow(1),
+            Progress::Stalled {
+                phase: "Migrating".into(),
+                over: std::time::Duration::from_secs(3600),
+            },
+        );
+        stalled.stalled = Some("compute/nova: stalled in Migrating".into());
+        for (u, words) in [
+            (
+                repairing,
+                "repairing nova 2026.2→2027.1: MigrateFailed: boom",
+            ),
+            (
+                stalled,
+                "nova 2026.2→2027.1: stalled in Migrating: no progress for over 1h",
+            ),
+        ] {
+            let units: BTreeMap<Key, UnitReport> = [(nova(), u)].into_iter().collect();
+            let s = statuses("prod", &r, &units, None);
+            let (st, d) = find(&s, "d", "lockstep/prod");
+            assert_eq!((st, d.as_str()), (State::Pending, words));
+            let (st, d) = find(&s, "d", "lockstep/prod/compute/nova");
+            assert_eq!(st, State::Pending, "{d}");
+        }
 
         // A hop a pre-flight gate holds: pending, saying why, never failure
         // (it is not refused) and never "applying" (it is not applied).
@@ -2243,6 +2299,7 @@ mod tests {
                 next: Next::Removed { at: 1, by: by() },
                 progress: [(n.clone(), Progress::Complete)].into_iter().collect(),
                 needs_person: None,
+                stalled: None,
                 waiting: None,
                 cluster_release: None,
                 settled: BTreeMap::new(),
@@ -2614,7 +2671,7 @@ mod tests {
             for (c, next, p) in walk {
                 let units: BTreeMap<Key, UnitReport> = [(
                     nova(),
-                    UnitReport { chain: c, next, progress: [(nova(), p)].into_iter().collect(), needs_person: None, waiting: None, cluster_release: None, settled: BTreeMap::new() },
+                    UnitReport { chain: c, next, progress: [(nova(), p)].into_iter().collect(), needs_person: None, stalled: None, waiting: None, cluster_release: None, settled: BTreeMap::new() },
                 )]
                 .into_iter()
                 .collect();
@@ -2660,7 +2717,7 @@ mod tests {
                         chain: Arc::new(c.clone()),
                         next: Next::Removed { at, by: c.removed.clone().expect("removed") },
                         progress: [(nova(), Progress::Complete)].into_iter().collect(),
-                        needs_person: None, waiting: None, cluster_release: None, settled: BTreeMap::new(),
+                        needs_person: None, stalled: None, waiting: None, cluster_release: None, settled: BTreeMap::new(),
                     })].into_iter().collect(), None)
                     .into_iter()
                     .find(|(x, st)| x == sha && st.context == "lockstep/prod")
@@ -2729,6 +2786,7 @@ mod tests {
                 next: decided.clone(),
                 progress: BTreeMap::new(),
                 needs_person: None,
+                stalled: None,
                 waiting: None,
                 cluster_release: self.spec.release.clone(),
                 settled: settled(chain, &decided, &state),
@@ -2921,6 +2979,7 @@ mod tests {
                     .into_iter()
                     .collect(),
                 needs_person: None,
+                stalled: None,
                 waiting: None,
                 cluster_release: None,
                 settled: settled(&c, &Next::Follow(0), &rolling),
@@ -3044,6 +3103,7 @@ mod tests {
                     .into_iter()
                     .collect(),
                 needs_person: None,
+                stalled: None,
                 waiting: None,
                 cluster_release: None,
                 settled: how,

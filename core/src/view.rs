@@ -29,6 +29,9 @@ pub enum Attention {
     Failed,
     /// The cluster is off Git's accepted chain.
     Blocked,
+    /// A hop made no progress within its phase's deadline: reported, a
+    /// person should look, and it may still move by itself.
+    Stalled,
     /// A hop is running.
     Moving,
     /// An accepted step is about to be applied.
@@ -42,6 +45,7 @@ impl Attention {
         match self {
             Attention::Failed => "failed",
             Attention::Blocked => "blocked",
+            Attention::Stalled => "stalled",
             Attention::Moving => "moving",
             Attention::Pending => "pending",
             Attention::Done => "done",
@@ -177,6 +181,16 @@ pub fn unit_view(key: &Key, r: &UnitReport, labels: BTreeMap<String, String>) ->
             Some(format!(
                 "fix the cause, then run `lockstep retry {unit_path}` (or commit a fix forward)"
             )),
+        ),
+        (Next::Follow(_), None) if r.stalled.is_some() => (
+            Attention::Stalled,
+            least,
+            "stalled".to_owned(),
+            r.stalled.clone(),
+            Some(
+                "look at the operator's events and the phase Job's logs; lockstep never goes backwards, and the hop goes on once the phase moves"
+                    .to_owned(),
+            ),
         ),
         (Next::Follow(_), None) => {
             let status = children
@@ -336,6 +350,7 @@ pub struct Counts {
     pub units: usize,
     pub failed: usize,
     pub blocked: usize,
+    pub stalled: usize,
     pub moving: usize,
     pub pending: usize,
     pub done: usize,
@@ -350,6 +365,7 @@ pub fn counts(units: &[UnitView]) -> Counts {
         match u.attention {
             Attention::Failed => c.failed += 1,
             Attention::Blocked => c.blocked += 1,
+            Attention::Stalled => c.stalled += 1,
             Attention::Moving => c.moving += 1,
             Attention::Pending => c.pending += 1,
             Attention::Done => c.done += 1,
@@ -1002,6 +1018,7 @@ mod tests {
                 next,
                 progress,
                 needs_person: needs.map(str::to_owned),
+                stalled: None,
                 waiting: None,
                 cluster_release: None,
                 settled: Default::default(),
@@ -1030,6 +1047,32 @@ mod tests {
         assert_eq!(
             unit_view(&key, &r, BTreeMap::new()).installed.as_deref(),
             Some("2025.2")
+        );
+    }
+
+    /// A stall is told apart from a failure: it is shown to a person (and
+    /// ranks above the hops moving) without the failure's "lockstep retry".
+    #[test]
+    fn a_stalled_hop_reads_as_stalled_not_failed() {
+        let (key, mut r) = report(Kind::Nova, "slow", Next::Follow(1), None);
+        r.stalled = Some("Nova prod/nova: stalled in Migrating: no progress for over 1h".into());
+        let v = unit_view(&key, &r, BTreeMap::new());
+        assert_eq!(v.attention, Attention::Stalled);
+        assert_eq!(v.reason, r.stalled);
+        assert!(
+            !v.action.as_deref().unwrap_or("").contains("retry"),
+            "{v:?}"
+        );
+        let (other, going) = report(Kind::Nova, "a", Next::Follow(1), None);
+        let moving = unit_view(&other, &going, BTreeMap::new());
+        assert!(v.attention < moving.attention);
+        let c = counts(&[v, moving]);
+        assert_eq!((c.stalled, c.moving, c.failed), (1, 1, 0));
+        // A person must act: the failure wins.
+        r.needs_person = Some("nova: MigrateFailed".into());
+        assert_eq!(
+            unit_view(&key, &r, BTreeMap::new()).attention,
+            Attention::Failed
         );
     }
 

@@ -66,6 +66,13 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             followed.iter().map(|(k, _)| k).collect();
         self.following
             .retain(|id, _| !keys.contains(&id.0) || ids.contains(id));
+        // A plane projects nothing onto a child whose gate is not Ready
+        // (its Keystone; a Nova's Placement too, `docs/operators.md` §4.4):
+        // those gates are looked at first, and a child waiting behind one
+        // that is not done with this hop has no stall clock running.
+        let mut followed = followed;
+        followed.sort_by_key(|(k, _)| gate_rank(k.kind));
+        let mut gates_open: std::collections::BTreeMap<Kind, bool> = Default::default();
         for (key, target) in followed.iter().cloned() {
             let to = target.follow_to(key.kind);
             let id = follow_id(&key, &target);
@@ -87,6 +94,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             );
             let Ok(Some(obs)) = obs else {
                 report.progress.insert(key.clone(), Progress::Waiting);
+                if gate_rank(key.kind) < 2 {
+                    gates_open.insert(key.kind, false);
+                }
                 continue;
             };
             if !self.following.contains_key(&id) {
@@ -118,7 +128,18 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             let Some(f) = self.following.get_mut(&id) else {
                 continue;
             };
-            let p = f.tracker.observe(&obs, now);
+            let gated = projected.is_some()
+                && gates_of(key.kind)
+                    .iter()
+                    .any(|g| gates_open.get(g) == Some(&false));
+            let p = f.tracker.observe_gated(&obs, now, gated);
+            if gate_rank(key.kind) < 2 {
+                let open = p == Progress::Complete;
+                gates_open
+                    .entry(key.kind)
+                    .and_modify(|o| *o &= open)
+                    .or_insert(open);
+            }
             let mut did: Vec<Did> = Vec::new();
             let failing = matches!(p, Progress::Failed { .. });
             if failing && !f.failing {
@@ -192,7 +213,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                             });
                         }
                         f.reported = true;
-                        report.needs_person = Some(m.clone());
+                        // A stall is told, and its statuses stay pending
+                        // (`UnitReport::stalled`); anything else reported
+                        // waits on a person.
+                        if matches!(p, Progress::Stalled { .. }) {
+                            report.stalled = Some(m.clone());
+                        } else {
+                            report.needs_person = Some(m.clone());
+                        }
                     } else if rerun {
                         out.repaired += 1;
                         if let Action::DeleteJob { name, attempt, .. } = &action {
@@ -303,8 +331,29 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         }
         // A hop that a person must look at keeps the unit where it is, but
         // the pass has nothing more to do for it.
-        if report.needs_person.is_none() {
+        if report.needs_person.is_none() && report.stalled.is_none() {
             out.busy = true;
         }
+    }
+}
+
+/// The children a ControlPlane's child waits for (`docs/operators.md` §4.4):
+/// Keystone for all the others, Placement too for Nova. (Neutron's OVN is
+/// no object lockstep follows.)
+fn gates_of(kind: Kind) -> &'static [Kind] {
+    match kind {
+        Kind::Keystone | Kind::ControlPlane => &[],
+        Kind::Nova => &[Kind::Keystone, Kind::Placement],
+        _ => &[Kind::Keystone],
+    }
+}
+
+/// Gates first: Keystone, then Placement, then the rest (stable, so the
+/// rest keep their order).
+fn gate_rank(kind: Kind) -> u8 {
+    match kind {
+        Kind::Keystone => 0,
+        Kind::Placement => 1,
+        _ => 2,
     }
 }

@@ -262,6 +262,12 @@ pub struct Daemon<C: Cluster, R: Repo> {
     walked: Option<Oid>,
     /// Objects the cluster announced as changed since the last pass.
     dirty: HashSet<Key>,
+    /// Units the last pass could not read (the API server did not answer,
+    /// or refused), with their chains and why. A person is told
+    /// ([`Self::needs_person`]); the commits of one never read since the
+    /// start get no status until it is read (a restart must not turn done
+    /// commits pending or failed).
+    unread: BTreeMap<Key, (Arc<crate::rollout::Chain>, String)>,
     /// The `resourceVersion` at which a unit's read last saw each object:
     /// a watch event at that same version is no change (`mark_changed`).
     seen: HashMap<Key, Box<str>>,
@@ -350,6 +356,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             tally: units::Tally::default(),
             walked: None,
             dirty: HashSet::new(),
+            unread: BTreeMap::new(),
             seen: HashMap::new(),
             last_full: None,
             list_early: true,
@@ -415,7 +422,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
 
     /// What a person must act on now: every unit blocked (off its chain) or
     /// reported (a hop that failed for good, a repair budget spent, an
-    /// apply the cluster rejected), every plan held or unable to propose,
+    /// apply the cluster rejected, a stall, a read the cluster failed), every plan held or unable to propose,
     /// and the branch head when the gate refused it (nothing of it is
     /// applied until a new commit fixes it). Refused commits below the head
     /// and pull-request heads are not here: their failure is the gate doing
@@ -424,14 +431,20 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     pub fn needs_person(&self) -> Vec<NeedsPerson> {
         let mut out = Vec::new();
         for (key, u) in &self.units {
-            let reason = match (&u.next, &u.needs_person) {
-                (Next::Blocked(m), _) => format!("blocked: {m}"),
-                (_, Some(m)) => m.clone(),
+            let reason = match (&u.next, &u.needs_person, &u.stalled) {
+                (Next::Blocked(m), _, _) => format!("blocked: {m}"),
+                (_, Some(m), _) | (_, None, Some(m)) => m.clone(),
                 _ => continue,
             };
             out.push(NeedsPerson {
                 subject: key.to_string(),
                 reason,
+            });
+        }
+        for (key, (_, why)) in &self.unread {
+            out.push(NeedsPerson {
+                subject: key.to_string(),
+                reason: format!("cannot be read from the cluster: {why}"),
             });
         }
         let plans = self.judged.as_ref().map(|j| j.plans.clone());

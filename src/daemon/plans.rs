@@ -136,15 +136,19 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 complete,
                 // Git's release is not the last one lockstep accepted for
                 // the unit, and the newest change to it was refused.
-                failed: r.and_then(|r| r.needs_person.clone()).or_else(|| {
-                    let accepted = match r {
-                        Some(r) => r.chain.steps.last().and_then(|s| s.release.clone()),
-                        None => plans.given.get(k).cloned(),
-                    };
-                    (accepted != u.release)
-                        .then(|| refused.get(k).cloned())
-                        .flatten()
-                }),
+                // A stall holds a plan as a failure does (`onFailure`): no new
+                // wave starts while a hop makes no progress.
+                failed: r
+                    .and_then(|r| r.needs_person.clone().or_else(|| r.stalled.clone()))
+                    .or_else(|| {
+                        let accepted = match r {
+                            Some(r) => r.chain.steps.last().and_then(|s| s.release.clone()),
+                            None => plans.given.get(k).cloned(),
+                        };
+                        (accepted != u.release)
+                            .then(|| refused.get(k).cloned())
+                            .flatten()
+                    }),
             }
         };
         let gate = |g: &crate::plan::Gate| {

@@ -17,6 +17,20 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             &self.units,
             self.opts.target_url.as_deref(),
         );
+        // Commits of a unit never read since the start: nothing is known
+        // of their work (done, or not), so nothing is said until it is
+        // read. (One read before keeps what was said of it then.)
+        let unknown: std::collections::HashSet<&str> = self
+            .unread
+            .iter()
+            .filter(|(k, _)| !self.units.contains_key(*k))
+            .flat_map(|(_, (c, _))| c.steps.iter().flat_map(|s| s.commits.iter()))
+            .map(String::as_str)
+            .collect();
+        let statuses: Vec<_> = statuses
+            .into_iter()
+            .filter(|(sha, _)| !unknown.contains(sha.as_str()))
+            .collect();
         for (sha, s) in statuses {
             self.queue_status(sha, s).await;
         }

@@ -128,6 +128,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         out: &mut PassOutcome,
     ) -> Walked {
         let chains = &judgment.chains;
+        self.unread.retain(|k, _| chains.contains_key(k));
         if full {
             self.units.retain(|k, _| chains.contains_key(k));
             // Every unit is read again below, each refilling what it saw.
@@ -204,10 +205,28 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 .await;
             for ((key, chain), state) in batch.iter().zip(states) {
                 let span = tracing::info_span!("unit", object = %key);
-                let state = state.map(|(state, versions)| {
-                    self.seen.extend(versions);
-                    state
-                });
+                let state = match state {
+                    Ok((state, versions)) => {
+                        self.seen.extend(versions);
+                        state
+                    }
+                    Err(e) => {
+                        // Where the unit stands is unknown this pass: what
+                        // was last said of it stands, and it is read again
+                        // next pass. A report made of the failure turned
+                        // its done commits failure, then success again once
+                        // the API server answered (statuses settle once).
+                        tracing::warn!(error = %e, object = %key, "reading the unit failed; next pass");
+                        // Read again next pass either way; a refusal waits
+                        // on a person, so a bounded run can stop.
+                        out.busy |= e.retryable();
+                        self.dirty.insert(key.clone());
+                        self.unread
+                            .insert(key.clone(), (chain.clone(), e.to_string()));
+                        continue;
+                    }
+                };
+                self.unread.remove(key);
                 let u = self
                     .reconcile(chain, state, &judgment.gates, &judgment.windows, out)
                     .instrument(span)
@@ -236,27 +255,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     async fn reconcile(
         &mut self,
         chain: &Arc<Chain>,
-        state: Result<UnitState, ClusterError>,
+        state: UnitState,
         gates: &crate::preflight::Gates,
         windows: &super::judge::PlanWindows,
         out: &mut PassOutcome,
     ) -> UnitReport {
-        let state = match state {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the unit failed; next pass");
-                out.busy = true;
-                return UnitReport {
-                    chain: chain.clone(),
-                    next: Next::Follow(0),
-                    progress: BTreeMap::new(),
-                    needs_person: Some(format!("cluster unavailable: {e}")),
-                    waiting: None,
-                    cluster_release: None,
-                    settled: Default::default(),
-                };
-            }
-        };
         let complete = |i: usize| {
             chain.followed(i).iter().all(|(k, t)| {
                 state
@@ -302,6 +305,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             next: next.clone(),
             progress: BTreeMap::new(),
             needs_person: None,
+            stalled: None,
             waiting: None,
             cluster_release: state.spec.as_ref().and_then(|s| s.release.clone()),
             settled: rollout::settled(chain, &next, &state),

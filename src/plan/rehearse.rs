@@ -208,6 +208,7 @@ pub async fn rehearse(
     out.failed = plans.values().any(|d| !d.starts_with("complete"))
         || sim.units.values().any(|u| {
             u.needs_person.is_some()
+                || u.stalled.is_some()
                 || u.waiting.is_some()
                 || matches!(u.next, crate::rollout::Next::Blocked(_))
         });

@@ -105,7 +105,12 @@ pub fn fleet(s: &Snapshot, f: &Filter) -> Markup {
     let attention: Vec<&UnitView> = s
         .units
         .iter()
-        .filter(|u| matches!(u.attention, Attention::Failed | Attention::Blocked))
+        .filter(|u| {
+            matches!(
+                u.attention,
+                Attention::Failed | Attention::Blocked | Attention::Stalled
+            )
+        })
         .collect();
     let pulls: Vec<&view::PullView> = s.pulls.iter().filter(|p| p.verdict != "accepted").collect();
     let shown: Vec<&UnitView> = s.units.iter().filter(|u| f.matches(u)).collect();
@@ -132,7 +137,7 @@ pub fn fleet(s: &Snapshot, f: &Filter) -> Markup {
             label for="f-state" { "State" }
             select #f-state name="state" {
                 option value="" { "any" }
-                @for a in ["failed", "blocked", "moving", "pending", "done"] {
+                @for a in ["failed", "blocked", "stalled", "moving", "pending", "done"] {
                     @if f.state == a { option value=(a) selected { (a) } } @else { option value=(a) { (a) } }
                 }
             }
@@ -148,6 +153,7 @@ pub fn fleet(s: &Snapshot, f: &Filter) -> Markup {
                 (c.units) " units: "
                 span.failed { (c.failed) " failed" } ", "
                 span.blocked { (c.blocked) " blocked" } ", "
+                span.stalled { (c.stalled) " stalled" } ", "
                 span.moving { (c.moving) " moving" } ", "
                 (c.pending) " pending, " (c.done) " done"
             }

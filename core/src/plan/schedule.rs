@@ -689,6 +689,7 @@ mod tests {
             next,
             progress: BTreeMap::new(),
             needs_person: None,
+            stalled: None,
             waiting: None,
             cluster_release: None,
             settled: Default::default(),
