@@ -281,6 +281,64 @@ fn budget(
         .map(Action::WaitUntil)
 }
 
+/// How often, and when last, this process applied one step of a unit
+/// (`sha`) that then left it again: the cluster moved off Git's step
+/// outside Git (an edit, another tool), and lockstep applies it again, as
+/// Flux or Argo CD self-heal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applies {
+    pub sha: String,
+    pub times: u32,
+    pub last: Duration,
+}
+
+impl Applies {
+    /// The record after applying `sha` at `now`: one more time of the
+    /// same step; a first drift (two) when the last apply of it held for
+    /// twice the longest backoff (a drift days later is not fought as the
+    /// one before was); one for another step.
+    pub fn after(
+        previous: Option<&Applies>,
+        sha: &str,
+        now: Duration,
+        policy: &RepairPolicy,
+    ) -> Self {
+        let times = match previous {
+            Some(p) if p.sha == sha && now.saturating_sub(p.last) <= policy.max_backoff * 2 => {
+                p.times.saturating_add(1)
+            }
+            Some(p) if p.sha == sha => 2,
+            _ => 1,
+        };
+        Self {
+            sha: sha.to_owned(),
+            times,
+            last: now,
+        }
+    }
+
+    /// Until when applying `sha` again waits, if it must. The first drift is
+    /// answered at once (an edit by hand is set right on the next pass);
+    /// each later one waits the repair backoff, doubled per apply and
+    /// capped, so that a tool that keeps changing the object back is not
+    /// fought at the speed of both controllers (every watch event a pass,
+    /// every pass an apply).
+    pub fn wait(&self, sha: &str, now: Duration, policy: &RepairPolicy) -> Option<Duration> {
+        if self.sha != sha
+            || self.times < 2
+            || now.saturating_sub(self.last) > policy.max_backoff * 2
+        {
+            return None;
+        }
+        let wait = policy
+            .backoff
+            .saturating_mul(2u32.saturating_pow(self.times - 2))
+            .min(policy.max_backoff);
+        let until = self.last + wait;
+        (now < until).then_some(until)
+    }
+}
+
 /// Carries out a planned repair on a cluster: every repair is a log line
 /// and a Kubernetes Event on the object, so an audit reads the same in both;
 /// a re-run is first counted in the object's [`RepairRecord`] (towards
@@ -447,6 +505,35 @@ pub async fn retry<C: crate::cluster::Cluster>(
 
 #[cfg(test)]
 mod tests {
+    /// A step applied again and again backs off: at once the first time
+    /// it drifted, then 60 s, 120 s, ... up to the cap; another step, or a
+    /// drift after a long quiet, starts over.
+    #[test]
+    fn applying_a_drifting_step_again_backs_off() {
+        let policy = RepairPolicy::default();
+        let s = |n: u64| Duration::from_secs(n);
+        let mut a = Applies::after(None, "x", s(0), &policy);
+        assert_eq!(a.times, 1);
+        assert_eq!(a.wait("x", s(1), &policy), None, "the first drift: at once");
+        let mut waits = Vec::new();
+        let mut now = s(1);
+        for _ in 0..7 {
+            a = Applies::after(Some(&a), "x", now, &policy);
+            let until = a.wait("x", now, &policy).expect("waits");
+            assert_eq!(a.wait("x", until, &policy), None);
+            waits.push((until - now).as_secs());
+            now = until;
+        }
+        assert_eq!(waits, [60, 120, 240, 480, 900, 900, 900]);
+        assert_eq!(a.wait("y", now, &policy), None, "another step");
+        assert_eq!(Applies::after(Some(&a), "y", now, &policy).times, 1);
+        let later = now + s(1800) + s(1);
+        assert_eq!(a.wait("x", later, &policy), None);
+        let again = Applies::after(Some(&a), "x", later, &policy);
+        assert_eq!(again.times, 2, "a first drift again");
+        assert_eq!(again.wait("x", later + s(59), &policy), Some(later + s(60)));
+    }
+
     use super::*;
     use crate::kind::Kind;
 

@@ -94,6 +94,12 @@ struct Story {
 
 impl Story {
     async fn new() -> Story {
+        Self::reading_every_unit_each(Options::default().resync).await
+    }
+
+    /// [`Story::new`], every unit read again each `resync` (a direct pass
+    /// has no watch to tell it what changed; zero reads all every pass).
+    async fn reading_every_unit_each(resync: Duration) -> Story {
         let dir = tempfile::tempdir().unwrap();
         Repository::init(dir.path()).unwrap();
         commit(
@@ -112,6 +118,7 @@ impl Story {
         let opts = Options {
             cluster_name: "prod".into(),
             poll: Duration::from_millis(10),
+            resync,
             ..Options::default()
         };
         let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).unwrap();
@@ -310,5 +317,60 @@ async fn a_child_parked_after_every_re_assert_is_reported_once_the_budget_is_spe
     assert!(
         last.is_some_and(|o| !o.busy),
         "the unit waits on a person, not busy"
+    );
+}
+
+/// Something outside Git (another controller, a script) keeps setting a
+/// child of the plane to its own image after the hop completed. lockstep
+/// applies Git's step again, as a GitOps tool self-heals, but not every
+/// pass: the first drift at once, then with the repair backoff (60 s,
+/// doubling, capped at 15 minutes), so the two writers do not fight at the
+/// speed of their watches. An hour of passes a minute apart: 60 applies
+/// before, now seven.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_the_cluster_keeps_leaving_is_applied_again_with_a_backoff() {
+    let mut s = Story::reading_every_unit_each(Duration::ZERO).await;
+    s.until_idle().await;
+    assert!(matches!(s.plane(), Next::Done(_)), "{:?}", s.plane());
+    let child = Key::new(Kind::Nova, "openstack", "prod-nova");
+    let theirs = ImageRef::parse_reference("mirror.example/c5c3/nova:2026.2").unwrap();
+    let drift = |s: &Story| {
+        s.mem
+            .world()
+            .unwrap()
+            .objects
+            .get_mut(&child)
+            .unwrap()
+            .image = theirs.clone();
+    };
+    let before = s.cluster.applies_of("prod");
+    drift(&s);
+    let mut applied_at = Vec::new();
+    for minute in 0..60 {
+        s.daemon.pass().await;
+        let n = s.cluster.applies_of("prod");
+        if n > before + applied_at.len() {
+            applied_at.push(minute);
+            drift(&s);
+        }
+        s.mem.advance(Duration::from_secs(60));
+    }
+    // At once, then after 1, 2, 4, 8, 15 and 15 minutes.
+    assert_eq!(applied_at, [0, 1, 3, 7, 15, 30, 45]);
+    // The other writer stops: the next apply sets the child right for good.
+    let n = s.cluster.applies_of("prod");
+    for _ in 0..20 {
+        s.daemon.pass().await;
+        s.mem.advance(Duration::from_secs(60));
+    }
+    assert_eq!(
+        s.cluster.applies_of("prod"),
+        n + 1,
+        "one more apply, then none"
+    );
+    assert_ne!(
+        s.mem.world().unwrap().objects[&child].image,
+        theirs,
+        "Git's image is back"
     );
 }

@@ -268,6 +268,10 @@ pub struct Daemon<C: Cluster, R: Repo> {
     /// start get no status until it is read (a restart must not turn done
     /// commits pending or failed).
     unread: BTreeMap<Key, (Arc<crate::rollout::Chain>, String)>,
+    /// The step this process last applied to each unit, and how often in a
+    /// row: a step the cluster keeps leaving is applied again with a
+    /// backoff (`repair::Applies`).
+    applies: HashMap<Key, crate::repair::Applies>,
     /// The `resourceVersion` at which a unit's read last saw each object:
     /// a watch event at that same version is no change (`mark_changed`).
     seen: HashMap<Key, Box<str>>,
@@ -357,6 +361,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             walked: None,
             dirty: HashSet::new(),
             unread: BTreeMap::new(),
+            applies: HashMap::new(),
             seen: HashMap::new(),
             last_full: None,
             list_early: true,

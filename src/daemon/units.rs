@@ -129,6 +129,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     ) -> Walked {
         let chains = &judgment.chains;
         self.unread.retain(|k, _| chains.contains_key(k));
+        self.applies.retain(|k, _| chains.contains_key(k));
         if full {
             self.units.retain(|k, _| chains.contains_key(k));
             // Every unit is read again below, each refilling what it saw.
@@ -337,9 +338,36 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         match next {
             Next::Apply(i) => {
                 let step = &chain.steps[i];
+                let now = self.clock.now();
+                let last = self.applies.get(&chain.unit);
+                if let Some(until) = last.and_then(|a| a.wait(&step.sha, now, &self.opts.repair)) {
+                    // The cluster left the step this process applied, again:
+                    // applied once more after the backoff (time opens it).
+                    tracing::debug!(commit = %step.sha, wait_secs = until.saturating_sub(now).as_secs(), "the unit left Git's step again; applying it once the backoff ends");
+                    out.busy = true;
+                    return report;
+                }
+                let again = last.is_some_and(|a| a.sha == step.sha);
                 let span = tracing::info_span!("apply", commit = %step.sha, to = step.release.as_deref().unwrap_or(""));
                 match self.apply(chain, i).instrument(span).await {
                     Ok(()) => {
+                        let applies = crate::repair::Applies::after(
+                            self.applies.get(&chain.unit),
+                            &step.sha,
+                            now,
+                            &self.opts.repair,
+                        );
+                        if again {
+                            tracing::warn!(commit = %step.sha, times = applies.times, "the unit left Git's step outside Git (an edit, another tool); applied it again");
+                            self.metrics
+                                .repairs
+                                .get_or_create(&crate::metrics::RepairLabels {
+                                    kind: chain.unit.kind.as_str().into(),
+                                    action: "reapply-drift".into(),
+                                })
+                                .inc();
+                        }
+                        self.applies.insert(chain.unit.clone(), applies);
                         out.applied += 1;
                         out.busy = true;
                         self.metrics
@@ -353,7 +381,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                             sha: step.sha.clone(),
                             from: step.from.clone(),
                             to: step.release.clone(),
-                            reassert: false,
+                            // The same step again is no new hop.
+                            reassert: again,
                         });
                         report.next = Next::Follow(i);
                     }
