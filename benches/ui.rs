@@ -71,6 +71,7 @@ fn report(key: &Key, i: usize, children: &[Key]) -> UnitReport {
         needs_person: (i % 250 == 5)
             .then(|| "expand Job failed 3 times: repair budget spent".into()),
         stalled: None,
+        asked: Default::default(),
         waiting: None,
         cluster_release: None,
         settled: Default::default(),

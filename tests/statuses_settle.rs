@@ -868,3 +868,110 @@ async fn a_restart_that_cannot_read_the_cluster_changes_no_status() {
     assert!(d.needs_person().is_empty());
     assert_eq!(status_history(&repo), settled);
 }
+
+/// A projected Nova's migration Job fails for good; lockstep deletes it,
+/// the operator runs it again, and it succeeds. A repair that worked is
+/// no failure: the object's status and the hop's read pending ("repairing")
+/// throughout, then success, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_lockstep_re_runs_is_never_posted_as_a_failure() {
+    let repo = FleetRepo::new();
+    repo.write(PROD, prod("2026.1", "2026.1"));
+    repo.commit("prod at 2026.1");
+    repo.write(PROD, prod("2026.2", "2026.2"));
+    let hop = repo.commit("prod to 2026.2");
+
+    let mut world = World::new(Params::default());
+    world.faults.push(lockstep::sim::Fault::JobFails {
+        object: "prod-nova".into(),
+        job: lockstep::sim::JobKind::Migrate,
+        tries: world.params.backoff_limit + 2,
+    });
+    let mem = MemoryCluster::new(world);
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let mut d = simulated(&repo, &mem, mem.clone(), &queue);
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    let child = lockstep::kind::Key::new(lockstep::kind::Kind::Nova, "openstack", "prod-nova");
+    let repaired = mem
+        .world()
+        .expect("world")
+        .event_reasons(&child)
+        .iter()
+        .filter(|r| **r == "RepairJobDeleted")
+        .count();
+    assert_eq!(repaired, 1, "one re-run of the migration");
+    let history = status_history(&repo);
+    let nova = history
+        .iter()
+        .find(|((sha, ctx), _)| *sha == hop && ctx.ends_with("/prod-nova"))
+        .map(|(_, s)| s.clone())
+        .unwrap_or_default();
+    assert_eq!(nova, ["pending", "success"], "{history:#?}");
+    for ((sha, ctx), states) in &history {
+        assert_eq!(
+            states.last().map(String::as_str),
+            Some("success"),
+            "{sha} {ctx}: {states:?}"
+        );
+        assert!(
+            !states.iter().any(|s| s == "failure"),
+            "{sha} {ctx}: {states:?}"
+        );
+    }
+}
+
+/// The same for a plan's status: a plan whose unit no pass has read since
+/// the restart says nothing (before, its `complete` turned `wave 1/1: 1
+/// upgrading`, pending, until the API server answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_cannot_read_the_cluster_leaves_a_plans_status_alone() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova at 2026.1");
+    repo.write(
+        "plans/p.yaml",
+        "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePlan
+metadata: {name: p}
+spec:
+  to: \"2026.2\"
+  waves:
+    - name: only
+      select: [{kind: Nova, namespace: compute, name: nova}]
+",
+    );
+    repo.commit("plan nova to 2026.2");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let mut d = simulated(&repo, &mem, mem.clone(), &queue);
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    let settled = status_history(&repo);
+    let plan: Vec<_> = settled
+        .iter()
+        .filter(|((_, ctx), _)| ctx == "lockstep/t/plan/p")
+        .map(|(_, s)| s.last().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        plan.last().map(String::as_str),
+        Some("success"),
+        "{settled:#?}"
+    );
+
+    let down = Arc::new(std::sync::Mutex::new(Some(true)));
+    let cluster = Unreadable {
+        inner: mem.clone(),
+        down: down.clone(),
+    };
+    let mut d = simulated(&repo, &mem, cluster, &queue);
+    let metrics = Metrics::new();
+    for _ in 0..3 {
+        d.pass().await;
+        assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+        assert_eq!(status_history(&repo), settled);
+    }
+    *down.lock().expect("lock") = None;
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    assert_eq!(status_history(&repo), settled);
+}

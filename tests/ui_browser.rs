@@ -1271,6 +1271,7 @@ fn hostile_strings_render_inert_and_auth_is_asked() {
             progress: BTreeMap::new(),
             needs_person: None,
             stalled: None,
+            asked: Default::default(),
             waiting: None,
             cluster_release: None,
             settled: Default::default(),

@@ -16,7 +16,7 @@
 //! roll for nothing), so every step is at most one release hop from the
 //! previous one and the daemon applies them one at a time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::follow::Progress;
@@ -897,6 +897,11 @@ pub struct UnitReport {
     /// pending: a slow migration may still finish by itself, and a failure
     /// posted now would turn success later (statuses settle once).
     pub stalled: Option<String>,
+    /// The followed objects a person was asked to act on (`needs_person`
+    /// names one of them): their failure is for good until someone acts,
+    /// and their statuses say failure. Another object failing while
+    /// lockstep repairs it reads pending.
+    pub asked: BTreeSet<Key>,
     /// The hop to apply waits on a pre-flight gate (`core/src/preflight.rs`):
     /// why, as its pending status says it.
     pub waiting: Option<String>,
@@ -1191,9 +1196,7 @@ pub fn statuses<M>(
             let (state, phase) = match &p {
                 Progress::Complete if step.abort => (State::Success, "aborted".to_owned()),
                 Progress::Complete => (State::Success, "complete".to_owned()),
-                Progress::Failed { .. } if u.needs_person.is_some() => {
-                    (State::Failure, p.describe())
-                }
+                Progress::Failed { .. } if u.asked.contains(&key) => (State::Failure, p.describe()),
                 Progress::Failed { .. } => (State::Pending, format!("repairing: {}", p.describe())),
                 _ => (State::Pending, p.describe()),
             };
@@ -1853,6 +1856,7 @@ mod tests {
             progress: BTreeMap::new(),
             needs_person: None,
             stalled: None,
+            asked: BTreeSet::new(),
             waiting: None,
             cluster_release: None,
             settled: BTreeMap::new(),
@@ -2091,6 +2095,7 @@ mod tests {
             progress: [(nova(), p)].into_iter().collect(),
             needs_person: None,
             stalled: None,
+            asked: BTreeSet::new(),
             waiting: None,
             cluster_release: None,
             settled: BTreeMap::new(),
@@ -2153,6 +2158,7 @@ mod tests {
             },
         );
         failed.needs_person = Some("nova: MigrateFailed: boom; run lockstep retry".into());
+        failed.asked.insert(nova());
         let units: BTreeMap<Key, UnitReport> = [(nova(), failed)].into_iter().collect();
         let s = statuses("prod", &r, &units, None);
         assert_eq!(find(&s, "a", "lockstep/prod").0, State::Success);
@@ -2199,6 +2205,27 @@ mod tests {
             let (st, d) = find(&s, "d", "lockstep/prod/compute/nova");
             assert_eq!(st, State::Pending, "{d}");
         }
+        // A person asked about another object of the unit (a plane's Glance
+        // whose budget is spent): the hop's commit fails, but this object,
+        // still being repaired, reads pending.
+        let mut other = unit(
+            Next::Follow(1),
+            Progress::Failed {
+                reason: "MigrateFailed".into(),
+                message: "boom".into(),
+            },
+        );
+        other.needs_person = Some("glance: budget spent".into());
+        other
+            .asked
+            .insert(Key::new(Kind::Glance, "compute", "glance"));
+        let units: BTreeMap<Key, UnitReport> = [(nova(), other)].into_iter().collect();
+        let s = statuses("prod", &r, &units, None);
+        assert_eq!(find(&s, "d", "lockstep/prod").0, State::Failure);
+        assert_eq!(
+            find(&s, "d", "lockstep/prod/compute/nova").0,
+            State::Pending
+        );
 
         // A hop a pre-flight gate holds: pending, saying why, never failure
         // (it is not refused) and never "applying" (it is not applied).
@@ -2300,6 +2327,7 @@ mod tests {
                 progress: [(n.clone(), Progress::Complete)].into_iter().collect(),
                 needs_person: None,
                 stalled: None,
+                asked: BTreeSet::new(),
                 waiting: None,
                 cluster_release: None,
                 settled: BTreeMap::new(),
@@ -2671,7 +2699,7 @@ mod tests {
             for (c, next, p) in walk {
                 let units: BTreeMap<Key, UnitReport> = [(
                     nova(),
-                    UnitReport { chain: c, next, progress: [(nova(), p)].into_iter().collect(), needs_person: None, stalled: None, waiting: None, cluster_release: None, settled: BTreeMap::new() },
+                    UnitReport { chain: c, next, progress: [(nova(), p)].into_iter().collect(), needs_person: None, stalled: None, asked: BTreeSet::new(), waiting: None, cluster_release: None, settled: BTreeMap::new() },
                 )]
                 .into_iter()
                 .collect();
@@ -2717,7 +2745,7 @@ mod tests {
                         chain: Arc::new(c.clone()),
                         next: Next::Removed { at, by: c.removed.clone().expect("removed") },
                         progress: [(nova(), Progress::Complete)].into_iter().collect(),
-                        needs_person: None, stalled: None, waiting: None, cluster_release: None, settled: BTreeMap::new(),
+                        needs_person: None, stalled: None, asked: BTreeSet::new(), waiting: None, cluster_release: None, settled: BTreeMap::new(),
                     })].into_iter().collect(), None)
                     .into_iter()
                     .find(|(x, st)| x == sha && st.context == "lockstep/prod")
@@ -2787,6 +2815,7 @@ mod tests {
                 progress: BTreeMap::new(),
                 needs_person: None,
                 stalled: None,
+                asked: BTreeSet::new(),
                 waiting: None,
                 cluster_release: self.spec.release.clone(),
                 settled: settled(chain, &decided, &state),
@@ -2980,6 +3009,7 @@ mod tests {
                     .collect(),
                 needs_person: None,
                 stalled: None,
+                asked: BTreeSet::new(),
                 waiting: None,
                 cluster_release: None,
                 settled: settled(&c, &Next::Follow(0), &rolling),
@@ -3104,6 +3134,7 @@ mod tests {
                     .collect(),
                 needs_person: None,
                 stalled: None,
+                asked: BTreeSet::new(),
                 waiting: None,
                 cluster_release: None,
                 settled: how,

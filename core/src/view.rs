@@ -152,7 +152,9 @@ pub fn unit_view(key: &Key, r: &UnitReport, labels: BTreeMap<String, String>) ->
             name: k.name.clone(),
             progress: p.describe(),
             step: step_of(p),
-            failed: matches!(p, Progress::Failed { .. } | Progress::Stalled { .. }),
+            // Failing (being repaired, or for good); a stall is the unit's
+            // `stalled`, not a failure.
+            failed: matches!(p, Progress::Failed { .. }),
         })
         .collect();
     let least = children.iter().map(|c| c.step).min().unwrap_or(0);
@@ -892,6 +894,7 @@ pub fn plan_view(
         D::Gated { wave, .. } => ("gated", Some(*wave)),
         D::Paused { wave } => ("paused", Some(*wave)),
         D::Held { wave, .. } => ("held", Some(*wave)),
+        D::Stalled { wave, .. } => ("stalled", Some(*wave)),
     };
     let zone = plan
         .spec
@@ -1019,6 +1022,7 @@ mod tests {
                 progress,
                 needs_person: needs.map(str::to_owned),
                 stalled: None,
+                asked: Default::default(),
                 waiting: None,
                 cluster_release: None,
                 settled: Default::default(),

@@ -17,7 +17,9 @@ pub(super) struct Following {
     tracker: Tracker,
     history: RepairHistory,
     phase: Option<(String, std::time::Duration)>,
-    reported: bool,
+    /// What was last told to a person about this hop (told again only
+    /// when it says something else).
+    reported: Option<String>,
     completed: bool,
     /// The last observation was a failure (noted once per failure).
     failing: bool,
@@ -55,6 +57,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let now = self.clock.now();
         let projected = (chain.unit.kind == Kind::ControlPlane).then_some(chain.unit.name.as_str());
         let mut reassert = false;
+        // Children parked while their plane is out of Git (nothing re-asserts
+        // them), and whether any followed object still moves.
+        let mut parked: Vec<crate::kind::Key> = Vec::new();
+        let mut moving = false;
         // Trackers of these objects' earlier hops go: a patch folded in, or
         // a revert to an earlier step's image, starts from the object's
         // record again, never from a tracker's stale count and flags (and
@@ -92,12 +98,32 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 obs.is_ok(),
                 t.elapsed(),
             );
-            let Ok(Some(obs)) = obs else {
-                report.progress.insert(key.clone(), Progress::Waiting);
-                if gate_rank(key.kind) < 2 {
-                    gates_open.insert(key.kind, false);
+            let obs = match obs {
+                Ok(Some(obs)) => obs,
+                Ok(None) => {
+                    // Not there (yet): waiting, and no gate it closes (its
+                    // children stall and are told, rather than wait for an
+                    // object that may never come).
+                    report.progress.insert(key.clone(), Progress::Waiting);
+                    moving = true;
+                    continue;
                 }
-                continue;
+                Err(e) => {
+                    // Not answered: what the unit's read said this pass
+                    // stands (an object already complete does not turn
+                    // pending for one failed look).
+                    tracing::debug!(error = %e, object = %key, "observing failed; next pass");
+                    let p = state
+                        .objects
+                        .get(&key)
+                        .map_or(Progress::Waiting, |o| o.progress.clone());
+                    if gate_rank(key.kind) < 2 {
+                        gates_open.insert(key.kind, p == Progress::Complete);
+                    }
+                    moving |= p != Progress::Complete;
+                    report.progress.insert(key.clone(), p);
+                    continue;
+                }
             };
             if !self.following.contains_key(&id) {
                 // Repairs already made for this hop are in the object's
@@ -119,7 +145,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                             .with_image(target.image.clone()),
                         history,
                         phase: None,
-                        reported: false,
+                        reported: None,
                         completed: false,
                         failing: false,
                     },
@@ -176,102 +202,107 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 _ => {}
             }
             let action = repair::plan(&key, projected, &p, &f.history, now, &self.opts.repair);
+            // One call to the cluster for whatever the action changes or
+            // audits: a Job deleted, a re-assert counted (a plane out of
+            // Git is not applied, so nothing is counted), a report's Event
+            // the first time it says this (a second stall in a later phase,
+            // or a failure after a stall, is told again).
+            let first_report =
+                matches!(&action, Action::Report(m) if f.reported.as_ref() != Some(m));
+            let run = match &action {
+                Action::DeleteJob { .. } => true,
+                Action::ReassertPlane { .. } => chain.removed.is_none(),
+                Action::Report(_) => first_report,
+                Action::WaitUntil(_) | Action::Nothing => false,
+            };
+            let executed = if run {
+                let r = repair::execute(
+                    &self.cluster,
+                    &key,
+                    &action,
+                    &mut f.history,
+                    now,
+                    &record_target,
+                    self.clock.wall(),
+                )
+                .await;
+                if let Err(e) = &r {
+                    tracing::warn!(error = %e, object = %key, "repair failed; next pass");
+                    // A repair the cluster refuses (no RBAC for Jobs or the
+                    // record) will not be made by waiting: a person must
+                    // act, or the status would read "repairing" for ever.
+                    if !e.retryable() {
+                        report.needs_person = Some(format!(
+                            "{key}: {}: lockstep cannot make the repair: {e}",
+                            p.describe()
+                        ));
+                        report.asked.insert(key.clone());
+                    }
+                }
+                Some(r.is_ok_and(|changed| changed))
+            } else {
+                None
+            };
             match &action {
-                Action::DeleteJob { .. } | Action::Report(_) => {
-                    let first_report = matches!(action, Action::Report(_)) && !f.reported;
-                    // A Job re-run only when one was deleted (a Job that
-                    // has not failed is left alone).
-                    let mut rerun = false;
-                    let mut reported = false;
-                    if matches!(action, Action::DeleteJob { .. }) || first_report {
-                        let r = repair::execute(
-                            &self.cluster,
-                            &key,
-                            &action,
-                            &mut f.history,
-                            now,
-                            &record_target,
-                            self.clock.wall(),
-                        )
-                        .await;
-                        match r {
-                            Err(e) => {
-                                tracing::warn!(error = %e, object = %key, "repair failed; next pass")
-                            }
-                            Ok(changed) => {
-                                rerun = changed;
-                                reported = first_report;
-                            }
-                        }
-                    }
-                    if let Action::Report(m) = &action {
-                        if first_report {
-                            did.push(Did::NeedsPerson {
-                                unit: chain.unit.clone(),
-                                object: key.clone(),
-                                message: m.clone(),
-                            });
-                        }
-                        f.reported = true;
-                        // A stall is told, and its statuses stay pending
-                        // (`UnitReport::stalled`); anything else reported
-                        // waits on a person.
-                        if matches!(p, Progress::Stalled { .. }) {
-                            report.stalled = Some(m.clone());
-                        } else {
-                            report.needs_person = Some(m.clone());
-                        }
-                    } else if rerun {
-                        out.repaired += 1;
-                        if let Action::DeleteJob { name, attempt, .. } = &action {
-                            did.push(Did::Repaired {
-                                object: key.clone(),
-                                message: format!(
-                                    "deleted failed Job {name} (attempt {attempt}) so the operator runs it again"
-                                ),
-                            });
-                        }
-                    }
-                    // Counted when done: a Job deleted, a report made
-                    // (once per object), not every pass that asked.
-                    let done = match action {
-                        Action::DeleteJob { .. } => rerun.then_some("rerun-job"),
-                        _ => reported.then_some("report"),
-                    };
-                    if let Some(action) = done {
+                Action::Report(m) => {
+                    if first_report && executed.is_some() {
+                        did.push(Did::NeedsPerson {
+                            unit: chain.unit.clone(),
+                            object: key.clone(),
+                            message: m.clone(),
+                        });
                         self.metrics
                             .repairs
                             .get_or_create(&RepairLabels {
                                 kind: key.kind.as_str().into(),
-                                action: action.into(),
+                                action: "report".into(),
                             })
                             .inc();
                     }
-                }
-                // Counted in the child's record before the plane is applied
-                // (below, once for every parked child of the pass); a plane
-                // out of Git is not applied, so nothing is counted.
-                Action::ReassertPlane { .. } if chain.removed.is_some() => reassert = true,
-                Action::ReassertPlane { .. } => {
-                    match repair::execute(
-                        &self.cluster,
-                        &key,
-                        &action,
-                        &mut f.history,
-                        now,
-                        &record_target,
-                        self.clock.wall(),
-                    )
-                    .await
-                    {
-                        Ok(_) => reassert = true,
-                        Err(e) => {
-                            tracing::warn!(error = %e, object = %key, "counting the re-assert failed; next pass")
-                        }
+                    f.reported = Some(m.clone());
+                    // A stall is told, and its statuses stay pending
+                    // (`UnitReport::stalled`); anything else reported
+                    // waits on a person, and this object's status says so.
+                    if matches!(p, Progress::Stalled { .. }) {
+                        report.stalled = Some(m.clone());
+                    } else {
+                        report.needs_person = Some(m.clone());
+                        report.asked.insert(key.clone());
                     }
                 }
-                Action::WaitUntil(_) | Action::Nothing => {}
+                // A Job re-run only when one was deleted (a Job that has
+                // not failed is left alone).
+                Action::DeleteJob { name, attempt, .. } if executed == Some(true) => {
+                    out.repaired += 1;
+                    did.push(Did::Repaired {
+                        object: key.clone(),
+                        message: format!(
+                            "deleted failed Job {name} (attempt {attempt}) so the operator runs it again"
+                        ),
+                    });
+                    self.metrics
+                        .repairs
+                        .get_or_create(&RepairLabels {
+                            kind: key.kind.as_str().into(),
+                            action: "rerun-job".into(),
+                        })
+                        .inc();
+                }
+                // Counted in the child's record (above) before the plane is
+                // applied (below, once for every parked child of the pass).
+                Action::ReassertPlane { .. } if chain.removed.is_some() => {
+                    reassert = true;
+                    parked.push(key.clone());
+                }
+                Action::ReassertPlane { .. } => reassert |= executed == Some(true),
+                _ => {}
             }
+            // Still moving: a hop a person was asked about, or a stall, is
+            // not (the pass has nothing more to do for it); a failure in
+            // its repair backoff is.
+            let told = matches!(p, Progress::Stalled { .. })
+                || (matches!(p, Progress::Failed { .. }) && report.asked.contains(&key));
+            moving |= p != Progress::Complete && !told;
             if p == Progress::Complete && f.complete() {
                 did.push(Did::Complete {
                     object: key.clone(),
@@ -298,6 +329,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         if reassert && let Some(by) = &chain.removed {
             // Git no longer holds the plane: nothing of it is applied, not
             // even the step the cluster already runs.
+            report.asked.extend(parked);
             report.needs_person.get_or_insert_with(|| {
                 format!(
                     "{}: a child was parked by an edit outside Git, and the plane was {}, so lockstep does not re-assert it; re-add the plane to Git, or fix the child in the cluster",
@@ -329,9 +361,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 }
             }
         }
-        // A hop that a person must look at keeps the unit where it is, but
-        // the pass has nothing more to do for it.
-        if report.needs_person.is_none() && report.stalled.is_none() {
+        // A hop that a person must look at, or that stalled, keeps the
+        // unit where it is, but the pass has nothing more to do for it; an
+        // object still on its way (another child of the plane, a Job in
+        // its repair backoff) keeps the run going.
+        if moving {
             out.busy = true;
         }
     }

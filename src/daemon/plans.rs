@@ -136,19 +136,18 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 complete,
                 // Git's release is not the last one lockstep accepted for
                 // the unit, and the newest change to it was refused.
-                // A stall holds a plan as a failure does (`onFailure`): no new
-                // wave starts while a hop makes no progress.
-                failed: r
-                    .and_then(|r| r.needs_person.clone().or_else(|| r.stalled.clone()))
-                    .or_else(|| {
-                        let accepted = match r {
-                            Some(r) => r.chain.steps.last().and_then(|s| s.release.clone()),
-                            None => plans.given.get(k).cloned(),
-                        };
-                        (accepted != u.release)
-                            .then(|| refused.get(k).cloned())
-                            .flatten()
-                    }),
+                failed: r.and_then(|r| r.needs_person.clone()).or_else(|| {
+                    let accepted = match r {
+                        Some(r) => r.chain.steps.last().and_then(|s| s.release.clone()),
+                        None => plans.given.get(k).cloned(),
+                    };
+                    (accepted != u.release)
+                        .then(|| refused.get(k).cloned())
+                        .flatten()
+                }),
+                // A stall holds a plan as a failure does (`onFailure`): no
+                // new wave starts while a hop makes no progress.
+                stalled: r.and_then(|r| r.stalled.clone()),
             }
         };
         let gate = |g: &crate::plan::Gate| {
@@ -212,7 +211,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 let view = self.plan_view(&plans, &p, now, proposal);
                 ui_plans.extend(view);
             }
-            if !p.trouble && !matches!(p.decision, Decision::Complete | Decision::Held { .. }) {
+            if !p.trouble
+                && !matches!(
+                    p.decision,
+                    Decision::Complete | Decision::Held { .. } | Decision::Stalled { .. }
+                )
+            {
                 out.busy |= matches!(
                     p.decision,
                     Decision::Running { .. }
@@ -241,6 +245,13 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             ) {
                 failed.insert(p.name.clone(), p.description.clone());
             }
+            // A plan selecting a unit never read since the start knows
+            // nothing of where that unit stands: its status waits for the
+            // read (a restart with the API server down must not turn a
+            // complete plan pending).
+            if self.selects_unread(&plans, &p.name) {
+                continue;
+            }
             statuses.push((
                 p.sha.clone(),
                 Status {
@@ -260,6 +271,24 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             self.queue_status(sha, s).await;
         }
         false
+    }
+
+    /// Whether plan `name` selects a unit no pass has read since the start.
+    fn selects_unread(&self, plans: &crate::plan::exec::TreePlans, name: &str) -> bool {
+        let unknown = |k: &Key| self.unread.contains_key(k) && !self.units.contains_key(k);
+        if !self.unread.keys().any(unknown) {
+            return false;
+        }
+        plans
+            .plans
+            .iter()
+            .filter(|(l, _)| l.plan.metadata.name == name)
+            .any(|(l, _)| {
+                crate::plan::validate::resolve(&l.plan, &plans.units)
+                    .iter()
+                    .flatten()
+                    .any(unknown)
+            })
     }
 
     /// A plan as the dashboard shows it.

@@ -7,6 +7,7 @@ use crate::cluster::Cluster;
 use crate::forge::Status;
 use crate::history::CheckReport;
 use crate::rollout;
+use crate::status::Context;
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// Queues every status the state implies (only changed ones are sent).
@@ -17,19 +18,34 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             &self.units,
             self.opts.target_url.as_deref(),
         );
-        // Commits of a unit never read since the start: nothing is known
-        // of their work (done, or not), so nothing is said until it is
-        // read. (One read before keeps what was said of it then.)
-        let unknown: std::collections::HashSet<&str> = self
-            .unread
-            .iter()
-            .filter(|(k, _)| !self.units.contains_key(*k))
-            .flat_map(|(_, (c, _))| c.steps.iter().flat_map(|s| s.commits.iter()))
-            .map(String::as_str)
-            .collect();
+        // A unit never read since the start: nothing is known of its work
+        // (done, or not), so neither its commits' verdict-and-progress
+        // status nor its objects' statuses are said until it is read. (One
+        // read before keeps what was said of it then.) Other units' object
+        // statuses on the same commits go out as usual.
+        let mut commits: std::collections::HashSet<&str> = Default::default();
+        let mut objects: std::collections::HashSet<String> = Default::default();
+        for (k, (c, _)) in &self.unread {
+            if self.units.contains_key(k) {
+                continue;
+            }
+            commits.extend(
+                c.steps
+                    .iter()
+                    .flat_map(|s| s.commits.iter().map(String::as_str)),
+            );
+            let keys = std::iter::once(k).chain(c.steps.iter().flat_map(|s| s.children.keys()));
+            objects.extend(keys.map(|o| {
+                Context::object(&self.opts.cluster_name, &o.namespace, &o.name).to_string()
+            }));
+        }
+        let commit = Context::commit(&self.opts.cluster_name).to_string();
         let statuses: Vec<_> = statuses
             .into_iter()
-            .filter(|(sha, _)| !unknown.contains(sha.as_str()))
+            .filter(|(sha, s)| {
+                !(commits.contains(sha.as_str())
+                    && (s.context == commit || objects.contains(&s.context)))
+            })
             .collect();
         for (sha, s) in statuses {
             self.queue_status(sha, s).await;

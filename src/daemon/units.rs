@@ -307,6 +307,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             progress: BTreeMap::new(),
             needs_person: None,
             stalled: None,
+            asked: Default::default(),
             waiting: None,
             cluster_release: state.spec.as_ref().and_then(|s| s.release.clone()),
             settled: rollout::settled(chain, &next, &state),

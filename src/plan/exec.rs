@@ -352,6 +352,7 @@ pub fn run(
                         release,
                         complete: v.complete,
                         failed: v.failed,
+                        stalled: v.stalled,
                     },
                 );
             }

@@ -116,6 +116,7 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
                         release: release(k)?,
                         complete: true,
                         failed: None,
+                        stalled: None,
                     },
                 ))
             })

@@ -35,6 +35,9 @@ pub struct ObjectView {
     pub complete: bool,
     /// A failure a person must look at (repair forward continues).
     pub failed: Option<String>,
+    /// A hop that made no progress past its phase's deadline: told to a
+    /// person, and it may still move by itself.
+    pub stalled: Option<String>,
 }
 
 /// Where one selected object stands across hops: its release in Git and
@@ -45,6 +48,7 @@ pub struct Position {
     /// The cluster completed the hop to `release` (or never moved from it).
     pub complete: bool,
     pub failed: Option<String>,
+    pub stalled: Option<String>,
 }
 
 /// Whether the cluster completed `release`, Git's release for a selected
@@ -139,6 +143,7 @@ pub fn current_hop(
                     started: p.release >= target,
                     complete: p.release > target || (p.release == target && p.complete),
                     failed: p.failed.clone(),
+                    stalled: p.stalled.clone(),
                 },
             )
         })
@@ -169,6 +174,10 @@ pub enum Decision {
     Paused { wave: usize },
     /// An object failed (onFailure: hold); its repair goes on.
     Held { wave: usize, reason: String },
+    /// An object's hop stalled: nothing new starts, as for a failure, but
+    /// the plan's status stays pending (the stall may end by itself, and a
+    /// failure posted now would turn back later).
+    Stalled { wave: usize, reason: String },
 }
 
 impl Decision {
@@ -219,6 +228,13 @@ impl Decision {
             Decision::Held { wave, reason } => {
                 format!("held in wave {}/{n} ({}): {reason}", wave + 1, name(wave))
             }
+            Decision::Stalled { wave, reason } => {
+                format!(
+                    "stalled in wave {}/{n} ({}): {reason}",
+                    wave + 1,
+                    name(wave)
+                )
+            }
         }
     }
 }
@@ -259,6 +275,17 @@ pub fn decide(i: &Input<'_>) -> Decision {
         for k in keys {
             if let Some(f) = i.objects.get(k).and_then(|v| v.failed.as_ref()) {
                 return Decision::Held {
+                    wave,
+                    reason: format!("{k}: {f}"),
+                };
+            }
+        }
+    }
+    // A stall holds it as well, told apart (no failure yet).
+    for keys in &i.waves[..=wave] {
+        for k in keys {
+            if let Some(f) = i.objects.get(k).and_then(|v| v.stalled.as_ref()) {
+                return Decision::Stalled {
                     wave,
                     reason: format!("{k}: {f}"),
                 };
@@ -403,6 +430,7 @@ mod tests {
             started,
             complete,
             failed: None,
+            stalled: None,
         }
     }
 
@@ -607,11 +635,39 @@ mod tests {
                 started: true,
                 complete: false,
                 failed: Some("MigrateFailed: boom".into()),
+                stalled: None,
             },
         );
         assert!(
             matches!(w.decide("2026-12-01T10:00:00Z"), Decision::Held { reason, .. } if reason.contains("MigrateFailed"))
         );
+        // A stall holds as well, told apart from a failure (its status
+        // stays pending); a failure elsewhere still wins.
+        let stall = ObjectView {
+            started: true,
+            complete: false,
+            failed: None,
+            stalled: Some("stalled in Migrating: no progress for over 1h".into()),
+        };
+        let second = w.objects.insert(keys[1].clone(), stall.clone());
+        assert!(matches!(
+            w.decide("2026-12-01T10:00:00Z"),
+            Decision::Held { .. }
+        ));
+        w.objects.insert(keys[0].clone(), stall);
+        let d = w.decide("2026-12-01T10:00:00Z");
+        assert!(
+            matches!(&d, Decision::Stalled { wave: 0, reason } if reason.contains("no progress")),
+            "{d:?}"
+        );
+        assert!(
+            d.describe(&w.plan)
+                .starts_with("stalled in wave 1/1 (all): ")
+        );
+        match second {
+            Some(v) => w.objects.insert(keys[1].clone(), v),
+            None => w.objects.remove(&keys[1]),
+        };
         w.set(&keys[0], true, false);
         w.plan.spec.paused = true;
         assert_eq!(
@@ -690,6 +746,7 @@ mod tests {
             progress: BTreeMap::new(),
             needs_person: None,
             stalled: None,
+            asked: Default::default(),
             waiting: None,
             cluster_release: None,
             settled: Default::default(),
@@ -715,6 +772,7 @@ mod tests {
             release: rel(release),
             complete,
             failed: None,
+            stalled: None,
         }
     }
 
@@ -930,6 +988,7 @@ mod tests {
                         release: *r,
                         complete: true,
                         failed: None,
+                        stalled: None,
                     },
                 )
             })
