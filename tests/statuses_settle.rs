@@ -975,3 +975,42 @@ spec:
     until_idle(&mut d, &mem, &queue, &forge).await;
     assert_eq!(status_history(&repo), settled);
 }
+
+/// A hop that stalls in its migration, moves on, and stalls again in its
+/// contraction is told twice (each stall says where), and still settles
+/// pending → success with no failure in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stall_of_the_same_hop_is_told_again() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova at 2026.1");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    let hop = repo.commit("nova to 2026.2");
+    let two_hours = Duration::from_secs(2 * 3600);
+    let mem = MemoryCluster::new(World::new(Params {
+        migrate: two_hours,
+        contract: two_hours,
+        ..Params::default()
+    }));
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let mut d = simulated(&repo, &mem, mem.clone(), &queue);
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    let key = lockstep::kind::Key::new(lockstep::kind::Kind::Nova, "compute", "nova");
+    let told: Vec<String> = mem
+        .world()
+        .expect("world")
+        .events
+        .iter()
+        .filter(|e| e.key == key && e.reason == "RepairNeeded")
+        .map(|e| e.message.clone())
+        .collect();
+    assert_eq!(told.len(), 2, "{told:#?}");
+    assert!(told[0].contains("Migrating") && told[1].contains("Contracting"), "{told:#?}");
+    let history = status_history(&repo);
+    assert_eq!(
+        history[&(hop.clone(), "lockstep/t".to_owned())],
+        ["pending", "success"],
+        "{history:#?}"
+    );
+}
