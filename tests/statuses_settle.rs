@@ -1006,7 +1006,10 @@ async fn a_second_stall_of_the_same_hop_is_told_again() {
         .map(|e| e.message.clone())
         .collect();
     assert_eq!(told.len(), 2, "{told:#?}");
-    assert!(told[0].contains("Migrating") && told[1].contains("Contracting"), "{told:#?}");
+    assert!(
+        told[0].contains("Migrating") && told[1].contains("Contracting"),
+        "{told:#?}"
+    );
     let history = status_history(&repo);
     assert_eq!(
         history[&(hop.clone(), "lockstep/t".to_owned())],

@@ -510,6 +510,105 @@ mod tests {
     use super::*;
     use crate::kind::Kind;
 
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=Rev Iewer",
+                "-c",
+                "user.email=rev@example.com",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("git runs");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// The rule that lets lockstep replace a proposal branch ending in a
+    /// commit it did not write: only when the host shows that commit as a
+    /// merged request's head (a squash merge leaves it out of the watched
+    /// branch). A reviewer's commit the host does not show as merged is
+    /// never pushed over. Real repositories, a bare remote over file://.
+    #[test]
+    fn a_foreign_tip_is_pushed_over_only_once_its_request_merged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (work, bare) = (dir.path().join("work"), dir.path().join("remote.git"));
+        std::fs::create_dir_all(work.join("standalone/compute")).expect("mkdir");
+        let nova = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("examples/fleet/standalone/compute/nova.yaml"),
+        )
+        .expect("example nova");
+        std::fs::write(work.join("standalone/compute/nova.yaml"), nova).expect("write");
+        git(dir.path(), &["init", "-q", "--bare", "remote.git"]);
+        git(&work, &["init", "-q", "-b", "main"]);
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-q", "-m", "fleet"]);
+        let url = format!("file://{}", bare.display());
+        git(&work, &["push", "-q", &url, "main"]);
+        let head = Oid::from_str(&git(&work, &["rev-parse", "HEAD"])).expect("oid");
+        let branch = branch("p", 0);
+        // A reviewer's own commit on the wave's branch.
+        git(&work, &["checkout", "-q", "-b", "review"]);
+        std::fs::write(work.join("REVIEW.md"), "a note\n").expect("write");
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-q", "-m", "review: a note"]);
+        git(
+            &work,
+            &["push", "-q", &url, &format!("HEAD:refs/heads/{branch}")],
+        );
+        let theirs = git(&work, &["rev-parse", "HEAD"]);
+        git(&work, &["checkout", "-q", "main"]);
+        let req = Request {
+            plan: "p".into(),
+            wave: 0,
+            waves: 1,
+            wave_name: "all".into(),
+            to: "2026.2".into(),
+            objects: vec![Object {
+                key: Key::new(Kind::Nova, "compute", "nova"),
+                file: "standalone/compute/nova.yaml".into(),
+                from: Some("2026.1".into()),
+            }],
+            head,
+            base: "main".into(),
+            branch: branch.clone(),
+            message: "plan p: wave 1/1 (all) to 2026.2\n\nLockstep-Plan: p".into(),
+            hop: None,
+        };
+        let author = crate::git::Author {
+            name: "lockstep".into(),
+            email: "lockstep@example.com".into(),
+        };
+        let target = PushTarget::new(&url, Default::default()).expect("target");
+        let tip = || git(&bare, &["rev-parse", &format!("refs/heads/{branch}")]);
+        match prepare(&work, &req, &author, None, &target, &[]) {
+            Err(ProposeError::Foreign { commit, .. }) => assert_eq!(commit.to_string(), theirs),
+            other => panic!("pushed over a reviewer's commit: {other:?}"),
+        }
+        assert_eq!(tip(), theirs, "left as it was");
+        let other_merged = ["0".repeat(40)];
+        assert!(matches!(
+            prepare(&work, &req, &author, None, &target, &other_merged),
+            Err(ProposeError::Foreign { .. })
+        ));
+        let merged = [theirs.clone()];
+        let p = prepare(&work, &req, &author, None, &target, &merged).expect("pushed");
+        assert!(p.wrote);
+        assert_eq!(tip(), p.commit.to_string());
+        assert_eq!(
+            git(&bare, &["rev-parse", &format!("refs/heads/{branch}~1")]),
+            head.to_string(),
+            "the wave's commit on the watched branch's head"
+        );
+    }
+
     #[test]
     fn branches_are_deterministic_valid_and_distinct() {
         assert_eq!(
