@@ -238,14 +238,19 @@ async fn a_parked_child_of_a_removed_plane_waits_for_a_person_instead_of_a_re_ap
         w.apply(&child, Some("2027.1".into()), image).unwrap();
     }
     s.remove_the_plane();
+    let mut last = None;
     for _ in 0..20 {
-        s.daemon.pass().await;
+        last = Some(s.daemon.pass().await);
         s.mem.step(Duration::from_secs(60)).unwrap();
     }
     assert_eq!(
         s.cluster.applies_of("prod"),
         1,
         "the plane left Git: it is not re-applied to repair"
+    );
+    assert!(
+        last.is_some_and(|o| !o.busy),
+        "it waits on a person: a bounded run ends"
     );
     let person: Vec<String> = s
         .daemon
@@ -357,6 +362,29 @@ async fn a_step_the_cluster_keeps_leaving_is_applied_again_with_a_backoff() {
     }
     // At once, then after 1, 2, 4, 8, 15 and 15 minutes.
     assert_eq!(applied_at, [0, 1, 3, 7, 15, 30, 45]);
+    // Each one an Event; past the repair budget a person is told.
+    let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
+    let events = s
+        .mem
+        .world()
+        .unwrap()
+        .event_reasons(&plane)
+        .iter()
+        .filter(|r| **r == "DriftReapplied")
+        .count();
+    assert_eq!(events, applied_at.len());
+    let told: Vec<String> = s
+        .daemon
+        .needs_person()
+        .into_iter()
+        .map(|n| n.reason)
+        .collect();
+    assert!(
+        told.len() == 1
+            && told[0].contains("left Git's step outside Git")
+            && told[0].contains("find the other writer"),
+        "{told:?}"
+    );
     // The other writer stops: the next apply sets the child right for good.
     let n = s.cluster.applies_of("prod");
     for _ in 0..20 {
@@ -368,6 +396,7 @@ async fn a_step_the_cluster_keeps_leaving_is_applied_again_with_a_backoff() {
         n + 1,
         "one more apply, then none"
     );
+    assert!(s.daemon.needs_person().is_empty(), "the fight is over");
     assert_ne!(
         s.mem.world().unwrap().objects[&child].image,
         theirs,

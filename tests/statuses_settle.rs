@@ -1017,3 +1017,51 @@ async fn a_second_stall_of_the_same_hop_is_told_again() {
         "{history:#?}"
     );
 }
+
+/// A plane's Keystone whose migration fails every try spends the repair
+/// budget: a person is asked, the Keystone's status and the hop's say
+/// failure, and the other children, which the plane holds behind the
+/// Keystone gate, wait without a stall clock. Nothing moves any more, so a
+/// bounded run ends (it looped for ever while the gated children counted
+/// as moving).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keystone_that_fails_for_good_ends_a_bounded_run() {
+    let repo = FleetRepo::new();
+    repo.write(PROD, prod("2026.1", "2026.1"));
+    repo.commit("prod at 2026.1");
+    repo.write(PROD, prod("2026.2", "2026.2"));
+    let hop = repo.commit("prod to 2026.2");
+    let mut world = World::new(Params::default());
+    world.faults.push(lockstep::sim::Fault::JobFails {
+        object: "prod-keystone".into(),
+        job: lockstep::sim::JobKind::Migrate,
+        tries: 10_000,
+    });
+    let mem = MemoryCluster::new(world);
+    let hold = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let cluster = Unprojected {
+        inner: mem.clone(),
+        hold,
+    };
+    let queue = StatusQueue::new(10_000);
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let mut d = simulated(&repo, &mem, cluster, &queue);
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    let told = d.needs_person();
+    assert!(
+        told.len() == 1
+            && told[0].reason.contains("prod-keystone")
+            && told[0].reason.contains("budget is spent"),
+        "{told:#?}"
+    );
+    let history = status_history(&repo);
+    assert_eq!(
+        history[&(hop.clone(), "lockstep/t".to_owned())],
+        ["pending", "failure"]
+    );
+    assert_eq!(
+        history[&(hop.clone(), "lockstep/t/openstack/prod-keystone".to_owned())],
+        ["pending", "failure"]
+    );
+    assert_eq!(horizon_states(&history, &hop), ["pending"], "{history:#?}");
+}

@@ -184,13 +184,15 @@ pub fn unit_view(key: &Key, r: &UnitReport, labels: BTreeMap<String, String>) ->
                 "fix the cause, then run `lockstep retry {unit_path}` (or commit a fix forward)"
             )),
         ),
-        (Next::Follow(_), None) if r.stalled.is_some() => (
+        // A hop with no progress past its deadline, or a step the cluster
+        // keeps leaving (another writer): told, not a failure.
+        (_, None) if r.stalled.is_some() => (
             Attention::Stalled,
             least,
             "stalled".to_owned(),
             r.stalled.clone(),
             Some(
-                "look at the operator's events and the phase Job's logs; lockstep never goes backwards, and the hop goes on once the phase moves"
+                "look at the operator's events and the phase Job's logs (a stalled phase), or at who else writes the object (a step it keeps leaving); lockstep never goes backwards"
                     .to_owned(),
             ),
         ),

@@ -58,9 +58,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let projected = (chain.unit.kind == Kind::ControlPlane).then_some(chain.unit.name.as_str());
         let mut reassert = false;
         // Children parked while their plane is out of Git (nothing re-asserts
-        // them), and whether any followed object still moves.
+        // them), and whether a repair waits out its backoff.
         let mut parked: Vec<crate::kind::Key> = Vec::new();
-        let mut moving = false;
+        let mut repairing = false;
+        // What the last pass said of the unit: a look that fails keeps it.
+        let before = self.units.get(&chain.unit).cloned();
         // Trackers of these objects' earlier hops go: a patch folded in, or
         // a revert to an earlier step's image, starts from the object's
         // record again, never from a tracker's stale count and flags (and
@@ -105,7 +107,6 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     // children stall and are told, rather than wait for an
                     // object that may never come).
                     report.progress.insert(key.clone(), Progress::Waiting);
-                    moving = true;
                     continue;
                 }
                 Err(e) => {
@@ -120,7 +121,16 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     if gate_rank(key.kind) < 2 {
                         gates_open.insert(key.kind, p == Progress::Complete);
                     }
-                    moving |= p != Progress::Complete;
+                    // And what a person was told of it stands too (a
+                    // failure does not turn "repairing" for one pass).
+                    if let Some(b) = &before {
+                        if b.asked.contains(&key) {
+                            report.asked.insert(key.clone());
+                            report.needs_person =
+                                report.needs_person.take().or(b.needs_person.clone());
+                        }
+                        report.stalled = report.stalled.take().or(b.stalled.clone());
+                    }
                     report.progress.insert(key.clone(), p);
                     continue;
                 }
@@ -231,7 +241,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     // A repair the cluster refuses (no RBAC for Jobs or the
                     // record) will not be made by waiting: a person must
                     // act, or the status would read "repairing" for ever.
-                    if !e.retryable() {
+                    if matches!(
+                        e,
+                        crate::cluster::ClusterError::Invalid { .. }
+                            | crate::cluster::ClusterError::Other(_)
+                    ) {
                         report.needs_person = Some(format!(
                             "{key}: {}: lockstep cannot make the repair: {e}",
                             p.describe()
@@ -295,14 +309,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     parked.push(key.clone());
                 }
                 Action::ReassertPlane { .. } => reassert |= executed == Some(true),
+                Action::DeleteJob { .. } | Action::WaitUntil(_) => repairing = true,
                 _ => {}
             }
-            // Still moving: a hop a person was asked about, or a stall, is
-            // not (the pass has nothing more to do for it); a failure in
-            // its repair backoff is.
-            let told = matches!(p, Progress::Stalled { .. })
-                || (matches!(p, Progress::Failed { .. }) && report.asked.contains(&key));
-            moving |= p != Progress::Complete && !told;
             if p == Progress::Complete && f.complete() {
                 did.push(Did::Complete {
                     object: key.clone(),
@@ -362,10 +371,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }
         }
         // A hop that a person must look at, or that stalled, keeps the
-        // unit where it is, but the pass has nothing more to do for it; an
-        // object still on its way (another child of the plane, a Job in
-        // its repair backoff) keeps the run going.
-        if moving {
+        // unit where it is, but the pass has nothing more to do for it,
+        // unless a repair of another of its objects waits out its backoff.
+        if (report.needs_person.is_none() && report.stalled.is_none()) || repairing {
             out.busy = true;
         }
     }

@@ -18,7 +18,8 @@ pub struct Entry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Did {
     /// A step of a unit applied. `reassert`: the same step again, after an
-    /// edit outside Git parked a child (a repair, not a new hop).
+    /// edit outside Git parked a child or moved the unit off it (a repair,
+    /// not a new hop).
     Applied {
         unit: Key,
         sha: String,

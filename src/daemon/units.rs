@@ -341,11 +341,24 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 let step = &chain.steps[i];
                 let now = self.clock.now();
                 let last = self.applies.get(&chain.unit);
+                // A fight past the repair budget is told to a person (it
+                // ends nothing by itself), its statuses untouched.
+                let fight = |a: &crate::repair::Applies| {
+                    (a.sha == step.sha && a.times > self.opts.repair.budget + 1).then(|| {
+                        format!(
+                            "{}: left Git's step outside Git {} times in a row (an edit, or another tool writing the same fields); lockstep applies it again after at most {}: find the other writer",
+                            chain.unit,
+                            a.times - 1,
+                            crate::follow::short(self.opts.repair.max_backoff)
+                        )
+                    })
+                };
                 if let Some(until) = last.and_then(|a| a.wait(&step.sha, now, &self.opts.repair)) {
                     // The cluster left the step this process applied, again:
                     // applied once more after the backoff (time opens it).
                     tracing::debug!(commit = %step.sha, wait_secs = until.saturating_sub(now).as_secs(), "the unit left Git's step again; applying it once the backoff ends");
-                    out.busy = true;
+                    report.stalled = last.and_then(fight);
+                    out.busy |= report.stalled.is_none();
                     return report;
                 }
                 let again = last.is_some_and(|a| a.sha == step.sha);
@@ -367,16 +380,33 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                                     action: "reapply-drift".into(),
                                 })
                                 .inc();
+                            // Every repair is also an Event for people to
+                            // read (an Event that cannot be written is only
+                            // logged).
+                            let message = format!(
+                                "left Git's step {} outside Git: applied again (time {} in a row)",
+                                step.sha.get(..10).unwrap_or(&step.sha),
+                                applies.times
+                            );
+                            if let Err(e) = self
+                                .cluster
+                                .record_event(&chain.unit, "DriftReapplied", &message, true)
+                                .await
+                            {
+                                tracing::warn!(error = %e, "the re-apply's Event could not be written");
+                            }
+                            report.stalled = fight(&applies);
+                        } else {
+                            self.metrics
+                                .hops_applied
+                                .get_or_create(&KindLabels {
+                                    kind: chain.unit.kind.as_str().into(),
+                                })
+                                .inc();
                         }
                         self.applies.insert(chain.unit.clone(), applies);
                         out.applied += 1;
                         out.busy = true;
-                        self.metrics
-                            .hops_applied
-                            .get_or_create(&KindLabels {
-                                kind: chain.unit.kind.as_str().into(),
-                            })
-                            .inc();
                         self.record(Did::Applied {
                             unit: chain.unit.clone(),
                             sha: step.sha.clone(),
@@ -391,7 +421,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         tracing::error!(error = %e, commit = %step.sha, "apply failed");
                         // Tried again next pass either way; a rejection waits
                         // on a person, so a bounded run can stop.
-                        out.busy = e.retryable();
+                        out.busy |= e.retryable();
                         report.needs_person =
                             (!e.retryable()).then(|| format!("apply refused: {e}"));
                         if let Some(m) = &report.needs_person
