@@ -87,6 +87,25 @@ async fn until_idle<C: Cluster + Clone + 'static>(
     panic!("never idle");
 }
 
+/// The prod plane at 2026.1, then its hop to 2026.2: the repository and
+/// the hop's commit.
+fn prod_hop() -> (FleetRepo, String) {
+    let repo = FleetRepo::new();
+    repo.write(PROD, prod("2026.1", "2026.1"));
+    repo.commit("prod at 2026.1");
+    repo.write(PROD, prod("2026.2", "2026.2"));
+    let hop = repo.commit("prod to 2026.2");
+    (repo, hop)
+}
+
+/// A status queue, and git notes in `repo` to deliver it into.
+fn notes_of(repo: &FleetRepo) -> (StatusQueue, AnyForge) {
+    (
+        StatusQueue::new(10_000),
+        AnyForge::Notes(Notes::open(repo.path()).expect("notes")),
+    )
+}
+
 /// For every (commit, context): the states it had, in the order lockstep
 /// wrote them (oldest notes commit first, repeats folded).
 fn status_history(repo: &FleetRepo) -> BTreeMap<(String, String), Vec<String>> {
@@ -202,8 +221,7 @@ fn run_until_idle_leaves_every_hop_and_object_settled() {
 async fn each_status_goes_pending_to_success_once() {
     let (repo, hops, install) = chained_fleet();
     let mem = MemoryCluster::new(World::new(Params::default()));
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated(&repo, &mem, mem.clone(), &queue);
     until_idle(&mut d, &mem, &queue, &forge).await;
     let history = status_history(&repo);
@@ -250,8 +268,7 @@ async fn a_patch_after_a_completed_hop_leaves_the_hop_settled() {
     let hop = repo.commit("nova and prod to 2026.2");
 
     let mem = MemoryCluster::new(World::new(Params::default()));
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated(&repo, &mem, mem.clone(), &queue);
     until_idle(&mut d, &mem, &queue, &forge).await;
     // The hop completed and its statuses settled: now the patch.
@@ -345,8 +362,7 @@ async fn a_reconfiguration_is_applied_once_and_settles() {
 
     let mem = MemoryCluster::new(World::new(Params::default()));
     let cluster = Counted::new(mem.clone());
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated(&repo, &mem, cluster.clone(), &queue);
     until_idle(&mut d, &mem, &queue, &forge).await;
     let before = cluster.applies_of("nova");
@@ -422,8 +438,7 @@ async fn a_held_pull_request_turns_once_the_hop_it_waits_for_completes() {
     repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
     repo.commit("nova at 2026.1");
     let mem = MemoryCluster::new(World::new(Params::default()));
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated(&repo, &mem, mem.clone(), &queue);
     until_idle(&mut d, &mem, &queue, &forge).await;
 
@@ -467,8 +482,7 @@ async fn since_seeds_the_simulation_with_the_state_it_takes_as_given() {
     let hop = repo.commit("nova to 2026.2");
     let mem = MemoryCluster::new(World::new(Params::default()));
     let counted = Counted::new(mem.clone());
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated_since(&repo, &mem, counted.clone(), &queue, Some(since));
     until_idle(&mut d, &mem, &queue, &forge).await;
     assert_eq!(counted.applies_of("nova"), 1, "the hop was applied once");
@@ -580,11 +594,7 @@ impl Cluster for Unprojected {
 /// child runs the hop's image; once the plane projects it, both settle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_the_plane_has_not_projected_yet_is_not_complete() {
-    let repo = FleetRepo::new();
-    repo.write(PROD, prod("2026.1", "2026.1"));
-    repo.commit("prod at 2026.1");
-    repo.write(PROD, prod("2026.2", "2026.2"));
-    let hop = repo.commit("prod to 2026.2");
+    let (repo, hop) = prod_hop();
 
     let mem = MemoryCluster::new(World::new(Params::default()));
     let hold = Arc::new(std::sync::atomic::AtomicBool::new(true));
@@ -592,8 +602,7 @@ async fn a_child_the_plane_has_not_projected_yet_is_not_complete() {
         inner: mem.clone(),
         hold: hold.clone(),
     };
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated(&repo, &mem, cluster, &queue);
     let metrics = Metrics::new();
     let horizon_ctx = |history: &BTreeMap<(String, String), Vec<String>>| {
@@ -664,11 +673,7 @@ fn horizon_states(history: &BTreeMap<(String, String), Vec<String>>, hop: &str) 
 /// nothing on the way read failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stall_that_ends_by_itself_is_told_and_settles_once() {
-    let repo = FleetRepo::new();
-    repo.write(PROD, prod("2026.1", "2026.1"));
-    repo.commit("prod at 2026.1");
-    repo.write(PROD, prod("2026.2", "2026.2"));
-    let hop = repo.commit("prod to 2026.2");
+    let (repo, hop) = prod_hop();
 
     let mem = MemoryCluster::new(World::new(Params::default()));
     let hold = Arc::new(std::sync::atomic::AtomicBool::new(true));
@@ -676,8 +681,7 @@ async fn a_stall_that_ends_by_itself_is_told_and_settles_once() {
         inner: mem.clone(),
         hold: hold.clone(),
     };
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated(&repo, &mem, cluster, &queue);
     let metrics = Metrics::new();
     let mut told = Vec::new();
@@ -733,11 +737,7 @@ async fn a_stall_that_ends_by_itself_is_told_and_settles_once() {
 /// as it should, so nobody is told of a stall, and the hop settles once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_waiting_behind_its_keystone_is_not_stalled() {
-    let repo = FleetRepo::new();
-    repo.write(PROD, prod("2026.1", "2026.1"));
-    repo.commit("prod at 2026.1");
-    repo.write(PROD, prod("2026.2", "2026.2"));
-    let hop = repo.commit("prod to 2026.2");
+    let (repo, hop) = prod_hop();
 
     let mem = MemoryCluster::new(World::new(Params {
         migrate: Duration::from_secs(45 * 60),
@@ -748,8 +748,7 @@ async fn a_child_waiting_behind_its_keystone_is_not_stalled() {
         inner: mem.clone(),
         hold: hold.clone(),
     };
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated(&repo, &mem, cluster, &queue);
     let metrics = Metrics::new();
     let keystone_done = |mem: &MemoryCluster| {
@@ -834,8 +833,7 @@ impl Cluster for Unreadable {
 async fn a_restart_that_cannot_read_the_cluster_changes_no_status() {
     let (repo, hops, install) = chained_fleet();
     let mem = MemoryCluster::new(World::new(Params::default()));
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated(&repo, &mem, mem.clone(), &queue);
     until_idle(&mut d, &mem, &queue, &forge).await;
     let settled = status_history(&repo);
@@ -875,11 +873,7 @@ async fn a_restart_that_cannot_read_the_cluster_changes_no_status() {
 /// throughout, then success, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_lockstep_re_runs_is_never_posted_as_a_failure() {
-    let repo = FleetRepo::new();
-    repo.write(PROD, prod("2026.1", "2026.1"));
-    repo.commit("prod at 2026.1");
-    repo.write(PROD, prod("2026.2", "2026.2"));
-    let hop = repo.commit("prod to 2026.2");
+    let (repo, hop) = prod_hop();
 
     let mut world = World::new(Params::default());
     world.faults.push(lockstep::sim::Fault::JobFails {
@@ -888,8 +882,7 @@ async fn a_job_lockstep_re_runs_is_never_posted_as_a_failure() {
         tries: world.params.backoff_limit + 2,
     });
     let mem = MemoryCluster::new(world);
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated(&repo, &mem, mem.clone(), &queue);
     until_idle(&mut d, &mem, &queue, &forge).await;
     let child = lockstep::kind::Key::new(lockstep::kind::Kind::Nova, "openstack", "prod-nova");
@@ -943,8 +936,7 @@ spec:
     );
     repo.commit("plan nova to 2026.2");
     let mem = MemoryCluster::new(World::new(Params::default()));
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated(&repo, &mem, mem.clone(), &queue);
     until_idle(&mut d, &mem, &queue, &forge).await;
     let settled = status_history(&repo);
@@ -992,8 +984,7 @@ async fn a_second_stall_of_the_same_hop_is_told_again() {
         contract: two_hours,
         ..Params::default()
     }));
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated(&repo, &mem, mem.clone(), &queue);
     until_idle(&mut d, &mem, &queue, &forge).await;
     let key = lockstep::kind::Key::new(lockstep::kind::Kind::Nova, "compute", "nova");
@@ -1026,11 +1017,7 @@ async fn a_second_stall_of_the_same_hop_is_told_again() {
 /// as moving).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keystone_that_fails_for_good_ends_a_bounded_run() {
-    let repo = FleetRepo::new();
-    repo.write(PROD, prod("2026.1", "2026.1"));
-    repo.commit("prod at 2026.1");
-    repo.write(PROD, prod("2026.2", "2026.2"));
-    let hop = repo.commit("prod to 2026.2");
+    let (repo, hop) = prod_hop();
     let mut world = World::new(Params::default());
     world.faults.push(lockstep::sim::Fault::JobFails {
         object: "prod-keystone".into(),
@@ -1043,8 +1030,7 @@ async fn a_keystone_that_fails_for_good_ends_a_bounded_run() {
         inner: mem.clone(),
         hold,
     };
-    let queue = StatusQueue::new(10_000);
-    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let (queue, forge) = notes_of(&repo);
     let mut d = simulated(&repo, &mem, cluster, &queue);
     until_idle(&mut d, &mem, &queue, &forge).await;
     let told = d.needs_person();
