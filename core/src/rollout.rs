@@ -1713,18 +1713,21 @@ mod tests {
             ),
         ]);
         let c = &chains(&r, |_, _, _| None, |_, _, _| Err(String::new()))[&n];
-        let edited = |installed: &str| {
-            let mut s = at("2026.1", &img("2026.1"));
+        // The unit's spec at `spec`, its object seen with `progress` and the
+        // operator reporting `installed`.
+        let seen = |spec: &str, progress: Progress, installed: &str| {
+            let mut s = at(spec, &img(spec));
             s.objects.insert(
                 n.clone(),
                 ObjectState {
                     spec: s.spec.clone().unwrap(),
-                    progress: Progress::Complete,
+                    progress,
                     installed: Some(installed.into()),
                 },
             );
             s
         };
+        let edited = |installed: &str| seen("2026.1", Progress::Complete, installed);
         assert_eq!(next(c, &edited("2026.2"), |_| true), Next::Apply(1));
         // Installed past every step Git has: nothing to re-assert.
         assert!(matches!(
@@ -1754,18 +1757,7 @@ mod tests {
             ),
         ]);
         let c3 = &chains(&r3, |_, _, _| None, |_, _, _| Err(String::new()))[&n];
-        let in_flight = |installed: &str| {
-            let mut s = at("2026.2", &img("2026.2"));
-            s.objects.insert(
-                n.clone(),
-                ObjectState {
-                    spec: s.spec.clone().unwrap(),
-                    progress: Progress::Waiting,
-                    installed: Some(installed.into()),
-                },
-            );
-            s
-        };
+        let in_flight = |installed: &str| seen("2026.2", Progress::Waiting, installed);
         // Mid-hop, as usual: followed.
         assert_eq!(next(c3, &in_flight("2026.1"), |_| false), Next::Follow(1));
         // Another object's installed release (a plane's former child, run

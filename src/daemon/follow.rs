@@ -61,8 +61,6 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // them), and whether a repair waits out its backoff.
         let mut parked: Vec<crate::kind::Key> = Vec::new();
         let mut repairing = false;
-        // What the last pass said of the unit: a look that fails keeps it.
-        let before = self.units.get(&chain.unit).cloned();
         // Trackers of these objects' earlier hops go: a patch folded in, or
         // a revert to an earlier step's image, starts from the object's
         // record again, never from a tracker's stale count and flags (and
@@ -121,9 +119,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     if gate_rank(key.kind) < 2 {
                         gates_open.insert(key.kind, p == Progress::Complete);
                     }
-                    // And what a person was told of it stands too (a
-                    // failure does not turn "repairing" for one pass).
-                    if let Some(b) = &before {
+                    // And what a person was told of it last pass stands
+                    // too (a failure does not turn "repairing" for one pass).
+                    if let Some(b) = self.units.get(&chain.unit) {
                         if b.asked.contains(&key) {
                             report.asked.insert(key.clone());
                             report.needs_person =
