@@ -277,4 +277,37 @@ fn main() {
         "peak RSS after the pushes: {:.0} MiB",
         measure::peak_rss_mib(pid)
     );
+
+    // Push-to-first-status of commits that add an object: the gate must
+    // find every other file that could define the new name ("every object
+    // is defined once"), the one-file commit that is dearest to judge.
+    let adds = pushes.div_ceil(3);
+    let mut lat = Vec::new();
+    for n in 0..adds {
+        let rel = fleet::add_nova(&work, n);
+        git(&work, &["add", &rel]);
+        git(&work, &["commit", "-q", "-m", &format!("add {rel}")]);
+        git(&work, &["push", "-q", "origin", "main"]);
+        let sha = git(&work, &["rev-parse", "HEAD"]);
+        let t0 = Instant::now();
+        assert!(post_push(hook, secret, &sha, pushes + n), "webhook refused");
+        let deadline = t0 + Duration::from_secs(30);
+        while !has_note(&repo, &sha) {
+            assert!(Instant::now() < deadline, "no status for {sha}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        lat.push(t0.elapsed());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    lat.sort();
+    println!(
+        "push-to-first-status of a commit adding an object ({adds} pushes): p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms",
+        percentile(&lat, 0.5).as_secs_f64() * 1000.0,
+        percentile(&lat, 0.9).as_secs_f64() * 1000.0,
+        lat.last().copied().unwrap_or_default().as_secs_f64() * 1000.0,
+    );
+    println!(
+        "peak RSS after the additions: {:.0} MiB",
+        measure::peak_rss_mib(pid)
+    );
 }

@@ -134,7 +134,7 @@ pub struct Memory {
     /// Shared floors: the daemon judges each new head on a copy of the last
     /// head's memory while that one is still held, and a copy of every
     /// object's last definition was the peak of its memory at 20,000 files.
-    pub floors: HashMap<Key, Arc<Floor>>,
+    pub floors: gate::Floors,
 }
 
 impl Memory {
@@ -147,9 +147,10 @@ impl Memory {
     fn accept(&mut self, baseline: &[Desired], next: Vec<Desired>, commit: &Arc<str>) {
         self.floors.reserve(baseline.len() + next.len());
         for b in baseline {
-            self.floors
-                .entry(b.key.clone())
-                .or_insert_with(|| Arc::new(Floor::after(b.clone(), None, None)));
+            if !self.floors.contains_key(&b.key) {
+                self.floors
+                    .insert(b.key.clone(), Arc::new(Floor::after(b.clone(), None, None)));
+            }
         }
         for d in next {
             let key = d.key.clone();
@@ -465,9 +466,11 @@ fn judge_commits(
         sources.absorb(std::mem::take(&mut walker.cache));
     }
     let memory = if opts.keep_floors {
+        let mut floors = walker.memory.floors;
+        floors.fold();
         Memory {
             at: Some(head),
-            ..walker.memory
+            floors,
         }
     } else {
         Memory::default()
@@ -1275,10 +1278,10 @@ impl Walker<'_> {
         };
         let release = |f: &Floor| f.released().and_then(|f| gate::parsed_release(&f.last));
         for k in keys {
-            let Some(past) = memory.floors.get(*k) else {
+            let Some(past) = memory.floors.get(k) else {
                 continue;
             };
-            match self.memory.floors.get(*k) {
+            match self.memory.floors.get(k) {
                 None => {
                     self.memory.floors.insert((*k).clone(), past.clone());
                 }
@@ -1464,7 +1467,7 @@ impl Walker<'_> {
             .filter(|k| {
                 self.memory
                     .floors
-                    .get(*k)
+                    .get(k)
                     .is_none_or(|f| f.released().is_none())
             })
             .collect();
@@ -1491,7 +1494,7 @@ impl Walker<'_> {
             let unknown: Vec<&Key> = new_keys
                 .iter()
                 .copied()
-                .filter(|k| self.forked || !self.memory.floors.contains_key(*k))
+                .filter(|k| self.forked || !self.memory.floors.contains_key(k))
                 .chain(unreleased)
                 .collect();
             self.look_back(&unknown)?;

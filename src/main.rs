@@ -103,7 +103,8 @@ enum Command {
         /// commit adding an object skips the directories that cannot hold
         /// its name. Only where no one else's job can write this .git: a
         /// forged index can hide a duplicate name from the check (never
-        /// from `run`, which does not use it). See docs/names-index.md.
+        /// from `run`, which keeps its own in memory). See
+        /// docs/names-index.md.
         #[arg(long)]
         names_index: bool,
         #[command(flatten)]
@@ -433,7 +434,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                 .transpose()?;
             let git = GitRepo::open(&repo)?;
             // Off by default: a read-only check reads and writes nothing
-            // under the Git directory; the daemon never builds one.
+            // under the Git directory; the daemon keeps its own in memory.
             let names = names_index
                 .then(|| std::sync::Arc::new(lockstep::names::NameIndex::new(git.common_dir())));
             let report = check(
@@ -460,7 +461,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
             if let Some(names) = names
                 && let Err(e) = names.save()
             {
-                tracing::debug!(file = %names.path().display(), error = %e, "names index not saved");
+                tracing::debug!(file = ?names.path(), error = %e, "names index not saved");
             }
             print(&report, output)?;
             if let Some(spec) = spec {

@@ -18,9 +18,10 @@
 //! anything. A tree id names its content forever, so an entry never goes
 //! stale.
 //!
-//! Only `lockstep check --names-index` uses it (off by default: a forged
-//! file can hide a duplicate from such a check; `docs/names-index.md`,
-//! "Threat model"); the daemon never does.
+//! `lockstep check --names-index` keeps it in a file (off by default: a
+//! forged file can hide a duplicate from such a check; `docs/names-index.md`,
+//! "Threat model"). The daemon keeps one in its own memory only
+//! ([`NameIndex::in_memory`]), built from blobs it read itself.
 //!
 //! Where it lives: `$GIT_DIR/lockstep/names-v1` (the common directory of
 //! worktrees), derived data like Git's own commit-graph: safe to delete,
@@ -219,7 +220,8 @@ pub struct NameIndex {
 }
 
 struct Shared {
-    file: PathBuf,
+    /// `None`: kept in memory only (the daemon's), never read or written.
+    file: Option<PathBuf>,
     state: Mutex<State>,
 }
 
@@ -233,6 +235,21 @@ struct State {
     built: usize,
     /// Blobs read to build them.
     blobs_read: usize,
+    /// Bytes of windows held, for an index kept in memory.
+    bytes: usize,
+    /// For an index kept in memory: the entries used or built since the
+    /// last walk began ([`NameIndex::sync`]), those of the tree in hand.
+    current: HashSet<Oid>,
+}
+
+/// The most an index kept in memory holds in windows: each commit that
+/// changes a directory gives it and its parents new ids, so their entries
+/// pile up. Past this, only the entries used since the last trim stay (those
+/// of the tree in hand); the others are read again if ever needed.
+const MEMORY_BYTES: usize = 8 << 20;
+
+fn entry_bytes(e: &Entry) -> usize {
+    2 * e.windows.len() + 64
 }
 
 impl Shared {
@@ -240,11 +257,14 @@ impl Shared {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if !s.loaded {
             s.loaded = true;
-            s.entries = match std::fs::read(&self.file) {
+            let Some(file) = &self.file else {
+                return s;
+            };
+            s.entries = match std::fs::read(file) {
                 Ok(bytes) => match decode(&bytes) {
                     Some(e) => e,
                     None => {
-                        tracing::debug!(file = %self.file.display(), "names index unreadable (corrupt, truncated or another version): ignored, rebuilt");
+                        tracing::debug!(file = %file.display(), "names index unreadable (corrupt, truncated or another version): ignored, rebuilt");
                         HashMap::new()
                     }
                 },
@@ -257,8 +277,33 @@ impl Shared {
     fn put(&self, tree: Oid, entry: Entry) {
         let mut s = self.state();
         s.built += 1;
+        if self.file.is_none() {
+            s.current.insert(tree);
+            s.bytes += entry_bytes(&entry);
+            if let Some(old) = s.entries.insert(tree, entry) {
+                s.bytes -= entry_bytes(&old);
+            }
+            if s.bytes > MEMORY_BYTES {
+                s.trim();
+            }
+            return;
+        }
         s.touched.insert(tree);
         s.entries.insert(tree, entry);
+    }
+}
+
+impl State {
+    /// Keeps the entries of the tree in hand; if those alone are most of
+    /// the limit, none.
+    fn trim(&mut self) {
+        let current = &self.current;
+        self.entries.retain(|k, _| current.contains(k));
+        self.bytes = self.entries.values().map(entry_bytes).sum();
+        if self.bytes > MEMORY_BYTES / 2 {
+            self.entries.clear();
+            self.bytes = 0;
+        }
     }
 }
 
@@ -449,18 +494,31 @@ impl NameIndex {
     /// The index of the repository whose (common) Git directory is
     /// `git_dir`; nothing is read until it is used.
     pub fn new(git_dir: &Path) -> Self {
+        Self::with_file(Some(git_dir.join("lockstep").join(FILE)))
+    }
+
+    /// An index kept in this process's memory only, never read from or
+    /// written to a file: the daemon's (`lockstep run`). It holds what this
+    /// process read itself, so no one else can forge it (the threat model
+    /// of the file, `docs/names-index.md`, does not apply), and it is
+    /// bounded ([`MEMORY_BYTES`]).
+    pub fn in_memory() -> Self {
+        Self::with_file(None)
+    }
+
+    fn with_file(file: Option<PathBuf>) -> Self {
         Self {
             shared: Arc::new(Shared {
-                file: git_dir.join("lockstep").join(FILE),
+                file,
                 state: Mutex::new(State::default()),
             }),
             producer: Mutex::new(Producer::default()),
         }
     }
 
-    /// The file the index is kept in.
-    pub fn path(&self) -> &Path {
-        &self.shared.file
+    /// The file the index is kept in (`None` in memory).
+    pub fn path(&self) -> Option<&Path> {
+        self.shared.file.as_deref()
     }
 
     fn producer(&self) -> std::sync::MutexGuard<'_, Producer> {
@@ -474,7 +532,13 @@ impl NameIndex {
         let mut s = self.shared.state();
         let e = s.entries.get(&tree).cloned();
         if e.is_some() {
-            s.touched.insert(tree);
+            // Kept in memory, only the tree in hand counts (`touched` is
+            // for what a save keeps, and would grow for ever).
+            if self.shared.file.is_none() {
+                s.current.insert(tree);
+            } else {
+                s.touched.insert(tree);
+            }
         }
         e
     }
@@ -531,6 +595,9 @@ impl NameIndex {
     /// range) finds the entries the first built instead of reading those
     /// directories again. The builder has mostly kept up by then.
     pub fn sync(&self) {
+        if self.shared.file.is_none() {
+            self.shared.state().current.clear();
+        }
         let mut p = self.producer();
         if p.gone {
             return;
@@ -564,6 +631,9 @@ impl NameIndex {
     /// to log; the check stands.
     pub fn save(&self) -> std::io::Result<bool> {
         self.finish();
+        let Some(file) = &self.shared.file else {
+            return Ok(false);
+        };
         let s = self.shared.state();
         if s.built == 0 || s.blobs_read < SAVE_AFTER_BLOBS {
             return Ok(false);
@@ -577,11 +647,11 @@ impl NameIndex {
             s.entries.iter().collect()
         };
         let bytes = encode(keep);
-        let dir = self.shared.file.parent().unwrap_or(Path::new("."));
+        let dir = file.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
         tmp.write_all(&bytes)?;
-        tmp.persist(&self.shared.file).map_err(|e| e.error)?;
+        tmp.persist(file).map_err(|e| e.error)?;
         Ok(true)
     }
 }
@@ -720,6 +790,46 @@ mod tests {
         let mut w = Windows::default();
         w.add_text(text.as_bytes());
         Entry::new(&w, false, 1)
+    }
+
+    /// An index in memory stays under its bound however many directories
+    /// it is given, and keeps what was used since its last trim.
+    #[test]
+    fn an_index_in_memory_is_bounded_and_keeps_what_is_in_use() {
+        let index = NameIndex::in_memory();
+        // About 80 KB of windows each: every name character thrice over.
+        let mut w = Windows::default();
+        let alphabet = "abcdefghijklmnopqrstuvwxyz0123456789-.";
+        for a in alphabet.chars() {
+            for b in alphabet.chars() {
+                let text: String = alphabet.chars().flat_map(|c| [a, b, c, ' ']).collect();
+                w.add_text(text.as_bytes());
+            }
+        }
+        let big = Entry::new(&w, false, 4);
+        assert!(entry_bytes(&big) > 60_000);
+        let id = |n: u32| Oid::from_str(&format!("{n:040x}")).unwrap();
+        let (mut trims, mut before) = (0, 0);
+        index.shared.put(id(0), big.clone());
+        for n in 0..1000 {
+            // A walk begins; it uses the entry of its tree's root.
+            index.sync();
+            assert!(
+                index.get(id(0)).is_some(),
+                "the entry in use was dropped at {n}"
+            );
+            index.shared.put(id(n + 1), big.clone());
+            let s = index.shared.state();
+            assert!(s.bytes <= MEMORY_BYTES, "{} bytes held", s.bytes);
+            assert_eq!(s.bytes, s.entries.values().map(entry_bytes).sum::<usize>());
+            assert!(s.touched.is_empty() && s.current.len() <= 2);
+            if s.entries.len() < before {
+                trims += 1;
+            }
+            before = s.entries.len();
+        }
+        assert!(trims > 5, "never trimmed");
+        assert!(!index.save().unwrap(), "an index in memory is never saved");
     }
 
     #[test]

@@ -243,7 +243,10 @@ fn reports(git: &GitRepo, commits: &[Oid], names: Option<Arc<NameIndex>>) -> Vec
 }
 
 fn index_file(git: &GitRepo) -> std::path::PathBuf {
-    NameIndex::new(git.common_dir()).path().to_owned()
+    NameIndex::new(git.common_dir())
+        .path()
+        .expect("a file")
+        .to_owned()
 }
 
 fn cases() -> u32 {
@@ -262,6 +265,9 @@ proptest! {
         let commits = history(dir.path(), &steps);
         let git = GitRepo::open(dir.path()).expect("open");
         let plain = reports(&git, &commits, None);
+        // The daemon's: one index in memory across every check, never saved.
+        let kept = reports(&git, &commits, Some(Arc::new(NameIndex::in_memory())));
+        prop_assert!(!index_file(&git).exists(), "an index in memory wrote a file");
         let cold = Arc::new(NameIndex::new(git.common_dir()));
         let built = reports(&git, &commits, Some(cold.clone()));
         // Saved when the run read enough to build entries (not when no
@@ -272,6 +278,9 @@ proptest! {
         for ((p, b), w) in plain.iter().zip(&built).zip(&reused) {
             prop_assert_eq!(p, b, "cold index");
             prop_assert_eq!(p, w, "saved index");
+        }
+        for (p, k) in plain.iter().zip(&kept) {
+            prop_assert_eq!(p, k, "index in memory");
         }
         prop_assert!(warm.blobs_read() <= cold.blobs_read(), "the saved index is used");
     }

@@ -166,3 +166,16 @@ pub fn hop_nova(work: &Path, i: usize) -> String {
     std::fs::write(work.join(&rel), next).expect("write");
     rel
 }
+
+/// Adds a new Nova, a copy of Nova 0 named `nova-added-{n}` beside it: a
+/// commit whose gate must find every other file that could define the name.
+pub fn add_nova(work: &Path, n: usize) -> String {
+    let from = nova_path(0);
+    let text = std::fs::read_to_string(work.join(&from)).expect("read");
+    let name = format!("nova-added-{n:03}");
+    let next = text.replacen("name: nova-00000\n", &format!("name: {name}\n"), 1);
+    assert_ne!(text, next, "{from} does not name nova-00000");
+    let rel = format!("standalone/compute/c000/{name}.yaml");
+    std::fs::write(work.join(&rel), next).expect("write");
+    rel
+}

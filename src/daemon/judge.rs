@@ -165,7 +165,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             recorded: super::record::shared(&record),
             // The seed's parse of the first tree, on the first judgment only.
             sources: self.opts.parsed.take(),
-            names: None,
+            names: Some(self.names.clone()),
             keep_floors: true,
             // As each new head is judged (`history::check_after`).
             from_base: true,
@@ -402,7 +402,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 trust: self.opts.trust.clone(),
                 recorded: None,
                 sources: None,
-                names: None,
+                names: Some(self.names.clone()),
                 keep_floors: true,
                 from_base: false,
             };

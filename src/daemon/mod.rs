@@ -249,6 +249,10 @@ pub struct Daemon<C: Cluster, R: Repo> {
     metrics: Arc<Metrics>,
     judged: Option<judge::Judged>,
     pulls: HashMap<u64, Oid>,
+    /// Which directories can hold a name, in memory only: a commit or pull
+    /// request that adds an object reads only the directories that could
+    /// define it again, not every blob (`names::NameIndex::in_memory`).
+    names: Arc<crate::names::NameIndex>,
     following: HashMap<follow::FollowId, follow::Following>,
     posted: HashMap<(String, String), (crate::forge::State, String)>,
     /// The last report of every unit: a quiet pass reuses them.
@@ -354,6 +358,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             metrics,
             judged: None,
             pulls: HashMap::new(),
+            names: Arc::new(crate::names::NameIndex::in_memory()),
             following: HashMap::new(),
             posted: HashMap::new(),
             units: BTreeMap::new(),
