@@ -145,7 +145,8 @@ impl Memory {
     /// floors, not cloned (a clone of every object was a tenth of a
     /// whole-tree judgment's sequential time), into a table grown once.
     fn accept(&mut self, baseline: &[Desired], next: Vec<Desired>, commit: &Arc<str>) {
-        self.floors.reserve(baseline.len() + next.len());
+        // The baseline's objects are mostly known already.
+        self.floors.reserve(next.len());
         for b in baseline {
             if !self.floors.contains_key(&b.key) {
                 self.floors

@@ -461,7 +461,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
             if let Some(names) = names
                 && let Err(e) = names.save()
             {
-                tracing::debug!(file = ?names.path(), error = %e, "names index not saved");
+                tracing::debug!(file = %names.path().unwrap_or(std::path::Path::new("")).display(), error = %e, "names index not saved");
             }
             print(&report, output)?;
             if let Some(spec) = spec {

@@ -240,6 +240,9 @@ struct State {
     /// For an index kept in memory: the entries used or built since the
     /// last walk began ([`NameIndex::sync`]), those of the tree in hand.
     current: HashSet<Oid>,
+    /// For an index kept in memory: the bytes past which it is trimmed
+    /// ([`MEMORY_BYTES`], or twice what the tree in hand alone needs).
+    limit: usize,
 }
 
 /// The most an index kept in memory holds in windows: each commit that
@@ -283,7 +286,7 @@ impl Shared {
             if let Some(old) = s.entries.insert(tree, entry) {
                 s.bytes -= entry_bytes(&old);
             }
-            if s.bytes > MEMORY_BYTES {
+            if s.bytes > s.limit {
                 s.trim();
             }
             return;
@@ -294,16 +297,22 @@ impl Shared {
 }
 
 impl State {
-    /// Keeps the entries of the tree in hand; if those alone are most of
-    /// the limit, none.
+    /// Keeps the entries of the tree in hand, whatever their size: a
+    /// fleet whose one tree needs more than the bound keeps that tree's
+    /// (and is trimmed again only once it holds twice as much).
     fn trim(&mut self) {
         let current = &self.current;
+        let before = self.entries.len();
         self.entries.retain(|k, _| current.contains(k));
         self.bytes = self.entries.values().map(entry_bytes).sum();
-        if self.bytes > MEMORY_BYTES / 2 {
-            self.entries.clear();
-            self.bytes = 0;
-        }
+        self.limit = self.limit.max(2 * self.bytes);
+        tracing::debug!(
+            kept = self.entries.len(),
+            dropped = before - self.entries.len(),
+            bytes = self.bytes,
+            limit = self.limit,
+            "names index in memory trimmed to the tree in hand"
+        );
     }
 }
 
@@ -335,6 +344,17 @@ struct Batch {
 }
 
 const BATCH_BYTES: usize = 256 << 10;
+
+impl Batch {
+    /// A batch a very large manifest grew gives its memory back before it
+    /// is filled again: the daemon's batches live as long as it does.
+    fn shrunk(mut self) -> Self {
+        if self.text.capacity() > 2 * BATCH_BYTES {
+            self.text = Vec::with_capacity(BATCH_BYTES + (BATCH_BYTES >> 2));
+        }
+        self
+    }
+}
 /// Batches in flight: bounds the copies held (a few MiB) when the builder
 /// falls behind; the walk then waits for it.
 const BATCHES_IN_FLIGHT: usize = 4;
@@ -392,7 +412,7 @@ impl Producer {
             }
         }
         let next = match self.back.as_ref().and_then(|b| b.try_recv().ok()) {
-            Some(b) => b,
+            Some(b) => b.shrunk(),
             None => Batch {
                 ops: Vec::with_capacity(1024),
                 text: Vec::with_capacity(BATCH_BYTES + (BATCH_BYTES >> 2)),
@@ -410,7 +430,7 @@ impl Producer {
         if !self.gone {
             let mut batch = std::mem::take(&mut self.batch);
             self.inline.apply(shared, &mut batch);
-            self.batch = batch;
+            self.batch = batch.shrunk();
         }
     }
 
@@ -503,7 +523,15 @@ impl NameIndex {
     /// of the file, `docs/names-index.md`, does not apply), and it is
     /// bounded ([`MEMORY_BYTES`]).
     pub fn in_memory() -> Self {
-        Self::with_file(None)
+        Self::in_memory_within(MEMORY_BYTES)
+    }
+
+    /// [`NameIndex::in_memory`] trimmed past `bytes` (tests trim on
+    /// every entry with a bound of 1).
+    pub fn in_memory_within(bytes: usize) -> Self {
+        let index = Self::with_file(None);
+        index.shared.state().limit = bytes;
+        index
     }
 
     fn with_file(file: Option<PathBuf>) -> Self {
@@ -595,9 +623,15 @@ impl NameIndex {
     /// range) finds the entries the first built instead of reading those
     /// directories again. The builder has mostly kept up by then.
     pub fn sync(&self) {
+        self.wait_for_builder();
+        // Kept in memory: what the walk about to begin uses is the tree in
+        // hand (entries the builder recorded just now were the last walk's).
         if self.shared.file.is_none() {
             self.shared.state().current.clear();
         }
+    }
+
+    fn wait_for_builder(&self) {
         let mut p = self.producer();
         if p.gone {
             return;
@@ -830,6 +864,34 @@ mod tests {
         }
         assert!(trims > 5, "never trimmed");
         assert!(!index.save().unwrap(), "an index in memory is never saved");
+    }
+
+    /// A tree whose entries alone pass the bound keeps them all, and the
+    /// index is not trimmed on every entry after that.
+    #[test]
+    fn an_index_in_memory_keeps_a_tree_larger_than_its_bound() {
+        let index = NameIndex::in_memory_within(1_000);
+        let big = entry("metadata:\n  name: nova-00001\n  namespace: compute-001\n");
+        let id = |n: u32| Oid::from_str(&format!("{n:040x}")).unwrap();
+        index.sync();
+        for n in 0..50 {
+            index.shared.put(id(n), big.clone());
+        }
+        for n in 0..50 {
+            assert!(
+                index.get(id(n)).is_some(),
+                "entry {n} of the tree in hand dropped"
+            );
+        }
+        let limit = index.shared.state().limit;
+        assert!(limit >= 50 * entry_bytes(&big), "limit {limit}");
+        // The next walk's tree: the last one's entries go at the next trim.
+        index.sync();
+        for n in 100..300 {
+            index.shared.put(id(n), big.clone());
+        }
+        assert!(index.get(id(0)).is_none(), "the old tree was kept");
+        assert!(index.get(id(299)).is_some());
     }
 
     #[test]

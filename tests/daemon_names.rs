@@ -70,14 +70,14 @@ fn commit(dir: &Path, files: &[(String, String)], message: &str) -> String {
     id.to_string()
 }
 
-/// Six directories of five Novas each (`nova-D-F` in `fleet/dD/`), so
+/// Twelve directories of five Novas each (`nova-D-F` in `fleet/dD/`), so
 /// every directory has an entry in the index.
 fn fleet() -> Vec<(String, String)> {
     let mut files = vec![(
         "platform/namespaces.yaml".to_owned(),
         common::example("platform/namespaces.yaml"),
     )];
-    for d in 0..6 {
+    for d in 0..12 {
         for f in 0..5 {
             files.push((
                 format!("fleet/d{d}/nova-{d}-{f}.yaml"),
@@ -185,6 +185,9 @@ async fn a_name_defined_twice_is_refused_however_warm_the_daemons_index() {
         notes(dir.path(), &add)
     );
     assert!(daemon.unit_reports().contains_key(&nova_key("nova-new-a")));
+    // Cold: every other file was read (60), and given to the index.
+    let cold = daemon.names_index().blobs_read();
+    assert!(cold >= 60, "the index read {cold} blobs: not in use");
 
     // Another new name, in another directory: the entries are used.
     files.push((
@@ -194,6 +197,13 @@ async fn a_name_defined_twice_is_refused_however_warm_the_daemons_index() {
     let add_b = commit(dir.path(), &files, "add nova-new-b");
     settle(&mut daemon, &mem, &queue, dir.path()).await;
     assert!(notes(dir.path(), &add_b).contains("success"));
+    // Warm: only the directories changed since (d0, d1) are read again;
+    // each commit is judged twice (from Git, then with the live state).
+    let warm = daemon.names_index().blobs_read() - cold;
+    assert!(
+        warm * 2 < cold,
+        "a warm index read {warm} blobs, cold {cold}"
+    );
 
     // A name d4 defines, added again in d2: d4's entry holds the name's
     // windows, so d4 is read and the duplicate found.

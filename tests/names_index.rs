@@ -267,6 +267,8 @@ proptest! {
         let plain = reports(&git, &commits, None);
         // The daemon's: one index in memory across every check, never saved.
         let kept = reports(&git, &commits, Some(Arc::new(NameIndex::in_memory())));
+        // And one trimmed to the tree in hand again and again.
+        let tight = reports(&git, &commits, Some(Arc::new(NameIndex::in_memory_within(1))));
         prop_assert!(!index_file(&git).exists(), "an index in memory wrote a file");
         let cold = Arc::new(NameIndex::new(git.common_dir()));
         let built = reports(&git, &commits, Some(cold.clone()));
@@ -279,8 +281,9 @@ proptest! {
             prop_assert_eq!(p, b, "cold index");
             prop_assert_eq!(p, w, "saved index");
         }
-        for (p, k) in plain.iter().zip(&kept) {
+        for ((p, k), t) in plain.iter().zip(&kept).zip(&tight) {
             prop_assert_eq!(p, k, "index in memory");
+            prop_assert_eq!(p, t, "index in memory, trimmed");
         }
         prop_assert!(warm.blobs_read() <= cold.blobs_read(), "the saved index is used");
     }

@@ -183,7 +183,7 @@ impl Floors {
     }
 
     /// Moves the floors set since the last fold into the shared table once
-    /// they are many, so that a copy stays small; the table is copied then
+    /// they are more than 1,024 and a 64th of it, so that a copy stays small; the table is copied then
     /// only if another holder still shares it.
     pub fn fold(&mut self) {
         if self.over.len() <= 1024.max(self.base.len() / 64) {
@@ -193,7 +193,10 @@ impl Floors {
             self.base = Arc::new(std::mem::take(&mut self.over));
             return;
         }
-        Arc::make_mut(&mut self.base).extend(self.over.drain());
+        // Taken, not drained: a drained map keeps its size, and a big
+        // commit's would then be copied with every copy of the floors.
+        let over = std::mem::take(&mut self.over);
+        Arc::make_mut(&mut self.base).extend(over);
     }
 }
 
@@ -1069,12 +1072,17 @@ mod floors_tests {
                 }
                 prop_assert_eq!(floors.get(&key).map(|f| f.last.line), model.get(&key).copied());
             }
+            let final_keys: Vec<Key> = model.keys().cloned().collect();
             copies.push((floors, model));
             for (floors, model) in &copies {
                 prop_assert_eq!(floors.is_empty(), model.is_empty());
                 for (k, line) in model {
                     prop_assert!(floors.contains_key(k));
                     prop_assert_eq!(floors.get(k).map(|f| f.last.line), Some(*line));
+                }
+                // Nothing set after the copy was taken shows in it.
+                for k in final_keys.iter().filter(|k| !model.contains_key(*k)) {
+                    prop_assert!(!floors.contains_key(k) && floors.get(k).is_none());
                 }
                 let absent = Key::new(Kind::Nova, "ns", "absent");
                 prop_assert!(!floors.contains_key(&absent) && floors.get(&absent).is_none());

@@ -425,6 +425,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         &self.journal
     }
 
+    /// The names index this daemon keeps in memory (tests read how many
+    /// blobs it read to build its entries).
+    pub fn names_index(&self) -> &crate::names::NameIndex {
+        &self.names
+    }
+
     /// The last report of every unit.
     pub fn unit_reports(&self) -> &BTreeMap<Key, UnitReport> {
         &self.units
