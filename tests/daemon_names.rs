@@ -15,7 +15,8 @@ use std::time::Duration;
 
 mod common;
 
-use git2::{Repository, Signature};
+use common::tree::{commit, notes};
+use git2::Repository;
 use lockstep::cluster::memory::MemoryCluster;
 use lockstep::daemon::{Daemon, Options, deliver_now};
 use lockstep::forge::AnyForge;
@@ -25,50 +26,6 @@ use lockstep::kind::{Key, Kind};
 use lockstep::metrics::Metrics;
 use lockstep::sim::{Params, World};
 use lockstep::source::{Origin, Source};
-
-/// Commits `files` (path, text) as main's whole tree.
-fn commit(dir: &Path, files: &[(String, String)], message: &str) -> String {
-    let repo = Repository::open(dir).unwrap();
-    let mut index = git2::Index::new().unwrap();
-    for (path, text) in files {
-        let id = repo.blob(text.as_bytes()).unwrap();
-        index
-            .add(&git2::IndexEntry {
-                ctime: git2::IndexTime::new(0, 0),
-                mtime: git2::IndexTime::new(0, 0),
-                dev: 0,
-                ino: 0,
-                mode: 0o100644,
-                uid: 0,
-                gid: 0,
-                file_size: u32::try_from(text.len()).unwrap(),
-                id,
-                flags: 0,
-                flags_extended: 0,
-                path: path.as_bytes().to_vec(),
-            })
-            .unwrap();
-    }
-    let tree = repo.find_tree(index.write_tree_to(&repo).unwrap()).unwrap();
-    let sig = Signature::now("Fleet", "fleet@example.invalid").unwrap();
-    let parent = repo
-        .refname_to_id("refs/heads/main")
-        .ok()
-        .map(|id| repo.find_commit(id).unwrap());
-    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
-    let id = repo
-        .commit(
-            Some("refs/heads/main"),
-            &sig,
-            &sig,
-            message,
-            &tree,
-            &parents,
-        )
-        .unwrap();
-    repo.set_head("refs/heads/main").unwrap();
-    id.to_string()
-}
 
 /// Twelve directories of five Novas each (`nova-D-F` in `fleet/dD/`), so
 /// every directory has an entry in the index.
@@ -109,22 +66,6 @@ fn refusal(dir: &Path, sha: &str) -> String {
         .map(|o| o.message.clone())
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// The statuses git notes hold for `sha`.
-fn notes(dir: &Path, sha: &str) -> String {
-    let text = lockstep::forge::notes::history_text(dir, "main");
-    let mut out = String::new();
-    let mut on = false;
-    for line in text.lines() {
-        if !line.starts_with("    ") {
-            on = line.starts_with(&sha[..10]);
-        } else if on {
-            out.push_str(line.trim());
-            out.push('\n');
-        }
-    }
-    out
 }
 
 async fn settle(

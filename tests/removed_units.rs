@@ -7,14 +7,14 @@
 //! counts applies (the real C5C3 operators cannot run here); the repository
 //! is real Git, changed between passes as a person would push.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
 
 use common::counted::Counted;
-use git2::{Repository, Signature};
+use common::tree::commit;
+use git2::Repository;
 use lockstep::cluster::memory::MemoryCluster;
 use lockstep::daemon::{Daemon, Options, deliver_now};
 use lockstep::forge::AnyForge;
@@ -28,50 +28,6 @@ use lockstep::sim::{Params, World};
 use lockstep::source::{Origin, Source};
 
 const PLANE: &str = "clusters/prod/controlplane.yaml";
-
-/// Commits `files` (path, text) as main's whole tree.
-fn commit(dir: &Path, files: &[(&str, String)], message: &str) -> String {
-    let repo = Repository::open(dir).unwrap();
-    let mut index = git2::Index::new().unwrap();
-    for (path, text) in files {
-        let id = repo.blob(text.as_bytes()).unwrap();
-        index
-            .add(&git2::IndexEntry {
-                ctime: git2::IndexTime::new(0, 0),
-                mtime: git2::IndexTime::new(0, 0),
-                dev: 0,
-                ino: 0,
-                mode: 0o100644,
-                uid: 0,
-                gid: 0,
-                file_size: u32::try_from(text.len()).unwrap(),
-                id,
-                flags: 0,
-                flags_extended: 0,
-                path: path.as_bytes().to_vec(),
-            })
-            .unwrap();
-    }
-    let tree = repo.find_tree(index.write_tree_to(&repo).unwrap()).unwrap();
-    let sig = Signature::now("Fleet", "fleet@example.invalid").unwrap();
-    let parent = repo
-        .refname_to_id("refs/heads/main")
-        .ok()
-        .map(|id| repo.find_commit(id).unwrap());
-    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
-    let id = repo
-        .commit(
-            Some("refs/heads/main"),
-            &sig,
-            &sig,
-            message,
-            &tree,
-            &parents,
-        )
-        .unwrap();
-    repo.set_head("refs/heads/main").unwrap();
-    id.to_string()
-}
 
 fn namespaces() -> (&'static str, String) {
     (
@@ -182,18 +138,7 @@ impl Story {
 
     /// The statuses git notes hold for `sha`.
     fn notes(&self, sha: &str) -> String {
-        let text = lockstep::forge::notes::history_text(self.dir.path(), "main");
-        let mut out = String::new();
-        let mut on = false;
-        for line in text.lines() {
-            if !line.starts_with("    ") {
-                on = line.starts_with(&sha[..10]);
-            } else if on {
-                out.push_str(line.trim());
-                out.push('\n');
-            }
-        }
-        out
+        common::tree::notes(self.dir.path(), sha)
     }
 }
 

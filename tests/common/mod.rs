@@ -11,6 +11,7 @@ pub mod kube;
 pub mod prism;
 pub mod sim_kube;
 pub mod sshd;
+pub mod tree;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
