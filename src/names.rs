@@ -247,8 +247,8 @@ struct State {
 
 /// The most an index kept in memory holds in windows: each commit that
 /// changes a directory gives it and its parents new ids, so their entries
-/// pile up. Past this, only the entries used since the last trim stay (those
-/// of the tree in hand); the others are read again if ever needed.
+/// pile up. Past this, only the entries of the tree in hand stay (all of
+/// them, even past the bound); the others are read again if ever needed.
 const MEMORY_BYTES: usize = 8 << 20;
 
 fn entry_bytes(e: &Entry) -> usize {
@@ -526,8 +526,8 @@ impl NameIndex {
         Self::in_memory_within(MEMORY_BYTES)
     }
 
-    /// [`NameIndex::in_memory`] trimmed past `bytes` (tests trim on
-    /// every entry with a bound of 1).
+    /// [`NameIndex::in_memory`] trimmed past `bytes` (tests pass 1 to
+    /// trim as often as the tree in hand allows).
     pub fn in_memory_within(bytes: usize) -> Self {
         let index = Self::with_file(None);
         index.shared.state().limit = bytes;

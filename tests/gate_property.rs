@@ -340,7 +340,6 @@ fn apply_op(state: &mut BTreeMap<Obj, Written>, op: &Op) {
 }
 
 fn tree_of(repo: &Repository, state: &BTreeMap<Obj, Written>, policy: bool) -> Oid {
-    let mut index = git2::Index::new().expect("index");
     // Something that is not ours, so no tree is ever empty.
     let files = std::iter::once((
         "platform/namespaces.yaml".to_owned(),
@@ -352,24 +351,7 @@ fn tree_of(repo: &Repository, state: &BTreeMap<Obj, Written>, policy: bool) -> O
             .iter()
             .map(|(o, w)| (o.paths()[w.path].to_owned(), content(*o, w))),
     );
-    for (path, text) in files {
-        let entry = git2::IndexEntry {
-            ctime: git2::IndexTime::new(0, 0),
-            mtime: git2::IndexTime::new(0, 0),
-            dev: 0,
-            ino: 0,
-            mode: 0o100644,
-            uid: 0,
-            gid: 0,
-            file_size: u32::try_from(text.len()).expect("small file"),
-            id: repo.blob(text.as_bytes()).expect("blob"),
-            flags: 0,
-            flags_extended: 0,
-            path: path.into_bytes(),
-        };
-        index.add(&entry).expect("add to index");
-    }
-    index.write_tree_to(repo).expect("write tree")
+    common::tree::write_tree(repo, files)
 }
 
 /// Writes the history into a new repository; returns main's commits

@@ -6,13 +6,14 @@ use std::path::Path;
 
 use git2::{Repository, Signature};
 
-/// Commits `files` (path, text) as main's whole tree; the new commit's id.
-pub fn commit<P: AsRef<str>, T: AsRef<str>>(dir: &Path, files: &[(P, T)], message: &str) -> String {
-    let repo = Repository::open(dir).unwrap();
+/// Writes `files` (path, text) as one tree of regular files; its id.
+pub fn write_tree<P: AsRef<str>, T: AsRef<str>>(
+    repo: &Repository,
+    files: impl IntoIterator<Item = (P, T)>,
+) -> git2::Oid {
     let mut index = git2::Index::new().unwrap();
     for (path, text) in files {
         let text = text.as_ref();
-        let id = repo.blob(text.as_bytes()).unwrap();
         index
             .add(&git2::IndexEntry {
                 ctime: git2::IndexTime::new(0, 0),
@@ -23,14 +24,21 @@ pub fn commit<P: AsRef<str>, T: AsRef<str>>(dir: &Path, files: &[(P, T)], messag
                 uid: 0,
                 gid: 0,
                 file_size: u32::try_from(text.len()).unwrap(),
-                id,
+                id: repo.blob(text.as_bytes()).unwrap(),
                 flags: 0,
                 flags_extended: 0,
                 path: path.as_ref().as_bytes().to_vec(),
             })
             .unwrap();
     }
-    let tree = repo.find_tree(index.write_tree_to(&repo).unwrap()).unwrap();
+    index.write_tree_to(repo).unwrap()
+}
+
+/// Commits `files` (path, text) as main's whole tree; the new commit's id.
+pub fn commit<P: AsRef<str>, T: AsRef<str>>(dir: &Path, files: &[(P, T)], message: &str) -> String {
+    let repo = Repository::open(dir).unwrap();
+    let tree = write_tree(&repo, files.iter().map(|(p, t)| (p.as_ref(), t.as_ref())));
+    let tree = repo.find_tree(tree).unwrap();
     let sig = Signature::now("Fleet", "fleet@example.invalid").unwrap();
     let parent = repo
         .refname_to_id("refs/heads/main")
