@@ -12,7 +12,9 @@
 //! local timer that needs no answer from the API server.
 //!
 //! RBAC: `get`, `list`, `watch`, `create` and `patch` on
-//! `leases.coordination.k8s.io` in [`LeaseConfig::namespace`].
+//! `leases.coordination.k8s.io` in [`LeaseConfig::namespace`]; `get` on
+//! `pods` there, for a follower to check the holder before it forwards a
+//! webhook delivery (`src/forward.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerBuilder, LeaseManagerError};
@@ -181,6 +184,8 @@ struct Election {
     identity: String,
     name: String,
     api: Api<Lease>,
+    /// The pods of the Lease's namespace, where every replica runs.
+    pods: Api<Pod>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
     /// How long resigning may take before we give up on the release.
@@ -206,6 +211,7 @@ impl Leadership {
             identity: config.identity.clone(),
             name: config.name.clone(),
             api: api.clone(),
+            pods: Api::namespaced(client.clone(), &config.namespace),
             stop: Some(stop),
             task: tokio::spawn(
                 Campaign {
@@ -262,6 +268,19 @@ impl Leadership {
             .and_then(|l| l.spec)
             .and_then(|s| s.holder_identity)
             .filter(|h| !h.is_empty()))
+    }
+
+    /// This replica's identity in the election; `None` under
+    /// [`always`](Self::always).
+    pub fn identity(&self) -> Option<&str> {
+        self.election.as_ref().map(|e| e.identity.as_str())
+    }
+
+    /// The pods of the Lease's namespace, where the replicas run (a
+    /// follower checks the holder's pod before it forwards anything to it:
+    /// `src/forward.rs`). `None` under [`always`](Self::always).
+    pub fn pods(&self) -> Option<Api<Pod>> {
+        self.election.as_ref().map(|e| e.pods.clone())
     }
 
     /// Hands over at once (a follower watching the Lease sees it freed)

@@ -480,7 +480,11 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
                 let _ = tt.try_send(());
             }
         });
-        let app = crate::forward::leader_only(crate::webhook::router(wh, tx), leadership.clone());
+        let app = crate::forward::leader_only(
+            crate::webhook::router(wh.clone(), tx),
+            leadership.clone(),
+            wh,
+        );
         tracing::info!(%addr, "webhook receiver listening");
         servers.push(tokio::spawn(serve(listener, app, stop_rx.clone())));
     }

@@ -147,7 +147,8 @@ pub fn router(config: WebhookConfig, tx: mpsc::Sender<Trigger>) -> Router {
         .with_state(state)
 }
 
-type Reply = (StatusCode, &'static str);
+/// A status and a fixed body.
+pub type Reply = (StatusCode, &'static str);
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
@@ -177,54 +178,93 @@ pub fn sign_hex(secret: &Secret, body: &[u8]) -> String {
     }
 }
 
-async fn github(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Reply {
-    let Some(secret) = &app.config.github else {
-        return (
-            StatusCode::NOT_FOUND,
-            "GitHub webhooks are not configured\n",
-        );
-    };
-    let signed = header(&headers, "x-hub-signature-256")
-        .and_then(|s| s.strip_prefix("sha256="))
-        .is_some_and(|hex| verify_hmac_hex(secret, &body, hex));
-    if !signed {
-        return (
-            StatusCode::UNAUTHORIZED,
-            "bad or missing X-Hub-Signature-256\n",
-        );
+/// Which host a receiver path belongs to (`/hooks/github`, ...).
+pub fn host_of(path: &str) -> Option<Host> {
+    match path {
+        "/hooks/github" => Some(Host::GitHub),
+        "/hooks/gitlab" => Some(Host::GitLab),
+        "/hooks/gitea" => Some(Host::Gitea),
+        _ => None,
     }
-    accept(&app, Host::GitHub, &headers, &body)
+}
+
+/// Whether a delivery carries the host's signature (GitHub, Gitea: an
+/// HMAC-SHA256 of the body; GitLab: the token), checked in constant time.
+/// The answer on failure is the receiver's own, so a follower that checks
+/// before forwarding (`src/forward.rs`) answers as the leader would.
+pub fn authentic(
+    config: &WebhookConfig,
+    host: Host,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), Reply> {
+    match host {
+        Host::GitHub => {
+            let Some(secret) = &config.github else {
+                return Err((
+                    StatusCode::NOT_FOUND,
+                    "GitHub webhooks are not configured\n",
+                ));
+            };
+            let signed = header(headers, "x-hub-signature-256")
+                .and_then(|s| s.strip_prefix("sha256="))
+                .is_some_and(|hex| verify_hmac_hex(secret, body, hex));
+            if !signed {
+                return Err((
+                    StatusCode::UNAUTHORIZED,
+                    "bad or missing X-Hub-Signature-256\n",
+                ));
+            }
+        }
+        Host::GitLab => {
+            let Some(secret) = &config.gitlab else {
+                return Err((
+                    StatusCode::NOT_FOUND,
+                    "GitLab webhooks are not configured\n",
+                ));
+            };
+            let ok =
+                header(headers, "x-gitlab-token").is_some_and(|t| secret.matches(t.as_bytes()));
+            if !ok {
+                return Err((StatusCode::UNAUTHORIZED, "bad or missing X-Gitlab-Token\n"));
+            }
+        }
+        Host::Gitea => {
+            let Some(secret) = &config.gitea else {
+                return Err((StatusCode::NOT_FOUND, "Gitea webhooks are not configured\n"));
+            };
+            // Gitea sends a bare hex digest; Forgejo sends the same under its own name too.
+            let signed = header(headers, "x-gitea-signature")
+                .or_else(|| header(headers, "x-forgejo-signature"))
+                .is_some_and(|hex| verify_hmac_hex(secret, body, hex));
+            if !signed {
+                return Err((
+                    StatusCode::UNAUTHORIZED,
+                    "bad or missing X-Gitea-Signature\n",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn github(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Reply {
+    receive(&app, Host::GitHub, &headers, &body)
 }
 
 async fn gitlab(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Reply {
-    let Some(secret) = &app.config.gitlab else {
-        return (
-            StatusCode::NOT_FOUND,
-            "GitLab webhooks are not configured\n",
-        );
-    };
-    let ok = header(&headers, "x-gitlab-token").is_some_and(|t| secret.matches(t.as_bytes()));
-    if !ok {
-        return (StatusCode::UNAUTHORIZED, "bad or missing X-Gitlab-Token\n");
-    }
-    accept(&app, Host::GitLab, &headers, &body)
+    receive(&app, Host::GitLab, &headers, &body)
 }
 
 async fn gitea(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Reply {
-    let Some(secret) = &app.config.gitea else {
-        return (StatusCode::NOT_FOUND, "Gitea webhooks are not configured\n");
-    };
-    // Gitea sends a bare hex digest; Forgejo sends the same under its own name too.
-    let signed = header(&headers, "x-gitea-signature")
-        .or_else(|| header(&headers, "x-forgejo-signature"))
-        .is_some_and(|hex| verify_hmac_hex(secret, &body, hex));
-    if !signed {
-        return (
-            StatusCode::UNAUTHORIZED,
-            "bad or missing X-Gitea-Signature\n",
-        );
+    receive(&app, Host::Gitea, &headers, &body)
+}
+
+fn receive(app: &AppState, host: Host, headers: &HeaderMap, body: &[u8]) -> Reply {
+    match authentic(&app.config, host, headers, body) {
+        Ok(()) => accept(app, host, headers, body),
+        Err(reply) => reply,
     }
-    accept(&app, Host::Gitea, &headers, &body)
 }
 
 /// The event name and delivery id a host puts in its headers (empty when absent).

@@ -191,6 +191,7 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
         "create leases.coordination.k8s.io -n lockstep",
         "list leases.coordination.k8s.io/lockstep -n lockstep",
         "watch leases.coordination.k8s.io/lockstep -n lockstep",
+        "get pods -n lockstep",
         "get configmaps/lockstep-records -n lockstep",
         "patch configmaps/lockstep-records -n lockstep",
         "get configmaps/lockstep-history -n lockstep",
@@ -235,6 +236,12 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
         "list leases.coordination.k8s.io -n lockstep",
         "watch leases.coordination.k8s.io -n lockstep",
         "list leases.coordination.k8s.io --all-namespaces",
+        // Pods: a follower reads the Lease holder's, in its own namespace.
+        "list pods -n lockstep",
+        "watch pods -n lockstep",
+        "get pods -n openstack",
+        "get pods --subresource=log -n lockstep",
+        "patch pods -n lockstep",
         // Its record and its hop history: only its own two ConfigMaps,
         // only in its namespace.
         "get configmaps/other -n lockstep",
@@ -249,7 +256,7 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
         "list configmaps -n lockstep",
         // Nothing else (cluster-scoped ones with --all-namespaces: no namespace).
         "create pods -n openstack",
-        "create pods/exec -n lockstep",
+        "create pods --subresource=exec -n lockstep",
         "get configmaps -n lockstep",
         "create serviceaccounts/token -n lockstep",
         "impersonate serviceaccounts",

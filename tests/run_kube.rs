@@ -752,6 +752,11 @@ async fn the_leader_fails_over_mid_phase() {
     let logs = tempfile::tempdir().unwrap();
     let mut fleet = Fleet::new(&server, world(), &["lockstep"]).await;
     let leases: Api<Lease> = Api::namespaced(fleet.client.clone(), "lockstep");
+    // Each replica's pod, as the downward API would describe it: a follower
+    // forwards only to a holder it finds among them.
+    for name in ["a", "b"] {
+        common::kube::replica_pod(&fleet.client, "lockstep", name, "lockstep", "127.0.0.1").await;
+    }
 
     let config = logs.path().join("lockstep.yaml");
     std::fs::write(&config, "leaderElection:\n  leaseDuration: 4s\n").unwrap();

@@ -250,3 +250,26 @@ impl Rounds {
         );
     }
 }
+
+/// A pod that stands for a replica of lockstep (the API server here runs
+/// no kubelet, so the test writes the status a kubelet would): a follower
+/// forwards webhook deliveries only to a Lease holder whose pod runs as its
+/// own ServiceAccount at the holder's IP (`src/forward.rs`).
+pub async fn replica_pod(client: &kube::Client, ns: &str, name: &str, account: &str, ip: &str) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "lockstep"}},
+        "spec": {
+            "serviceAccountName": account,
+            "containers": [{"name": "lockstep", "image": "ghcr.io/c5c3/lockstep:test"}]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let status = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
