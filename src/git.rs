@@ -1083,12 +1083,8 @@ pub fn push(
     }
     let shown = redact(remote);
     let what = format!("pushing {refname} to {shown}");
-    let mut handle = match repo.find_remote(remote) {
-        Ok(r) => r,
-        Err(_) => repo
-            .remote_anonymous(remote)
-            .map_err(|e| Error::classify(&e, format!("remote {shown}"), repo.path()))?,
-    };
+    let mut handle = remote_for_push(repo, remote)
+        .map_err(|e| Error::classify(&e, format!("remote {shown}"), repo.path()))?;
     let refused: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
     let slot = Rc::clone(&refused);
     callbacks.push_update_reference(move |_name, status| {
@@ -1110,6 +1106,51 @@ pub fn push(
         });
     }
     Ok(())
+}
+
+/// A remote by name or by URL, to push to. A relative path (`../fleet.git`,
+/// as a remote's URL or given as one) is taken from the top of the work
+/// tree (a bare repository's Git directory), as `git push` takes it;
+/// libgit2 would take it from wherever lockstep was started, and push to
+/// another repository or to none.
+pub fn remote_for_push<'r>(
+    repo: &'r Repository,
+    name_or_url: &str,
+) -> Result<git2::Remote<'r>, git2::Error> {
+    match repo.find_remote(name_or_url) {
+        Ok(r) => {
+            let url = match r.pushurl() {
+                Ok(Some(u)) => Some(u.to_owned()),
+                _ => r.url().ok().map(str::to_owned),
+            };
+            match url.and_then(|u| resolve_relative(repo, &u)) {
+                Some(resolved) => repo.remote_anonymous(&resolved),
+                None => Ok(r),
+            }
+        }
+        Err(_) => match resolve_relative(repo, name_or_url) {
+            Some(resolved) => repo.remote_anonymous(&resolved),
+            None => repo.remote_anonymous(name_or_url),
+        },
+    }
+}
+
+/// A remote URL that is a relative local path, made absolute against the
+/// top of the work tree (a bare repository's Git directory); `None` for
+/// anything else (a URL with a scheme, `host:path`, an absolute path).
+pub fn resolve_relative(repo: &Repository, url: &str) -> Option<String> {
+    if url.is_empty() || url.contains("://") || Path::new(url).is_absolute() {
+        return None;
+    }
+    // scp-like `host:path`: a colon before any slash, as git decides.
+    if let Some((before, _)) = url.split_once(':')
+        && !before.is_empty()
+        && !before.contains('/')
+    {
+        return None;
+    }
+    let base = repo.workdir().unwrap_or_else(|| repo.path());
+    Some(base.join(url).to_string_lossy().into_owned())
 }
 
 /// Drops `user:password@` from anything URL-like, so errors can be logged.
@@ -1393,6 +1434,42 @@ mod tests {
             .commit(Some("HEAD"), &sig, &sig, "one", &tree, &[])
             .unwrap();
         (dir, c, blob)
+    }
+
+    #[test]
+    fn a_relative_remote_path_is_taken_from_the_top_of_the_work_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = Repository::init(dir.path().join("w")).unwrap();
+        let bare = Repository::init_bare(dir.path().join("b.git")).unwrap();
+        let top = work.workdir().unwrap().to_path_buf();
+        let resolved = |url: &str| resolve_relative(&work, url);
+        assert_eq!(
+            resolved("../up.git"),
+            Some(top.join("../up.git").to_string_lossy().into_owned())
+        );
+        assert_eq!(
+            resolved("up.git"),
+            Some(top.join("up.git").to_string_lossy().into_owned())
+        );
+        // A bare repository's paths are taken from its Git directory.
+        assert_eq!(
+            resolve_relative(&bare, "../up.git"),
+            Some(bare.path().join("../up.git").to_string_lossy().into_owned())
+        );
+        // Everything else stays as it is.
+        for url in [
+            "",
+            "/srv/git/fleet.git",
+            "https://git.example/o/fleet.git",
+            "file:///srv/git/fleet.git",
+            "ssh://git@git.example/o/fleet.git",
+            "git@git.example:o/fleet.git",
+            "git.example:fleet.git",
+        ] {
+            assert_eq!(resolved(url), None, "{url}");
+        }
+        // A path whose first part holds a colon after a slash is a path.
+        assert!(resolved("./a:b/fleet.git").is_some());
     }
 
     /// No libgit2 phrasing ("class=", "code=", its own words) in what a

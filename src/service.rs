@@ -398,11 +398,16 @@ fn stall_deadlines(d: Duration) -> Deadlines {
     }
 }
 
-/// The URL of a local repository's `origin` remote, if it has one.
+/// The URL of a local repository's `origin` remote, if it has one; a
+/// relative path taken from the top of its work tree, as `git push` would.
 fn local_origin(repo: &std::path::Path) -> Option<String> {
     let repo = git2::Repository::open(repo).ok()?;
     let remote = repo.find_remote("origin").ok()?;
-    remote.url().ok().map(str::to_owned)
+    let url = match remote.pushurl() {
+        Ok(Some(u)) => u.to_owned(),
+        _ => remote.url().ok()?.to_owned(),
+    };
+    Some(crate::git::resolve_relative(&repo, &url).unwrap_or(url))
 }
 
 fn default_cache_dir() -> PathBuf {

@@ -126,6 +126,51 @@ fn notes_are_pushed_to_the_remote() {
     );
 }
 
+/// A remote whose URL is a relative path is taken from the top of the work
+/// tree, as `git push` takes it, wherever lockstep was started (libgit2
+/// alone would take it from the working directory: here the crate's, where
+/// no such repository is).
+#[test]
+fn notes_go_to_a_relative_remote_as_git_push_takes_it() {
+    let repo = FleetRepo::new();
+    repo.write("nova.yaml", nova("nova", "2026.1", "2026.1"));
+    repo.commit("fleet");
+    let bare = repo.path().join("up.git");
+    let st = std::process::Command::new("git")
+        .args(["init", "-q", "--bare", &bare.to_string_lossy()])
+        .status()
+        .expect("git");
+    assert!(st.success());
+    std::fs::write(repo.path().join(".git/info/exclude"), "up.git/\n").unwrap();
+    repo.git(&["remote", "add", "origin", "./up.git"]);
+    repo.git(&["push", "-q", "-u", "origin", "main"]);
+    let out = lockstep(&[
+        "check",
+        "--repo",
+        &repo.path().to_string_lossy(),
+        "--report",
+        "notes",
+        "--push-notes",
+        "origin",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = std::process::Command::new("git")
+        .args(["notes", "--ref=lockstep", "show", "main"])
+        .current_dir(&bare)
+        .output()
+        .expect("git notes");
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains("lockstep/default: success"),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+}
+
 /// A replica killed mid-write leaves `refs/notes/lockstep.lock` behind. A
 /// fresh lock is another writer at work and is respected (the status is
 /// retried later); one older than any write could take is removed.

@@ -141,9 +141,10 @@ fn connect<'r>(
     errs: &'r RefCell<Option<SourceError>>,
 ) -> Result<(git2::Remote<'r>, RemoteCallbacks<'r>), ForgeError> {
     match remote {
-        NotesRemote::Named(name) => {
-            Ok((repo.find_remote(name).map_err(err)?, RemoteCallbacks::new()))
-        }
+        NotesRemote::Named(name) => Ok((
+            crate::git::remote_for_push(repo, name).map_err(err)?,
+            RemoteCallbacks::new(),
+        )),
         NotesRemote::Source(t) => Ok((
             repo.remote_anonymous(t.url()).map_err(err)?,
             t.callbacks(errs),
