@@ -100,6 +100,27 @@ impl Story {
         }
     }
 
+    /// A new daemon on the same repository and cluster, as after a restart
+    /// (nothing of the old one's memory kept); its metrics are `metrics`.
+    fn restart(&mut self, metrics: Arc<Metrics>) {
+        let source = Source::open(Origin::Local(self.dir.path().to_owned()), "main").unwrap();
+        let opts = Options {
+            cluster_name: "prod".into(),
+            poll: Duration::from_millis(10),
+            resync: Duration::ZERO,
+            ..Options::default()
+        };
+        let clock = lockstep::daemon::virtual_start(&self.mem, &source, &opts).unwrap();
+        self.daemon = Daemon::new(
+            opts,
+            source,
+            self.cluster.clone(),
+            clock,
+            self.queue.clone(),
+            metrics,
+        );
+    }
+
     /// The plane's file renamed to a name lockstep does not read.
     fn remove_the_plane(&self) -> String {
         commit(
@@ -277,6 +298,67 @@ async fn a_child_parked_after_every_re_assert_is_reported_once_the_budget_is_spe
 /// doubling, capped at 15 minutes), so the two writers do not fight at the
 /// speed of their watches. An hour of passes a minute apart: 60 applies
 /// before, now seven.
+/// A restart keeps no count of re-applies, but the object keeps the digest
+/// of the step applied to it: the first drift after a restart is applied
+/// again at once, as before, and counted as what it is, a re-apply with
+/// its Event and metric, not as a new hop.
+#[tokio::test]
+async fn after_a_restart_the_first_drift_is_a_re_apply_not_a_new_hop() {
+    let mut s = Story::reading_every_unit_each(Duration::ZERO).await;
+    s.until_idle().await;
+    assert!(matches!(s.plane(), Next::Done(_)), "{:?}", s.plane());
+    let metrics = Arc::new(Metrics::new());
+    s.restart(metrics.clone());
+    s.daemon.pass().await;
+    let before = s.cluster.applies_of("prod");
+    let child = Key::new(Kind::Nova, "openstack", "prod-nova");
+    let theirs = ImageRef::parse_reference("mirror.example/c5c3/nova:2026.2").unwrap();
+    s.mem
+        .world()
+        .unwrap()
+        .objects
+        .get_mut(&child)
+        .unwrap()
+        .image = theirs.clone();
+    s.daemon.pass().await;
+    assert_eq!(
+        s.cluster.applies_of("prod"),
+        before + 1,
+        "applied again at once"
+    );
+    let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
+    let events: Vec<String> = s
+        .mem
+        .world()
+        .unwrap()
+        .event_reasons(&plane)
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    assert_eq!(
+        events.iter().filter(|r| *r == "DriftReapplied").count(),
+        1,
+        "{events:?}"
+    );
+    let text = metrics.encode();
+    let value = |line: &str| {
+        text.lines()
+            .find(|l| l.starts_with(line))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    assert_eq!(
+        value(r#"lockstep_repairs_total{kind="ControlPlane",action="reapply-drift"}"#),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(r#"lockstep_hops_applied_total{kind="ControlPlane"}"#),
+        None,
+        "not a new hop: {text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_the_cluster_keeps_leaving_is_applied_again_with_a_backoff() {
     let mut s = Story::reading_every_unit_each(Duration::ZERO).await;

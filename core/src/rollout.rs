@@ -872,6 +872,14 @@ fn document_applied(s: &Step, state: &UnitState) -> bool {
     }
 }
 
+/// Whether the unit's object carries step `s`'s own document digest
+/// ([`APPLIED_ANNOTATION`]): some lockstep applied exactly this step to it
+/// before, whatever the spec shows now. A restarted daemon, which keeps no
+/// count of its own, tells a drift off the step from a new hop by it.
+pub fn applied_before(s: &Step, state: &UnitState) -> bool {
+    matches!((&state.applied, &s.document), (Some(a), Ok(d)) if *a == d.digest())
+}
+
 /// The release a spec's image tag names (a projected child's image always
 /// carries its release, Horizon's included).
 fn image_release(t: &Target) -> Option<String> {

@@ -340,7 +340,19 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             Next::Apply(i) => {
                 let step = &chain.steps[i];
                 let now = self.clock.now();
-                let last = self.applies.get(&chain.unit);
+                // What this process applied of the unit; after a restart,
+                // nothing, unless the object carries this very step's
+                // digest: an earlier process applied it and the cluster
+                // left it since, which is a drift to count as one, not a
+                // new hop.
+                let seeded = self.applies.get(&chain.unit).cloned().or_else(|| {
+                    rollout::applied_before(step, &state).then(|| crate::repair::Applies {
+                        sha: step.sha.clone(),
+                        times: 1,
+                        last: now,
+                    })
+                });
+                let last = seeded.as_ref();
                 // A fight past the repair budget is told to a person (it
                 // ends nothing by itself), its statuses untouched.
                 let fight = |a: &crate::repair::Applies| {
@@ -365,12 +377,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 let span = tracing::info_span!("apply", commit = %step.sha, to = step.release.as_deref().unwrap_or(""));
                 match self.apply(chain, i).instrument(span).await {
                     Ok(()) => {
-                        let applies = crate::repair::Applies::after(
-                            self.applies.get(&chain.unit),
-                            &step.sha,
-                            now,
-                            &self.opts.repair,
-                        );
+                        let applies =
+                            crate::repair::Applies::after(last, &step.sha, now, &self.opts.repair);
                         if again {
                             tracing::warn!(commit = %step.sha, times = applies.times, "the unit left Git's step outside Git (an edit, another tool); applied it again");
                             self.metrics
