@@ -294,8 +294,8 @@ fn render(sim: &Simulation) -> Rehearsal {
         }
         // A hop a pre-flight gate holds (the simulated cluster has no
         // Backups unless one is put there): it would not start.
-        if let Some(m) = &u.waiting {
-            out.lines.push(format!("{key}: not applied, {m}"));
+        if let Some(w) = &u.waiting {
+            out.lines.push(format!("{key}: not applied, {}", w.message));
         }
         out.failed |= matches!(u.next, Next::Blocked(_))
             || u.needs_person.is_some()

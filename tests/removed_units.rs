@@ -23,7 +23,7 @@ use lockstep::forge::notes::Notes;
 use lockstep::kind::{Key, Kind};
 use lockstep::metrics::Metrics;
 use lockstep::release::ImageRef;
-use lockstep::rollout::Next;
+use lockstep::rollout::{Next, WaitOn};
 use lockstep::sim::{Params, World};
 use lockstep::source::{Origin, Source};
 
@@ -378,6 +378,7 @@ async fn a_step_the_cluster_keeps_leaving_is_applied_again_with_a_backoff() {
     let before = s.cluster.applies_of("prod");
     drift(&s);
     let mut applied_at = Vec::new();
+    let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
     for minute in 0..60 {
         s.daemon.pass().await;
         let n = s.cluster.applies_of("prod");
@@ -385,12 +386,22 @@ async fn a_step_the_cluster_keeps_leaving_is_applied_again_with_a_backoff() {
             applied_at.push(minute);
             drift(&s);
         }
+        if minute == 2 {
+            // Between two re-applies the unit says what it waits for (the
+            // dashboard: not a pre-flight gate, not "applying").
+            let w = s.daemon.unit_reports()[&plane].waiting.clone();
+            assert!(
+                w.as_ref().is_some_and(|w| w.on == WaitOn::Drift
+                    && w.message.contains("(2 in a row")
+                    && w.message.ends_with("after a backoff of 2m")),
+                "{w:?}"
+            );
+        }
         s.mem.advance(Duration::from_secs(60));
     }
     // At once, then after 1, 2, 4, 8, 15 and 15 minutes.
     assert_eq!(applied_at, [0, 1, 3, 7, 15, 30, 45]);
     // Each one an Event; past the repair budget a person is told.
-    let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
     let events = s
         .mem
         .world()

@@ -910,9 +910,9 @@ pub struct UnitReport {
     /// and their statuses say failure. Another object failing while
     /// lockstep repairs it reads pending.
     pub asked: BTreeSet<Key>,
-    /// The hop to apply waits on a pre-flight gate (`core/src/preflight.rs`):
-    /// why, as its pending status says it.
-    pub waiting: Option<String>,
+    /// The step to apply waits: on what, and why, as its pending status
+    /// says it.
+    pub waiting: Option<Wait>,
     /// The release the unit's spec names in the cluster, as read this pass
     /// (`None`: not in the cluster, not read, or a kind without a release
     /// field). A blocked unit is off Git's chain, so only the cluster can
@@ -922,6 +922,35 @@ pub struct UnitReport {
     /// later commit was folded over them, and how ([`settled`]): their
     /// statuses stay success while that later commit is applied.
     pub settled: BTreeMap<String, Settled>,
+}
+
+/// Why a step lockstep may apply is not applied yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wait {
+    pub on: WaitOn,
+    /// What the step's pending status says.
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitOn {
+    /// A pre-flight gate of a policy fails on the live state
+    /// (`core/src/preflight.rs`).
+    Gate,
+    /// A plan over the unit is outside its maintenance windows.
+    Window,
+    /// The cluster left a step this process applied, again: it is applied
+    /// once more after the repair backoff (`repair::Applies`).
+    Drift,
+}
+
+impl Wait {
+    pub fn new(on: WaitOn, message: impl Into<String>) -> Self {
+        Self {
+            on,
+            message: message.into(),
+        }
+    }
 }
 
 /// How a commit a later one was folded over is done.
@@ -1304,7 +1333,7 @@ fn step_state(u: &UnitReport, i: usize) -> StepState {
             Some(m) => StepState::Failed(m.clone()),
             // A pre-flight gate holds it: pending, saying why.
             None => match &u.waiting {
-                Some(w) => StepState::Pending(format!("{hop}: {w}")),
+                Some(w) => StepState::Pending(format!("{hop}: {}", w.message)),
                 None => StepState::Pending(format!("accepted: applying {hop}")),
             },
         },
@@ -2230,7 +2259,10 @@ mod tests {
         // A hop a pre-flight gate holds: pending, saying why, never failure
         // (it is not refused) and never "applying" (it is not applied).
         let mut held = unit(Next::Apply(1), Progress::Complete);
-        held.waiting = Some("waiting: last backup of nova 31h old, need 24h".into());
+        held.waiting = Some(Wait::new(
+            WaitOn::Gate,
+            "waiting: last backup of nova 31h old, need 24h",
+        ));
         let units: BTreeMap<Key, UnitReport> = [(nova(), held)].into_iter().collect();
         let s = statuses("prod", &r, &units, None);
         assert_eq!(find(&s, "a", "lockstep/prod").0, State::Success);

@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::follow::Progress;
 use crate::gate::Verdict;
 use crate::kind::{Key, Kind};
-use crate::rollout::{Next, UnitReport};
+use crate::rollout::{Next, UnitReport, WaitOn};
 use crate::verdict::CommitReport;
 
 /// How urgently a unit wants a person; rows sort by it (most urgent first).
@@ -204,17 +204,33 @@ pub fn unit_view(key: &Key, r: &UnitReport, labels: BTreeMap<String, String>) ->
                 .unwrap_or_else(|| "in flight".into());
             (Attention::Moving, least, status, None, None)
         }
-        // A pre-flight gate holds the hop (`core/src/preflight.rs`).
-        (Next::Apply(_), None) if r.waiting.is_some() => (
-            Attention::Pending,
-            0,
-            "waiting on a pre-flight gate".to_owned(),
-            r.waiting.clone(),
-            Some(
-                "meet the gate (a fresh database backup, every child Ready) or change the UpgradePolicy that sets it; the hop is applied once the gate passes"
-                    .to_owned(),
-            ),
-        ),
+        (Next::Apply(_), None) if r.waiting.is_some() => {
+            let w = r.waiting.as_ref().map(|w| (w.on, w.message.clone()));
+            let (on, message) = w.unwrap_or((WaitOn::Gate, String::new()));
+            let (status, action) = match on {
+                // A pre-flight gate holds the hop (`core/src/preflight.rs`).
+                WaitOn::Gate => (
+                    "waiting on a pre-flight gate",
+                    "meet the gate (a fresh database backup, every child Ready) or change the UpgradePolicy that sets it; the hop is applied once the gate passes",
+                ),
+                WaitOn::Window => (
+                    "waiting for a maintenance window",
+                    "the hop is applied once a window of the plan opens; change the plan's windows to apply it sooner",
+                ),
+                // Not yet past the repair budget (then it is `stalled`).
+                WaitOn::Drift => (
+                    "left Git's step, set right after a backoff",
+                    "something outside Git changed the object back (an edit, another tool writing the same fields): find it; lockstep applies Git's step again after each backoff",
+                ),
+            };
+            (
+                Attention::Pending,
+                0,
+                status.to_owned(),
+                Some(message),
+                Some(action.to_owned()),
+            )
+        }
         (Next::Apply(_), None) => (
             Attention::Pending,
             0,
@@ -975,7 +991,7 @@ pub fn secs(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::{Chain, Document, Step};
+    use crate::rollout::{Chain, Document, Step, Wait};
     use std::sync::Arc;
 
     fn step(sha: &str, from: &str, to: &str) -> Step {
@@ -1115,11 +1131,29 @@ mod tests {
         let (key, mut r) = report(Kind::Nova, "gated", Next::Apply(0), None);
         let plain = unit_view(&key, &r, BTreeMap::new());
         assert_eq!(plain.reason, None);
-        r.waiting = Some("waiting: last backup of nova 31h old, need 24h".into());
+        let m = "waiting: last backup of nova 31h old, need 24h";
+        r.waiting = Some(Wait::new(WaitOn::Gate, m));
         let v = unit_view(&key, &r, BTreeMap::new());
         assert_eq!(v.attention, Attention::Pending);
-        assert_eq!(v.reason.as_deref(), r.waiting.as_deref());
+        assert_eq!(v.status, "waiting on a pre-flight gate");
+        assert_eq!(v.reason.as_deref(), Some(m));
         assert!(v.action.as_deref().unwrap().contains("backup"));
+        // A closed maintenance window and a drift's backoff are told as what
+        // they are, not as a gate to meet.
+        let m = "waiting for a maintenance window of plan rings (opens 2026-12-05T02:00:00Z)";
+        r.waiting = Some(Wait::new(WaitOn::Window, m));
+        let v = unit_view(&key, &r, BTreeMap::new());
+        assert_eq!(v.status, "waiting for a maintenance window");
+        assert_eq!(v.reason.as_deref(), Some(m));
+        assert!(!v.action.as_deref().unwrap().contains("backup"));
+        r.waiting = Some(Wait::new(
+            WaitOn::Drift,
+            "left Git's step outside Git 2 times",
+        ));
+        let v = unit_view(&key, &r, BTreeMap::new());
+        assert_eq!(v.attention, Attention::Pending);
+        assert_eq!(v.status, "left Git's step, set right after a backoff");
+        assert!(v.action.as_deref().unwrap().contains("outside Git"));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::follow::{Progress, assess};
 use crate::kind::{Key, Kind};
 use crate::metrics::{KindLabels, Metrics};
 use crate::release::ImageRef;
-use crate::rollout::{self, Chain, Next, ObjectState, Target, UnitReport, UnitState};
+use crate::rollout::{self, Chain, Next, ObjectState, Target, UnitReport, UnitState, Wait, WaitOn};
 
 /// How many unit reports are in flight (an apply or a hop being followed)
 /// and how many are blocked.
@@ -317,8 +317,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             _ => None,
         };
         if let Some(m) = closed {
+            let m = Wait::new(WaitOn::Window, m);
             if self.units.get(&chain.unit).and_then(|u| u.waiting.as_ref()) != Some(&m) {
-                tracing::info!(reason = %crate::escape::Escaped(&m), "hop waits for a maintenance window");
+                tracing::info!(reason = %crate::escape::Escaped(&m.message), "hop waits for a maintenance window");
             }
             // Time opens it: a bounded run (and virtual time) goes on.
             out.busy = true;
@@ -330,8 +331,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             _ => None,
         };
         if let Some(m) = held {
+            let m = Wait::new(WaitOn::Gate, m);
             if self.units.get(&chain.unit).and_then(|u| u.waiting.as_ref()) != Some(&m) {
-                tracing::info!(reason = %crate::escape::Escaped(&m), "hop waits on a pre-flight gate");
+                tracing::info!(reason = %crate::escape::Escaped(&m.message), "hop waits on a pre-flight gate");
             }
             report.waiting = Some(m);
             return report;
@@ -370,6 +372,18 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     // applied once more after the backoff (time opens it).
                     tracing::debug!(commit = %step.sha, wait_secs = until.saturating_sub(now).as_secs(), "the unit left Git's step again; applying it once the backoff ends");
                     report.stalled = last.and_then(fight);
+                    if let Some(a) = last {
+                        report.waiting = Some(Wait::new(
+                            WaitOn::Drift,
+                            // Words that stay the same for the whole wait,
+                            // so a status says them once.
+                            format!(
+                                "the cluster left Git's step again ({} in a row: an edit, or another tool); applied again after a backoff of {}",
+                                a.times - 1,
+                                crate::follow::short(until.saturating_sub(a.last))
+                            ),
+                        ));
+                    }
                     out.busy |= report.stalled.is_none();
                     return report;
                 }

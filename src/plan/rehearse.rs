@@ -198,8 +198,8 @@ pub async fn rehearse(
     out.total = sim.ended;
     // A hop a pre-flight gate holds would not start.
     for (key, u) in &sim.units {
-        if let Some(m) = &u.waiting {
-            out.lines.push(format!("{key}: not applied, {m}"));
+        if let Some(w) = &u.waiting {
+            out.lines.push(format!("{key}: not applied, {}", w.message));
         }
     }
     // A plan that did not complete, or a hop that waits on a person or a
