@@ -446,6 +446,29 @@ spec:
         "{text}"
     );
 
+    // A refused commit lifts nothing: one that drops the gate but is itself
+    // refused (here a skip; an untrusted commit alike) leaves the hops held
+    // by the last accepted tree's gates.
+    repo.remove(&format!("{DIR}/backup.yaml"));
+    nova_at(&repo, "2027.2");
+    let refused = repo.commit("drop the backup gate, and skip a release");
+    let log = run();
+    assert!(
+        line(&refused).starts_with("lockstep/t: failure"),
+        "{}\n{log}",
+        line(&refused)
+    );
+    assert!(
+        !applied(&log, "compute/nova") && !applied(&log, "openstack/prod"),
+        "a refused head lifted the gate: {log}"
+    );
+    assert!(
+        line(&prod_hop).contains("waiting: no successful backup of prod"),
+        "{}",
+        line(&prod_hop)
+    );
+    repo.git(&["reset", "-q", "--hard", "HEAD~1"]);
+
     repo.remove(&format!("{DIR}/backup.yaml"));
     let lifted = repo.commit("lift the backup gate");
     let log = run();

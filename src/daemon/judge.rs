@@ -554,8 +554,8 @@ fn judge_blocking(
             } else {
                 Arc::new(read_plans(&repo, head, &report, opts))
             };
-            let gates = Arc::new(read_gates(&repo, head, opts.max_file_bytes));
-            let windows = Arc::new(crate::plan::exec::windows(&plans));
+            let (gates, windows) = in_effect(&repo, head, &report, &plans, opts);
+            let (gates, windows) = (Arc::new(gates), Arc::new(windows));
             Ok((
                 Judged {
                     head,
@@ -595,8 +595,8 @@ fn judge_blocking(
             }
             let n = report.commits.len();
             let plans = read_plans(&repo, head, &report, opts);
-            let gates = Arc::new(read_gates(&repo, head, opts.max_file_bytes));
-            let windows = Arc::new(crate::plan::exec::windows(&plans));
+            let (gates, windows) = in_effect(&repo, head, &report, &plans, opts);
+            let (gates, windows) = (Arc::new(gates), Arc::new(windows));
             Ok((
                 Judged {
                     head,
@@ -630,6 +630,66 @@ fn read_plans(
         tp.given = crate::plan::exec::given(repo, base, &tp, opts.max_file_bytes);
     }
     tp
+}
+
+/// The pre-flight gates and maintenance windows in effect at `head`.
+/// Those of the head's tree, and, when the head is refused, those of the
+/// last accepted commit's tree too: a refused commit (a skip, an untrusted
+/// signer) can add a wait, never lift one, since nothing is applied on its
+/// authority. A gate or a window it removed still holds the hops the last
+/// accepted state holds.
+fn in_effect(
+    repo: &GitRepo,
+    head: Oid,
+    report: &CheckReport,
+    plans: &crate::plan::exec::TreePlans,
+    opts: &CheckOptions,
+) -> (crate::preflight::Gates, PlanWindows) {
+    let mut gates = read_gates(repo, head, opts.max_file_bytes);
+    let mut windows = crate::plan::exec::windows(plans);
+    let refused = report
+        .commits
+        .last()
+        .is_some_and(|c| c.verdict == Verdict::Refused);
+    if !refused {
+        return (gates, windows);
+    }
+    match last_accepted(repo, report) {
+        Ok(Some(accepted)) => {
+            let before = read_gates(repo, accepted, opts.max_file_bytes);
+            gates.gates.extend(before.gates);
+            gates.error = gates.error.or(before.error);
+            let before = read_plans(repo, accepted, report, opts);
+            for (k, w) in crate::plan::exec::windows(&before) {
+                windows.entry(k).or_default().extend(w);
+            }
+        }
+        Ok(None) => {}
+        // Fail closed: every hop waits, saying why.
+        Err(e) => {
+            gates.error = Some(format!(
+                "the last accepted commit before the refused head {head} cannot be read: {e}"
+            ))
+        }
+    }
+    (gates, windows)
+}
+
+/// The newest commit of `report` whose verdict is not a refusal, else the
+/// range's base commit (`None`: the empty tree, or a base given as a tree).
+fn last_accepted(repo: &GitRepo, report: &CheckReport) -> Result<Option<Oid>, crate::git::Error> {
+    if let Some(c) = newest_not_refused(report) {
+        return Oid::from_str(&c.sha)
+            .map(Some)
+            .map_err(|_| crate::git::Error::InvalidId { id: c.sha.clone() });
+    }
+    match &report.base {
+        None => Ok(None),
+        Some(b) => match repo.resolve(b)? {
+            crate::git::Resolved::Commit(c) => Ok(Some(c)),
+            crate::git::Resolved::Tree(_) => Ok(None),
+        },
+    }
 }
 
 /// The pre-flight gates of the policies in `head`'s tree. What cannot be
@@ -668,18 +728,22 @@ fn read_gates(repo: &GitRepo, head: Oid, max: usize) -> crate::preflight::Gates 
     })
 }
 
+/// The newest commit of `report` that was accepted (or held).
+fn newest_not_refused(report: &CheckReport) -> Option<&crate::verdict::CommitReport> {
+    report
+        .commits
+        .iter()
+        .rev()
+        .find(|c| matches!(c.verdict, Verdict::Accepted | Verdict::Held))
+}
+
 /// The tree the commits after `report` are judged from: its last
 /// accepted (or held) commit's, or the range's base.
 fn forward_baseline(
     repo: &GitRepo,
     report: &CheckReport,
 ) -> Result<Option<Oid>, crate::git::Error> {
-    match report
-        .commits
-        .iter()
-        .rev()
-        .find(|c| matches!(c.verdict, Verdict::Accepted | Verdict::Held))
-    {
+    match newest_not_refused(report) {
         Some(c) => {
             let oid = Oid::from_str(&c.sha)
                 .map_err(|_| crate::git::Error::InvalidId { id: c.sha.clone() })?;
@@ -872,20 +936,86 @@ mod tests {
     const NOVA_B: &str = "apiVersion: nova.openstack.c5c3.io/v1alpha1\nkind: Nova\nmetadata:\n  name: nova-b\n  namespace: compute\nspec:\n  openStackRelease: \"2026.1\"\n  image:\n    repository: ghcr.io/c5c3/nova\n    tag: \"2026.1\"\n";
     const PLANE: &str = "apiVersion: c5c3.io/v1alpha1\nkind: ControlPlane\nmetadata:\n  name: prod\n  namespace: openstack\nspec:\n  openStackRelease: \"2026.1\"\n";
 
+    /// The tree of `files` (paths may name directories).
+    fn tree(repo: &git2::Repository, files: &[(&str, &str)]) -> git2::Oid {
+        let mut tb = repo.treebuilder(None).unwrap();
+        let mut dirs: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+        for (name, text) in files {
+            match name.split_once('/') {
+                Some((dir, rest)) => dirs.entry(dir).or_default().push((rest, text)),
+                None => {
+                    let blob = repo.blob(text.as_bytes()).unwrap();
+                    tb.insert(name, blob, 0o100_644).unwrap();
+                }
+            }
+        }
+        for (dir, inner) in dirs {
+            tb.insert(dir, tree(repo, &inner), 0o040_000).unwrap();
+        }
+        tb.write().unwrap()
+    }
+
     /// Commits `files` (the whole tree) on top of HEAD.
     fn commit(repo: &git2::Repository, files: &[(&str, &str)]) -> String {
-        let mut tb = repo.treebuilder(None).unwrap();
-        for (name, text) in files {
-            let blob = repo.blob(text.as_bytes()).unwrap();
-            tb.insert(name, blob, 0o100_644).unwrap();
-        }
-        let tree = repo.find_tree(tb.write().unwrap()).unwrap();
+        let tree = repo.find_tree(tree(repo, files)).unwrap();
         let sig = git2::Signature::now("t", "t@example.invalid").unwrap();
         let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
         let parents: Vec<&git2::Commit> = parent.iter().collect();
         repo.commit(Some("HEAD"), &sig, &sig, "c", &tree, &parents)
             .unwrap()
             .to_string()
+    }
+
+    /// A refused head that drops a plan's windows (or a policy's gates)
+    /// lifts nothing: the last accepted tree's windows and gates hold too.
+    /// One that is not refused decides them alone.
+    #[test]
+    fn a_refused_head_can_add_a_wait_but_never_lift_one() {
+        const PLAN: &str = "apiVersion: lockstep.c5c3.io/v1alpha1\nkind: UpgradePlan\nmetadata: {name: p}\nspec:\n  to: \"2026.2\"\n  waves:\n    - name: all\n      select: [{kind: ControlPlane, namespace: openstack, name: prod}]\n";
+        const POLICY: &str = "apiVersion: lockstep.c5c3.io/v1alpha1\nkind: UpgradePolicy\nmetadata:\n  name: ready\nspec:\n  preflight:\n    - kinds: [ControlPlane]\n      childrenReady: true\n";
+        let windowed = format!(
+            "{PLAN}  windows:\n    - {{start: \"0 0 * * *\", duration: 16m, timeZone: UTC}}\n"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let raw = git2::Repository::init(dir.path()).unwrap();
+        let accepted = commit(
+            &raw,
+            &[
+                ("p.yaml", PLANE),
+                ("plan.yaml", &windowed),
+                (".lockstep/policies/ready.yaml", POLICY),
+            ],
+        );
+        let head = commit(&raw, &[("p.yaml", PLANE), ("plan.yaml", PLAN)]);
+        let repo = GitRepo::open(dir.path()).unwrap();
+        let opts = CheckOptions::default();
+        let commit_report = |sha: &str, verdict| crate::verdict::CommitReport {
+            sha: sha.to_owned(),
+            summary: String::new(),
+            verdict,
+            objects: Vec::new(),
+            skipped: Vec::new(),
+            files_changed: 0,
+        };
+        let report = |verdict| CheckReport {
+            verdict,
+            base: None,
+            head: head.clone(),
+            commits: vec![
+                commit_report(&accepted, Verdict::Accepted),
+                commit_report(&head, verdict),
+            ],
+            memory: Default::default(),
+        };
+        let head = Oid::from_str(&head).unwrap();
+        let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
+        let at_head = read_plans(&repo, head, &report(Verdict::Accepted), &opts);
+        let (gates, windows) = in_effect(&repo, head, &report(Verdict::Accepted), &at_head, &opts);
+        assert!(gates.gates.is_empty() && gates.error.is_none());
+        assert!(windows.is_empty(), "an accepted head lifts both");
+        let (gates, windows) = in_effect(&repo, head, &report(Verdict::Refused), &at_head, &opts);
+        assert_eq!(gates.gates.len(), 1, "{gates:?}");
+        assert_eq!(windows.get(&plane).map(Vec::len), Some(1), "{windows:?}");
     }
 
     /// One allocation per document: a blob read at two commits, and another
