@@ -36,9 +36,30 @@ use crate::webhook::{self, WebhookConfig};
 const FORWARDED: &str = "x-lockstep-forwarded";
 
 /// How long a holder found to be a replica is believed without asking the
-/// API server again. A pod IP is handed to another pod only after its pod
-/// is gone, and a Lease naming a gone pod is taken over within its term.
-const BELIEVED_FOR: Duration = Duration::from_secs(30);
+/// API server again. Short: a pod that stops running gives its IP back
+/// to the cluster at once (the API keeps showing it on the pod), so a
+/// replica found running may not be for long.
+const BELIEVED_FOR: Duration = Duration::from_secs(5);
+
+/// The most of a leader's answer relayed (its answers are a line).
+const MAX_ANSWER: usize = 4096;
+
+/// Request headers that belong to one connection (RFC 9110 §7.6.1), not to
+/// the delivery: never sent on.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+    "host",
+    "content-length",
+];
 
 #[derive(Clone)]
 struct Forwarding {
@@ -61,6 +82,9 @@ pub fn leader_only(
     };
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
+        // Straight to the pod that was checked: a proxy from the
+        // environment (set for the Git host) would receive the delivery.
+        .no_proxy()
         // The leader answers itself; a redirect would be a holder sending
         // the delivery on to somewhere no one checked.
         .redirect(reqwest::redirect::Policy::none())
@@ -127,16 +151,22 @@ async fn forward(State(f): State<Forwarding>, req: Request, next: Next) -> Respo
         .unwrap_or_else(|| "/".into());
     let mut out = f.client.post(format!("http://{addr}{path}")).body(bytes);
     for (name, value) in &parts.headers {
-        if name != axum::http::header::HOST && name != axum::http::header::CONTENT_LENGTH {
+        if !HOP_BY_HOP.contains(&name.as_str()) {
             out = out.header(name.as_str(), value.as_bytes());
         }
     }
     out = out.header(HeaderName::from_static(FORWARDED), "1");
     match out.send().await {
-        Ok(r) => {
+        Ok(mut r) => {
             let status =
                 StatusCode::from_u16(r.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-            let text = r.text().await.unwrap_or_default();
+            let mut text = Vec::new();
+            while text.len() < MAX_ANSWER
+                && let Ok(Some(chunk)) = r.chunk().await
+            {
+                text.extend_from_slice(&chunk);
+            }
+            text.truncate(MAX_ANSWER);
             tracing::debug!(leader = %holder, %status, "webhook forwarded to the leader");
             (status, Body::from(text)).into_response()
         }
@@ -160,6 +190,9 @@ struct Replicas {
 
 impl Replicas {
     async fn check(&self, holder: &str, name: &str, ip: IpAddr) -> Result<(), String> {
+        if !is_pod_name(name) {
+            return Err("the holder names no pod (not a DNS-1123 name)".into());
+        }
         if let Ok(b) = self.believed.lock()
             && let Some((h, at)) = &*b
             && h == holder
@@ -208,9 +241,40 @@ fn account_of(pod: &Pod) -> &str {
         .unwrap_or("default")
 }
 
+/// Whether `name` can be a pod's name (a DNS-1123 subdomain), so nothing
+/// else (`x/status`, `x?y`) reaches the API path.
+fn is_pod_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
 /// Whether `pod` is a replica that may receive deliveries at `ip`: it runs
-/// as `account` and `ip` is one of its pod IPs.
+/// as `account`, it is running and not being deleted (a pod that stopped
+/// keeps its IP in the API after the cluster handed it to another pod), it
+/// has a network of its own (on the host's network its IP is the node's,
+/// where any process may listen), and `ip` is one of its pod IPs. Any port
+/// at that IP is the pod's own network: no port is checked.
 fn vouches(pod: &Pod, account: &str, ip: IpAddr) -> Result<(), String> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Err("its pod is being deleted".into());
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase != Some("Running") {
+        return Err(format!(
+            "its pod is not running (phase {})",
+            phase.unwrap_or("unknown")
+        ));
+    }
+    if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+        return Err("its pod is on the host's network".into());
+    }
     let theirs = account_of(pod);
     if theirs != account {
         return Err(format!(
@@ -250,6 +314,7 @@ mod tests {
             "metadata": {"name": "p"},
             "spec": {"containers": [], "serviceAccountName": account},
             "status": {
+                "phase": "Running",
                 "podIP": ip,
                 "podIPs": ips.iter().map(|i| serde_json::json!({"ip": i})).collect::<Vec<_>>(),
             },
@@ -274,6 +339,48 @@ mod tests {
         );
         let account = vouches(&p, "other", ip("10.0.0.7")).unwrap_err();
         assert!(account.contains("ServiceAccount \"lockstep\""), "{account}");
+    }
+
+    #[test]
+    fn a_pod_that_stopped_is_going_or_shares_its_nodes_network_vouches_for_nothing() {
+        let ok = pod(Some("lockstep"), Some("10.0.0.7"), &[]);
+        assert_eq!(vouches(&ok, "lockstep", ip("10.0.0.7")), Ok(()));
+        for phase in ["Failed", "Succeeded", "Pending"] {
+            let mut p = ok.clone();
+            p.status.as_mut().unwrap().phase = Some(phase.into());
+            let e = vouches(&p, "lockstep", ip("10.0.0.7")).unwrap_err();
+            assert!(e.contains(phase), "{e}");
+        }
+        let mut going = ok.clone();
+        going.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert!(vouches(&going, "lockstep", ip("10.0.0.7")).is_err());
+        let mut host = ok.clone();
+        host.spec.as_mut().unwrap().host_network = Some(true);
+        assert!(vouches(&host, "lockstep", ip("10.0.0.7")).is_err());
+    }
+
+    #[test]
+    fn only_a_pod_name_reaches_the_api_path() {
+        for good in ["lockstep-7d9-abc", "a", "a.b-c", "0lockstep"] {
+            assert!(is_pod_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            "x/status",
+            "x?watch=1",
+            "X",
+            "-a",
+            "a-",
+            "a..b",
+            "a_b",
+            "..",
+            "%2e",
+        ] {
+            assert!(!is_pod_name(bad), "{bad}");
+        }
     }
 
     #[test]

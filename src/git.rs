@@ -1108,24 +1108,29 @@ pub fn push(
     Ok(())
 }
 
-/// A remote by name or by URL, to push to. A relative path (`../fleet.git`,
-/// as a remote's URL or given as one) is taken from the top of the work
-/// tree (a bare repository's Git directory), as `git push` takes it;
-/// libgit2 would take it from wherever lockstep was started, and push to
-/// another repository or to none.
+/// A remote by name or by URL, to push to (and to fetch from before a
+/// push, as the notes do: what is merged is what is there). A named
+/// remote's push URL is used when it has one. A relative path
+/// (`../fleet.git`, as a remote's URL or given as one) is taken from the
+/// top of the work tree (a bare repository's Git directory), and `~/` from
+/// the home directory, as `git push` takes them; libgit2 would take them
+/// from wherever lockstep was started, and push to another repository or
+/// to none. (Of several push URLs, as with libgit2, one is used.)
 pub fn remote_for_push<'r>(
     repo: &'r Repository,
     name_or_url: &str,
 ) -> Result<git2::Remote<'r>, git2::Error> {
     match repo.find_remote(name_or_url) {
         Ok(r) => {
-            let url = match r.pushurl() {
+            let push = match r.pushurl() {
                 Ok(Some(u)) => Some(u.to_owned()),
-                _ => r.url().ok().map(str::to_owned),
+                _ => None,
             };
-            match url.and_then(|u| resolve_relative(repo, &u)) {
-                Some(resolved) => repo.remote_anonymous(&resolved),
-                None => Ok(r),
+            let url = push.clone().or_else(|| r.url().ok().map(str::to_owned));
+            match (url.and_then(|u| resolve_relative(repo, &u)), push) {
+                (Some(resolved), _) => repo.remote_anonymous(&resolved),
+                (None, Some(push)) => repo.remote_anonymous(&push),
+                (None, None) => Ok(r),
             }
         }
         Err(_) => match resolve_relative(repo, name_or_url) {
@@ -1136,10 +1141,18 @@ pub fn remote_for_push<'r>(
 }
 
 /// A remote URL that is a relative local path, made absolute against the
-/// top of the work tree (a bare repository's Git directory); `None` for
-/// anything else (a URL with a scheme, `host:path`, an absolute path).
+/// top of the work tree (a bare repository's Git directory), or `~/...`
+/// against the home directory; `None` for anything else (a URL with a
+/// scheme, `host:path`, an absolute path, `~user/...`).
 pub fn resolve_relative(repo: &Repository, url: &str) -> Option<String> {
     if url.is_empty() || url.contains("://") || Path::new(url).is_absolute() {
+        return None;
+    }
+    if let Some(rest) = url.strip_prefix("~/") {
+        let home = std::env::var_os("HOME")?;
+        return Some(Path::new(&home).join(rest).to_string_lossy().into_owned());
+    }
+    if url.starts_with('~') {
         return None;
     }
     // scp-like `host:path`: a colon before any slash, as git decides.
@@ -1470,6 +1483,19 @@ mod tests {
         }
         // A path whose first part holds a colon after a slash is a path.
         assert!(resolved("./a:b/fleet.git").is_some());
+        // `~/` is the home directory, as git takes it; `~user` is left.
+        if let Some(home) = std::env::var_os("HOME") {
+            assert_eq!(
+                resolved("~/fleet.git"),
+                Some(
+                    Path::new(&home)
+                        .join("fleet.git")
+                        .to_string_lossy()
+                        .into_owned()
+                )
+            );
+        }
+        assert_eq!(resolved("~alice/fleet.git"), None);
     }
 
     /// No libgit2 phrasing ("class=", "code=", its own words) in what a

@@ -382,8 +382,14 @@ fn identity(config: &Config) -> String {
         .as_deref()
         .and_then(|l| l.rsplit_once(':'))
         .map(|(_, p)| p.to_owned());
-    match (std::env::var("POD_IP").ok(), port) {
-        (Some(ip), Some(port)) => format!("{name}@{ip}:{port}"),
+    // Through SocketAddr, so an IPv6 pod IP gets its brackets
+    // (`name@[fd00::7]:8080`), as `lease::parse_holder` reads it.
+    let ip = std::env::var("POD_IP")
+        .ok()
+        .and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
+    let port = port.and_then(|p| p.parse::<u16>().ok());
+    match (ip, port) {
+        (Some(ip), Some(port)) => crate::lease::identity(&name, SocketAddr::new(ip, port)),
         _ => name,
     }
 }

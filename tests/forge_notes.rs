@@ -159,16 +159,50 @@ fn notes_go_to_a_relative_remote_as_git_push_takes_it() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let shown = std::process::Command::new("git")
-        .args(["notes", "--ref=lockstep", "show", "main"])
-        .current_dir(&bare)
-        .output()
-        .expect("git notes");
-    assert!(
-        String::from_utf8_lossy(&shown.stdout).contains("lockstep/default: success"),
+    let shown = |bare: &std::path::Path| {
+        let out = std::process::Command::new("git")
+            .args(["notes", "--ref=lockstep", "show", "main"])
+            .current_dir(bare)
+            .output()
+            .expect("git notes");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(shown(&bare).contains("lockstep/default: success"));
+
+    // A push URL, relative too, is where they go (fetched from there as
+    // well when the push is refused), not the fetch URL.
+    let pushed = repo.path().join("pushed.git");
+    let st = std::process::Command::new("git")
+        .args(["init", "-q", "--bare", &pushed.to_string_lossy()])
+        .status()
+        .expect("git");
+    assert!(st.success());
+    std::fs::write(
+        repo.path().join(".git/info/exclude"),
+        "up.git/\npushed.git/\n",
+    )
+    .unwrap();
+    repo.git(&["config", "remote.origin.pushurl", "pushed.git"]);
+    repo.git(&["push", "-q", "origin", "main"]);
+    let out = lockstep(&[
+        "check",
+        "--repo",
+        &repo.path().to_string_lossy(),
+        "--report",
+        "notes",
+        "--cluster",
+        "second",
+        "--push-notes",
+        "origin",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
         "{}",
-        String::from_utf8_lossy(&shown.stderr)
+        String::from_utf8_lossy(&out.stderr)
     );
+    assert!(shown(&pushed).contains("lockstep/second: success"));
+    assert!(!shown(&bare).contains("lockstep/second"));
 }
 
 /// A replica killed mid-write leaves `refs/notes/lockstep.lock` behind. A

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use lockstep::cluster::kube::KubeCluster;
@@ -139,6 +139,17 @@ async fn a_follower_forwards_only_signed_deliveries_and_only_to_a_replica() {
     replica_pod(&client, NS, "intruder", "other", "127.0.0.1").await;
     // A replica, but not at the address a forged Lease gives for it.
     replica_pod(&client, NS, "elsewhere", "lockstep", "10.255.255.1").await;
+    // A replica that stopped: the API still shows its IP, which the cluster
+    // may have handed to another pod since.
+    replica_pod(&client, NS, "stopped", "lockstep", "127.0.0.1").await;
+    Api::<Pod>::namespaced(client.clone(), NS)
+        .patch_status(
+            "stopped",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"phase": "Failed"}})),
+        )
+        .await
+        .unwrap();
 
     hold(&leases, &leader).await;
     let follower = Leadership::start(
@@ -204,6 +215,8 @@ async fn a_follower_forwards_only_signed_deliveries_and_only_to_a_replica() {
         format!("ghost@127.0.0.1:{evil_port}"),
         format!("intruder@127.0.0.1:{evil_port}"),
         format!("elsewhere@127.0.0.1:{evil_port}"),
+        format!("stopped@127.0.0.1:{evil_port}"),
+        format!("Leader@127.0.0.1:{evil_port}"),
     ] {
         hold(&leases, &holder).await;
         let (status, text) =
