@@ -599,6 +599,19 @@ fn may_spell_names_in_disguise(bytes: &[u8]) -> bool {
     memchr::memchr_iter(b'\\', bytes)
         .any(|i| matches!(bytes.get(i + 1), Some(b'x' | b'u' | b'U' | b'\n' | b'\r')))
         || memchr::memmem::find(bytes, b"binary").is_some()
+        || tag_with_escapes(bytes)
+}
+
+/// Whether a tag (`!` and the characters up to white space) holds a `%`:
+/// YAML decodes `%xx` in tags, so `!!bin%61ry` is `!!binary` to every
+/// reader although the bytes never say so.
+fn tag_with_escapes(bytes: &[u8]) -> bool {
+    memchr::memchr_iter(b'!', bytes).any(|i| {
+        bytes[i + 1..]
+            .iter()
+            .take_while(|b| !b.is_ascii_whitespace())
+            .any(|&b| b == b'%')
+    })
 }
 
 /// Above this many new identities in one commit, the look back judges the

@@ -76,6 +76,20 @@ fn load_trust(config: &Config) -> Result<Option<Arc<crate::trust::TrustPolicy>>,
     let Some(policy) = &trust else {
         return Ok(None);
     };
+    // Where judging starts is where signing began: a name (a tag, a
+    // branch, an abbreviation a ref can shadow) can be moved, and the
+    // commits it then skips would be taken as given, never judged.
+    if let Some(since) = &config.source.since {
+        let full = (since.len() == 40 || since.len() == 64)
+            && since.bytes().all(|b| b.is_ascii_hexdigit());
+        if !full {
+            return Err(ServiceError::Other(format!(
+                "source.since {:?}: with a trust policy, give the full commit id (`git rev-parse {}`): a name can be moved, and the commits it skips would never be judged",
+                crate::escape::escape(since),
+                crate::escape::escape(since)
+            )));
+        }
+    }
     match &config.plans.signing_key_file {
         Some(key) => {
             let public = ssh_key::PrivateKey::read_openssh_file(key)

@@ -733,6 +733,33 @@ fn collisions_with_files_the_commit_did_not_touch_are_found() {
         .remove("other/disguised.yaml");
     repo.commit("clean up");
 
+    // The same with a name in `!!binary` under a tag spelled with a `%`
+    // escape (`!!bin%61ry`: every YAML reader decodes it).
+    repo.write(
+        "other/tagged.yaml",
+        nova("nova", "2026.1", "2026.1")
+            .replacen("name: nova\n", "name: !!bin%61ry Y2VsbC1lYXN0\n", 1)
+            .replace("namespace: compute", "namespace: hidden"),
+    );
+    repo.commit("a name behind an escaped tag");
+    repo.write(
+        "more/plain.yaml",
+        nova("cell-east", "2026.1", "2026.1").replace("namespace: compute", "namespace: hidden"),
+    );
+    repo.commit("the same name, plainly");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1, "{json:#}");
+    let objs = last_objects(&json);
+    let o = find(&objs, "Nova", "cell-east");
+    assert!(
+        o["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("other/tagged.yaml")),
+        "{o:#}"
+    );
+    repo.remove("more/plain.yaml").remove("other/tagged.yaml");
+    repo.commit("clean up again");
+
     // A standalone child of a plane defined in an untouched file.
     repo.write(
         "more/keystone.yaml",

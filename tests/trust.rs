@@ -790,6 +790,15 @@ fn the_daemon_judges_the_branch_with_the_same_policy() {
     let (code, out) = run_until_idle(&f, &base, &["--allowed-signers", &signers]);
     assert_eq!(code, Some(0), "{out}");
 
+    // With a policy, where judging starts is a full commit id: a name
+    // could be moved past commits that were never judged.
+    let (code, out) = run_until_idle(&f, "HEAD~1", &["--allowed-signers", &signers]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("source.since \"HEAD~1\": with a trust policy, give the full commit id"),
+        "{out}"
+    );
+
     // The YAML configuration says the same as the flag.
     let config = f.file(
         "config.yaml",

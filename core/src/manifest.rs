@@ -272,10 +272,65 @@ pub fn parse_file_keeping(
             return out;
         }
     };
+    // Keys as kubectl decodes them: after tags and escapes, a key written
+    // twice (`!x openStackRelease`, a `!!binary` key) is the last one to
+    // Kubernetes' reader and the first to ours, and `<<` however spelled
+    // (`!!merge <<`, `"\x3c\x3c"`, an anchored `<<`) is a merge key to it.
+    for doc in &docs {
+        if let Some((line, why)) = decoded_keys(&doc.value) {
+            out.problems.push(Problem {
+                file,
+                line,
+                key: None,
+                message: why,
+            });
+            return out;
+        }
+    }
     for doc in docs {
         read_document(&file, doc, keep_source, &mut out);
     }
     out
+}
+
+/// The first mapping of `node` with a key that decodes to `<<`
+/// or to a key written before it in the same mapping: its line and why.
+fn decoded_keys(node: &Node) -> Option<(u32, String)> {
+    match node {
+        Node::Map(map) => {
+            // A set only for the rare large mapping (a ConfigMap's data).
+            let mut seen =
+                (map.len() > 32).then(|| std::collections::HashSet::with_capacity(map.len()));
+            for (i, (k, v)) in map.iter().enumerate() {
+                let at = to_line(v.line);
+                if k == "<<" {
+                    return Some((
+                        at,
+                        "a merge key (`<<`, however it is written: a tag, quotes, escapes): Kubernetes' YAML library lets it override keys written before it, YAML 1.2 does not, so the two read different values; write the keys out".into(),
+                    ));
+                }
+                let twice = match &mut seen {
+                    Some(seen) => !seen.insert(k.as_str()),
+                    None => map[..i].iter().any(|(other, _)| other == k),
+                };
+                if twice && k != COMPLEX_KEY {
+                    return Some((
+                        at,
+                        format!(
+                            "the key {:?} appears twice in one mapping once tags and escapes are read: Kubernetes' YAML library takes the last, lockstep the first; write it once",
+                            crate::escape::escape(k)
+                        ),
+                    ));
+                }
+                if let Some(found) = decoded_keys(&v.value) {
+                    return Some(found);
+                }
+            }
+            None
+        }
+        Node::Seq(items) => items.iter().find_map(decoded_keys),
+        _ => None,
+    }
 }
 
 fn read_document(file: &Arc<str>, doc: At<Node>, keep_source: bool, out: &mut ParsedFile) {
@@ -291,18 +346,18 @@ fn read_document(file: &Arc<str>, doc: At<Node>, keep_source: bool, out: &mut Pa
         });
         return;
     };
-    // kubectl applies the items of anything with a top-level `items` list
+    // kubectl applies the items of anything with a top-level `items` field
     // (a `kind: List`, or any object carrying one) instead of the object:
     // judged as one object, or skipped as a foreign kind, the items would
     // reach the cluster unjudged.
-    if let Some(items) = get(root, "items")
-        && matches!(items.value, Node::Seq(_))
-    {
+    // Whatever `items` holds: kubectl's decoder takes any document with the
+    // field for a list, and `items: null` applies nothing of it.
+    if let Some(items) = get(root, "items") {
         out.problems.push(Problem {
             file: file.clone(),
             line: to_line(items.line),
             key: None,
-            message: "a top-level `items` list: kubectl applies each item instead of the document (a `kind: List`, or any object carrying `items`); write each object as its own document".into(),
+            message: "a top-level `items`: kubectl applies each item instead of the document (a `kind: List`, or any object carrying `items`, even `items: null`, which applies nothing); write each object as its own document".into(),
         });
         return;
     }
@@ -459,9 +514,19 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
                 return None;
             }
         },
-        // All C5C3 kinds are namespaced; kubectl would put a document without
-        // a namespace into "default", and so do we.
-        None => "default".to_owned(),
+        // All C5C3 kinds are namespaced, and where a document without a
+        // namespace lands is the applying tool's choice (`kubectl -n`, an
+        // Argo CD destination, a kustomization's `namespace`), not Git's:
+        // judged as `default`, its history would be another object's.
+        None => {
+            ctx.fail(
+                line,
+                format!(
+                    "{kind} {name} has no metadata.namespace: where it lands would be the applying tool's choice (kubectl -n, an Argo CD destination), so its history cannot be told; name the namespace"
+                ),
+            );
+            return None;
+        }
     };
     ctx.key = Some(Key::new(kind, namespace.clone(), name.clone()));
     let Some(spec) = get(root, "spec") else {
@@ -489,6 +554,23 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
             .collect(),
         _ => Default::default(),
     };
+    // An annotation that makes the applying tool leave the object out, or
+    // create it once and never update it: what lockstep judged would not
+    // be what the cluster gets, and the next hop would skip the one left
+    // out.
+    if let Some(Node::Map(m)) = get(meta_map, "annotations").map(|a| &a.value) {
+        for (k, v) in m {
+            if let Some(why) = left_out_by(k, v.value.as_str().unwrap_or_default()) {
+                ctx.fail(
+                    to_line(v.line),
+                    format!(
+                        "annotation {}: {why}; lockstep judges what is applied as written, so remove it",
+                        crate::escape::escape(k)
+                    ),
+                );
+            }
+        }
+    }
     let recreate_below = match get(meta_map, "annotations").map(|a| &a.value) {
         Some(Node::Map(m)) => get(m, RECREATE_ANNOTATION).and_then(|v| match &v.value {
             Node::Str(s) => Some(s.clone()),
@@ -754,6 +836,32 @@ fn get<'a>(map: &'a Map, key: &str) -> Option<&'a At<Node>> {
     map.iter().find(|(k, _)| k == key).map(|(_, v)| v)
 }
 
+/// Why an annotation makes kustomize, Flux or Argo CD leave an object out
+/// of what they apply (or apply it only once), if it does.
+fn left_out_by(key: &str, value: &str) -> Option<&'static str> {
+    let value = value.trim();
+    match key {
+        "config.kubernetes.io/local-config" if value != "false" => {
+            Some("kustomize leaves a local-config object out of what it builds")
+        }
+        "kustomize.toolkit.fluxcd.io/reconcile" if value.eq_ignore_ascii_case("disabled") => {
+            Some("Flux does not apply an object whose reconciliation is disabled")
+        }
+        "kustomize.toolkit.fluxcd.io/ssa"
+            if value.eq_ignore_ascii_case("IfNotPresent")
+                || value.eq_ignore_ascii_case("Ignore") =>
+        {
+            Some(
+                "Flux creates such an object once (IfNotPresent) or never (Ignore), and does not update it",
+            )
+        }
+        "argocd.argoproj.io/hook" | "helm.sh/hook" => Some(
+            "a hook is applied at its phase of a sync, or never (Skip), not as part of the state",
+        ),
+        _ => None,
+    }
+}
+
 /// A YAML node with the location of each child, enough to point a person at
 /// the line to fix.
 #[derive(Debug, PartialEq)]
@@ -941,6 +1049,135 @@ mod tests {
             assert_eq!(&back, v, "{source}");
         }
         assert!(parse(text).documents.iter().all(|d| d.source.is_none()));
+    }
+
+    /// What Kubernetes' YAML library reads as a merge key or as a key
+    /// written twice, however it is spelled, is refused with its line
+    /// (each of these was accepted as written before, while kubectl applied
+    /// the later value).
+    #[test]
+    fn keys_are_judged_as_they_decode() {
+        let merges = [
+            "  !!merge \"\\x3c\\x3c\": {openStackRelease: \"2025.1\"}\n",
+            "  !!merge <<: {openStackRelease: \"2025.1\"}\n",
+            "  !!merge '<<': {openStackRelease: \"2025.1\"}\n",
+            "  &x <<: {openStackRelease: \"2025.1\"}\n",
+            "  \"\\u003c<\": {openStackRelease: \"2025.1\"}\n",
+        ];
+        for extra in merges {
+            let p = parse(&format!("{GLANCE}{extra}"));
+            assert_eq!(p.problems.len(), 1, "{extra}: {:?}", p.problems);
+            assert!(
+                p.problems[0].message.contains("merge key"),
+                "{extra}: {:?}",
+                p.problems
+            );
+            assert_eq!(p.problems[0].line, 11, "{extra}");
+        }
+        let twice = [
+            "  !x openStackRelease: \"2025.1\"\n",
+            "  !!binary b3BlblN0YWNrUmVsZWFzZQ==: \"2025.1\"\n",
+            "  \"open\\x53tackRelease\": \"2025.1\"\n",
+        ];
+        for extra in twice {
+            let p = parse(&format!("{GLANCE}{extra}"));
+            assert_eq!(p.problems.len(), 1, "{extra}: {:?}", p.problems);
+            assert!(
+                p.problems[0]
+                    .message
+                    .contains("\"openStackRelease\" appears twice"),
+                "{extra}: {:?}",
+                p.problems
+            );
+            assert!(p.documents.is_empty());
+        }
+        // The same deep in the document, and in a sequence's mapping.
+        let deep = format!("{GLANCE}  extra:\n    - a: 1\n      !t a: 2\n");
+        let p = parse(&deep);
+        assert!(
+            p.problems[0].message.contains("\"a\" appears twice"),
+            "{:?}",
+            p.problems
+        );
+        assert_eq!(p.problems[0].line, 13);
+        // A large mapping is checked too.
+        let mut big = format!("{GLANCE}  many:\n");
+        for i in 0..40 {
+            big.push_str(&format!("    k{i}: {i}\n"));
+        }
+        big.push_str("    !t k7: 8\n");
+        assert!(
+            parse(&big).problems[0]
+                .message
+                .contains("\"k7\" appears twice")
+        );
+    }
+
+    /// An object the applying tool would leave out (or create once) is not
+    /// judged as if it were applied; one without a namespace has no
+    /// identity Git decides.
+    #[test]
+    fn what_a_tool_would_not_apply_as_written_is_refused() {
+        let with = |k: &str, v: &str| {
+            GLANCE.replace(
+                "  namespace: image\n",
+                &format!("  namespace: image\n  annotations:\n    {k}: \"{v}\"\n"),
+            )
+        };
+        for (k, v) in [
+            ("config.kubernetes.io/local-config", "true"),
+            ("kustomize.toolkit.fluxcd.io/reconcile", "disabled"),
+            ("kustomize.toolkit.fluxcd.io/ssa", "IfNotPresent"),
+            ("kustomize.toolkit.fluxcd.io/ssa", "ignore"),
+            ("argocd.argoproj.io/hook", "Skip"),
+            ("argocd.argoproj.io/hook", "PreSync"),
+            ("helm.sh/hook", "pre-upgrade"),
+        ] {
+            let p = parse(&with(k, v));
+            assert_eq!(p.problems.len(), 1, "{k}: {v}: {:?}", p.problems);
+            assert!(
+                p.problems[0]
+                    .message
+                    .starts_with(&format!("annotation {k}: ")),
+                "{:?}",
+                p.problems
+            );
+            assert_eq!(p.problems[0].line, 7);
+        }
+        for (k, v) in [
+            ("config.kubernetes.io/local-config", "false"),
+            ("kustomize.toolkit.fluxcd.io/ssa", "Merge"),
+            ("kustomize.toolkit.fluxcd.io/reconcile", "enabled"),
+            ("argocd.argoproj.io/sync-wave", "1"),
+        ] {
+            let p = parse(&with(k, v));
+            assert!(p.problems.is_empty(), "{k}: {v}: {:?}", p.problems);
+        }
+        let p = parse(&GLANCE.replace("  namespace: image\n", ""));
+        assert_eq!(p.problems.len(), 1, "{:?}", p.problems);
+        assert!(p.problems[0].message.contains("has no metadata.namespace"));
+        assert!(p.documents.is_empty());
+    }
+
+    /// Any top-level `items`, whatever it holds: kubectl takes the document
+    /// for a list, and `items: null` applies nothing.
+    #[test]
+    fn a_top_level_items_of_any_value_is_refused() {
+        for items in [
+            "items: null\n",
+            "items: []\n",
+            "items: {}\n",
+            "items: 1\n",
+            "items:\n  - a\n",
+        ] {
+            let p = parse(&format!("{GLANCE}{items}"));
+            assert_eq!(p.problems.len(), 1, "{items}: {:?}", p.problems);
+            assert!(
+                p.problems[0].message.contains("top-level `items`"),
+                "{items}"
+            );
+            assert!(p.documents.is_empty());
+        }
     }
 
     #[test]

@@ -150,6 +150,11 @@ pub fn options(limit: &Limit, len: usize) -> serde_saphyr::Options {
         budget: Some(budget),
         alias_limits: aliases,
         with_snippet: false,
+        // A merge key stays a key named `<<`, which the manifest reader
+        // refuses however it was written (`!!merge "\x3c\x3c"` included):
+        // expanded, it would be read as YAML 1.1 reads it, not as
+        // Kubernetes' library, which lets it override keys before it.
+        merge_keys: serde_saphyr::MergeKeyPolicy::AsOrdinary,
     }
 }
 
