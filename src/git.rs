@@ -1402,7 +1402,9 @@ fn git_order(a: &[u8], a_dir: bool, b: &[u8], b_dir: bool) -> std::cmp::Ordering
 /// message, so a signature pasted there made an unsigned commit look signed
 /// by whoever signed the commit it was copied from. Several `gpgsig`
 /// headers are joined, as git joins them (and such a signature then fails
-/// to verify).
+/// to verify). A `gpgsig-sha256` header (the signature over the commit as a
+/// SHA-256 repository would write it) is left out of the signed bytes as
+/// git leaves it, and is not this repository's signature.
 pub fn split_signature(raw: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     let header_end = raw
         .windows(2)
@@ -1411,17 +1413,24 @@ pub fn split_signature(raw: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     let (header, rest) = raw.split_at(header_end);
     let mut signature = Vec::new();
     let mut signed = Vec::with_capacity(raw.len());
-    let mut in_signature = false;
+    // In a signature header: ours (`gpgsig`, this SHA-1 repository's), or
+    // the other object format's (`gpgsig-sha256`), which git also leaves
+    // out of the signed bytes.
+    let mut in_signature: Option<bool> = None;
     let mut found = false;
     for line in header.split_inclusive(|&b| b == b'\n') {
         if let Some(value) = line.strip_prefix(b"gpgsig ") {
-            in_signature = true;
+            in_signature = Some(true);
             found = true;
             signature.extend_from_slice(value);
-        } else if in_signature && line.first() == Some(&b' ') {
-            signature.extend_from_slice(&line[1..]);
+        } else if line.starts_with(b"gpgsig-sha256 ") {
+            in_signature = Some(false);
+        } else if in_signature.is_some() && line.first() == Some(&b' ') {
+            if in_signature == Some(true) {
+                signature.extend_from_slice(&line[1..]);
+            }
         } else {
-            in_signature = false;
+            in_signature = None;
             signed.extend_from_slice(line);
         }
     }
@@ -1447,6 +1456,24 @@ mod tests {
             .commit(Some("HEAD"), &sig, &sig, "one", &tree, &[])
             .unwrap();
         (dir, c, blob)
+    }
+
+    #[test]
+    fn both_signature_headers_are_left_out_of_the_signed_bytes() {
+        let raw = b"tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nauthor a <a@x> 1 +0000\ncommitter a <a@x> 1 +0000\ngpgsig -----BEGIN SSH SIGNATURE-----\n ours\n -----END SSH SIGNATURE-----\ngpgsig-sha256 -----BEGIN SSH SIGNATURE-----\n theirs\n -----END SSH SIGNATURE-----\n\nmessage\n";
+        let (signature, signed) = split_signature(raw).unwrap();
+        assert_eq!(
+            signature,
+            b"-----BEGIN SSH SIGNATURE-----\nours\n-----END SSH SIGNATURE-----\n"
+        );
+        assert_eq!(
+            String::from_utf8(signed).unwrap(),
+            "tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nauthor a <a@x> 1 +0000\ncommitter a <a@x> 1 +0000\n\nmessage\n"
+        );
+        // The other format's signature alone signs nothing here.
+        let only_theirs =
+            b"tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\ngpgsig-sha256 x\n y\n\nm\n";
+        assert!(split_signature(only_theirs).is_none());
     }
 
     #[test]
