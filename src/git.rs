@@ -400,7 +400,16 @@ impl GitRepo {
             path: self.path.clone(),
             why,
         };
-        let obj = self.repo.revparse_single(rev).map_err(|e| {
+        // A full id names that object or nothing: revparse would fall back
+        // to a ref of that name when the object is missing.
+        let full =
+            (rev.len() == 40 || rev.len() == 64) && rev.bytes().all(|b| b.is_ascii_hexdigit());
+        let found = if full {
+            Oid::from_str(rev).and_then(|id| self.repo.find_object(id, None))
+        } else {
+            self.repo.revparse_single(rev)
+        };
+        let obj = found.map_err(|e| {
             let why = match e.code() {
                 git2::ErrorCode::Ambiguous => {
                     "the abbreviation names more than one object; give more of the id".to_owned()
@@ -1414,8 +1423,8 @@ pub fn split_signature(raw: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     let mut signature = Vec::new();
     let mut signed = Vec::with_capacity(raw.len());
     // In a signature header: ours (`gpgsig`, this SHA-1 repository's), or
-    // the other object format's (`gpgsig-sha256`), which git also leaves
-    // out of the signed bytes.
+    // another (`gpgsig-sha256`, the other object format's, or any header
+    // starting `gpgsig`), which git also leaves out of the signed bytes.
     let mut in_signature: Option<bool> = None;
     let mut found = false;
     for line in header.split_inclusive(|&b| b == b'\n') {
@@ -1423,7 +1432,9 @@ pub fn split_signature(raw: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
             in_signature = Some(true);
             found = true;
             signature.extend_from_slice(value);
-        } else if line.starts_with(b"gpgsig-sha256 ") {
+        } else if line.starts_with(b"gpgsig") {
+            // `gpgsig-sha256`, or any other `gpgsig…` header, as git's
+            // `parse_buffer_signed_by_header` leaves them out.
             in_signature = Some(false);
         } else if in_signature.is_some() && line.first() == Some(&b' ') {
             if in_signature == Some(true) {
@@ -1456,6 +1467,23 @@ mod tests {
             .commit(Some("HEAD"), &sig, &sig, "one", &tree, &[])
             .unwrap();
         (dir, c, blob)
+    }
+
+    #[test]
+    fn a_full_id_names_its_object_never_a_ref_of_that_name() {
+        let (dir, c, _) = one_commit();
+        let raw = Repository::open(dir.path()).unwrap();
+        let missing = "0123456789abcdef0123456789abcdef01234567";
+        raw.branch(missing, &raw.find_commit(c).unwrap(), false)
+            .unwrap();
+        let repo = GitRepo::open(dir.path()).unwrap();
+        assert!(
+            repo.resolve(missing).is_err(),
+            "a branch stood in for a missing id"
+        );
+        assert!(matches!(repo.resolve(&c.to_string()), Ok(Resolved::Commit(id)) if id == c));
+        // Names still resolve as names.
+        assert!(matches!(repo.resolve("HEAD"), Ok(Resolved::Commit(id)) if id == c));
     }
 
     #[test]

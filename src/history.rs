@@ -600,18 +600,28 @@ fn may_spell_names_in_disguise(bytes: &[u8]) -> bool {
         .any(|i| matches!(bytes.get(i + 1), Some(b'x' | b'u' | b'U' | b'\n' | b'\r')))
         || memchr::memmem::find(bytes, b"binary").is_some()
         || tag_with_escapes(bytes)
+        || memchr::memmem::find(bytes, b"%TAG").is_some()
 }
 
 /// Whether a tag (`!` and the characters up to white space) holds a `%`:
 /// YAML decodes `%xx` in tags, so `!!bin%61ry` is `!!binary` to every
-/// reader although the bytes never say so.
+/// reader although the bytes never say so. (A `%TAG` directive can spell
+/// `!!binary` under another handle: the caller looks for those too.) Each
+/// byte is looked at once: a run of `!`s is one tag.
 fn tag_with_escapes(bytes: &[u8]) -> bool {
-    memchr::memchr_iter(b'!', bytes).any(|i| {
-        bytes[i + 1..]
+    let mut i = 0;
+    while let Some(at) = memchr::memchr(b'!', &bytes[i..]) {
+        let tag = &bytes[i + at + 1..];
+        let end = tag
             .iter()
-            .take_while(|b| !b.is_ascii_whitespace())
-            .any(|&b| b == b'%')
-    })
+            .position(|b| b.is_ascii_whitespace())
+            .unwrap_or(tag.len());
+        if tag[..end].contains(&b'%') {
+            return true;
+        }
+        i += at + 1 + end;
+    }
+    false
 }
 
 /// Above this many new identities in one commit, the look back judges the
@@ -1661,4 +1671,37 @@ fn joined<T>(lists: Vec<Vec<T>>) -> Vec<T> {
         out.extend(list);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_in_disguise_are_suspected_wherever_yaml_could_decode_them() {
+        for text in [
+            "name: \"\\x63ell\"",
+            "name: !!binary Y2VsbA==",
+            "name: !!bin%61ry Y2VsbA==",
+            "name: !<tag:yaml.org,2002:b%69nary> Y2VsbA==",
+            "a: !x!y%z",
+            "%TAG !e! tag:yaml.org,2002:bi\n---\nname: !e!nary Y2VsbA==",
+        ] {
+            assert!(may_spell_names_in_disguise(text.as_bytes()), "{text}");
+        }
+        for text in [
+            "name: cell",
+            "a: !x 100%",
+            "wow!!! 50% off",
+            "note: \"100%\"",
+        ] {
+            assert!(!may_spell_names_in_disguise(text.as_bytes()), "{text}");
+        }
+        // A run of `!`s is one tag, looked at once: a long one answers at
+        // once (quadratic before), whatever follows it.
+        let mut long = vec![b'!'; 1 << 20];
+        assert!(!tag_with_escapes(&long));
+        long.push(b'%');
+        assert!(tag_with_escapes(&long));
+    }
 }

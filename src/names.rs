@@ -42,8 +42,9 @@ use git2::Oid;
 
 /// Bumped whenever what an entry means changes (the alphabet, which files
 /// count, what counts as a disguise): a file of another version is
-/// ignored. 2: a `%` in a tag is a disguise (`!!bin%61ry`).
-const VERSION: u32 = 2;
+/// ignored. 3: a `%` in a tag (`!!bin%61ry`), and a `%TAG` directive, are
+/// disguises.
+const VERSION: u32 = 3;
 const MAGIC: &[u8; 8] = b"LSNAMES\0";
 /// The file's name under `$GIT_DIR/lockstep/`.
 pub const FILE: &str = "names-v1";

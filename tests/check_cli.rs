@@ -760,6 +760,36 @@ fn collisions_with_files_the_commit_did_not_touch_are_found() {
     repo.remove("more/plain.yaml").remove("other/tagged.yaml");
     repo.commit("clean up again");
 
+    // And a `%TAG` directive that makes `!e!nary` read `!!binary`.
+    repo.write(
+        "other/directive.yaml",
+        format!(
+            "%TAG !e! tag:yaml.org,2002:bi\n---\n{}",
+            nova("nova", "2026.1", "2026.1")
+                .replacen("name: nova\n", "name: !e!nary Y2VsbC13ZXN0\n", 1)
+                .replace("namespace: compute", "namespace: hidden")
+        ),
+    );
+    repo.commit("a name behind a tag directive");
+    repo.write(
+        "more/plain.yaml",
+        nova("cell-west", "2026.1", "2026.1").replace("namespace: compute", "namespace: hidden"),
+    );
+    repo.commit("the same name, plainly");
+    let (code, json) = check_json(&repo, &[]);
+    assert_eq!(code, 1, "{json:#}");
+    let objs = last_objects(&json);
+    let o = find(&objs, "Nova", "cell-west");
+    assert!(
+        o["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("other/directive.yaml")),
+        "{o:#}"
+    );
+    repo.remove("more/plain.yaml")
+        .remove("other/directive.yaml");
+    repo.commit("clean up once more");
+
     // A standalone child of a plane defined in an untouched file.
     repo.write(
         "more/keystone.yaml",

@@ -250,7 +250,7 @@ pub fn parse_file_keeping(
     // (`core/tests/yaml_fast.rs`).
     let docs = crate::yaml_fast::read(text, &limit).map_or_else(
         || {
-            let options = crate::yaml::options(&limit, text.len());
+            let options = crate::yaml::manifest_options(&limit, text.len());
             serde_saphyr::from_multiple_with_options::<At<Node>>(text, options)
         },
         Ok,
@@ -558,13 +558,17 @@ fn extract(kind: Kind, root: &Map, line: u32, ctx: &mut Ctx<'_>) -> Option<Docum
     // create it once and never update it: what lockstep judged would not
     // be what the cluster gets, and the next hop would skip the one left
     // out.
-    if let Some(Node::Map(m)) = get(meta_map, "annotations").map(|a| &a.value) {
+    for (field, label) in [("labels", true), ("annotations", false)] {
+        let Some(Node::Map(m)) = get(meta_map, field).map(|a| &a.value) else {
+            continue;
+        };
         for (k, v) in m {
-            if let Some(why) = left_out_by(k, v.value.as_str().unwrap_or_default()) {
+            if let Some(why) = left_out_by(k, v.value.as_str().unwrap_or_default(), label) {
                 ctx.fail(
                     to_line(v.line),
                     format!(
-                        "annotation {}: {why}; lockstep judges what is applied as written, so remove it",
+                        "{} {}: {why}; lockstep judges what is applied as written, so remove it",
+                        if label { "label" } else { "annotation" },
                         crate::escape::escape(k)
                     ),
                 );
@@ -836,14 +840,17 @@ fn get<'a>(map: &'a Map, key: &str) -> Option<&'a At<Node>> {
     map.iter().find(|(k, _)| k == key).map(|(_, v)| v)
 }
 
-/// Why an annotation makes kustomize, Flux or Argo CD leave an object out
-/// of what they apply (or apply it only once), if it does.
-fn left_out_by(key: &str, value: &str) -> Option<&'static str> {
-    let value = value.trim();
+/// Why a label or an annotation (`label`: which) makes kustomize, Flux,
+/// Argo CD or Helm leave an object out of what they apply, or apply it only
+/// once, if it does.
+fn left_out_by(key: &str, value: &str, label: bool) -> Option<&'static str> {
     match key {
-        "config.kubernetes.io/local-config" if value != "false" => {
+        // Older kustomize drops it whatever the value, v5 unless exactly
+        // "false": any value is refused.
+        "config.kubernetes.io/local-config" if !label => {
             Some("kustomize leaves a local-config object out of what it builds")
         }
+        // Flux reads these as labels or annotations, values in any case.
         "kustomize.toolkit.fluxcd.io/reconcile" if value.eq_ignore_ascii_case("disabled") => {
             Some("Flux does not apply an object whose reconciliation is disabled")
         }
@@ -855,7 +862,7 @@ fn left_out_by(key: &str, value: &str) -> Option<&'static str> {
                 "Flux creates such an object once (IfNotPresent) or never (Ignore), and does not update it",
             )
         }
-        "argocd.argoproj.io/hook" | "helm.sh/hook" => Some(
+        "argocd.argoproj.io/hook" | "helm.sh/hook" if !label => Some(
             "a hook is applied at its phase of a sync, or never (Skip), not as part of the state",
         ),
         _ => None,
@@ -1126,6 +1133,8 @@ mod tests {
         };
         for (k, v) in [
             ("config.kubernetes.io/local-config", "true"),
+            ("config.kubernetes.io/local-config", "false"),
+            ("kustomize.toolkit.fluxcd.io/reconcile", "Disabled"),
             ("kustomize.toolkit.fluxcd.io/reconcile", "disabled"),
             ("kustomize.toolkit.fluxcd.io/ssa", "IfNotPresent"),
             ("kustomize.toolkit.fluxcd.io/ssa", "ignore"),
@@ -1145,7 +1154,6 @@ mod tests {
             assert_eq!(p.problems[0].line, 7);
         }
         for (k, v) in [
-            ("config.kubernetes.io/local-config", "false"),
             ("kustomize.toolkit.fluxcd.io/ssa", "Merge"),
             ("kustomize.toolkit.fluxcd.io/reconcile", "enabled"),
             ("argocd.argoproj.io/sync-wave", "1"),
@@ -1153,6 +1161,19 @@ mod tests {
             let p = parse(&with(k, v));
             assert!(p.problems.is_empty(), "{k}: {v}: {:?}", p.problems);
         }
+        // Flux reads its keys as labels too.
+        let labelled = GLANCE.replace(
+            "  namespace: image\n",
+            "  namespace: image\n  labels:\n    kustomize.toolkit.fluxcd.io/reconcile: disabled\n",
+        );
+        let p = parse(&labelled);
+        assert!(
+            p.problems[0]
+                .message
+                .starts_with("label kustomize.toolkit.fluxcd.io/reconcile: "),
+            "{:?}",
+            p.problems
+        );
         let p = parse(&GLANCE.replace("  namespace: image\n", ""));
         assert_eq!(p.problems.len(), 1, "{:?}", p.problems);
         assert!(p.problems[0].message.contains("has no metadata.namespace"));

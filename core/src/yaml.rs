@@ -150,12 +150,19 @@ pub fn options(limit: &Limit, len: usize) -> serde_saphyr::Options {
         budget: Some(budget),
         alias_limits: aliases,
         with_snippet: false,
-        // A merge key stays a key named `<<`, which the manifest reader
-        // refuses however it was written (`!!merge "\x3c\x3c"` included):
-        // expanded, it would be read as YAML 1.1 reads it, not as
-        // Kubernetes' library, which lets it override keys before it.
-        merge_keys: serde_saphyr::MergeKeyPolicy::AsOrdinary,
     }
+}
+
+/// [`options`] for a manifest that kubectl, Argo CD or Flux apply: a merge
+/// key stays a key named `<<`, which the manifest reader refuses however
+/// it was written (`!!merge "\x3c\x3c"` included). Expanded, it would be
+/// read as YAML 1.1 reads it, not as Kubernetes' library, which lets it
+/// override keys before it. lockstep's own files (its configuration,
+/// policies, plans) keep merge keys as YAML reads them.
+pub fn manifest_options(limit: &Limit, len: usize) -> serde_saphyr::Options {
+    let mut o = options(limit, len);
+    o.merge_keys = serde_saphyr::MergeKeyPolicy::AsOrdinary;
+    o
 }
 
 /// Why a YAML input could not be read before parsing.

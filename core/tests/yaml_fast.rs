@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use lockstep_core::manifest::{At, Node};
-use lockstep_core::yaml::{Limit, options};
+use lockstep_core::yaml::{Limit, manifest_options};
 use lockstep_core::{yaml_fast, yaml_lines};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -25,7 +25,7 @@ const READERS: [(&str, Reader); 3] = [
 ];
 
 fn saphyr(text: &str) -> Result<Vec<At<Node>>, String> {
-    serde_saphyr::from_multiple_with_options::<At<Node>>(text, options(&LIMIT, text.len()))
+    serde_saphyr::from_multiple_with_options::<At<Node>>(text, manifest_options(&LIMIT, text.len()))
         .map_err(|e| e.to_string())
 }
 
