@@ -197,8 +197,21 @@ impl TrustPolicy {
             };
             keyring.verify(text, signed_data, when, committer_email)
         } else {
-            let first = text.lines().next().unwrap_or("").chars().take(40);
-            Err(Untrusted::UnsupportedFormat(first.collect()))
+            // The armor's label (`X509 SIGNED MESSAGE` from gpgsm), not
+            // whatever else the committer put there.
+            let first = text.lines().next().unwrap_or("");
+            let label = first
+                .strip_prefix("-----BEGIN ")
+                .and_then(|l| l.strip_suffix("-----"))
+                .filter(|l| {
+                    l.len() <= 40
+                        && l.bytes()
+                            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b' ')
+                });
+            Err(Untrusted::UnsupportedFormat(match label {
+                Some(l) => format!("a {l}"),
+                None => "not an armored signature".into(),
+            }))
         }
     }
 
@@ -288,10 +301,12 @@ impl AllowedSigners {
         // Blank lines around the armor (a signer that kept the newline
         // `ssh-keygen` ends its file with) do not make it another
         // signature; `git verify-commit` reads past them too.
-        let sig: SshSig = armored
-            .trim()
-            .parse()
-            .map_err(|e: ssh_key::Error| Untrusted::Malformed(format!("SSH signature: {e}")))?;
+        let sig: SshSig = armored.trim().parse().map_err(|e: ssh_key::Error| {
+            // The library's words stay in the debug log: a refusal
+            // names what is wrong in ours.
+            tracing::debug!(error = %e, "an SSH signature does not parse");
+            Untrusted::Malformed("an SSH signature whose armor or encoding does not parse".into())
+        })?;
         if sig.namespace() != GIT_NAMESPACE {
             return Err(Untrusted::WrongNamespace(sig.namespace().to_owned()));
         }
@@ -713,8 +728,10 @@ impl Keyring {
         when: i64,
         email: &str,
     ) -> Result<Signer, Untrusted> {
-        let (sig, _) = DetachedSignature::from_armor_single(armored.as_bytes())
-            .map_err(|e| Untrusted::Malformed(format!("OpenPGP signature: {e}")))?;
+        let (sig, _) = DetachedSignature::from_armor_single(armored.as_bytes()).map_err(|e| {
+            tracing::debug!(error = %e, "an OpenPGP signature does not parse");
+            Untrusted::Malformed("an OpenPGP signature whose armor or packets do not parse".into())
+        })?;
         let sig = sig.signature;
         let fps: Vec<String> = sig.issuer_fingerprint().iter().map(|f| hex_fp(f)).collect();
         let ids: Vec<String> = sig
@@ -1012,18 +1029,49 @@ mod tests {
             p.verify(b"-----BEGIN PGP SIGNATURE-----\n", b"", 0, "a@x"),
             Err(Untrusted::NoPolicy { .. })
         ));
-        assert!(matches!(
+        assert_eq!(
             p.verify(b"-----BEGIN SIGNED MESSAGE-----\n", b"", 0, "a@x"),
-            Err(Untrusted::UnsupportedFormat(_))
-        ));
-        assert!(matches!(
-            p.verify(
+            Err(Untrusted::UnsupportedFormat("a SIGNED MESSAGE".into()))
+        );
+        // Whatever else the committer wrote there is not repeated.
+        assert_eq!(
+            p.verify(b"\x1b[31mred herring of any length at all\n", b"", 0, "a@x"),
+            Err(Untrusted::UnsupportedFormat(
+                "not an armored signature".into()
+            ))
+        );
+        // A signature that does not parse is said in lockstep's words, not
+        // the library's.
+        let garbled = p
+            .verify(
                 b"-----BEGIN SSH SIGNATURE-----\ngarbage\n-----END SSH SIGNATURE-----\n",
                 b"",
                 0,
-                "a@x"
-            ),
-            Err(Untrusted::Malformed(_))
-        ));
+                "a@x",
+            )
+            .unwrap_err();
+        assert_eq!(
+            garbled.to_string(),
+            "its signature cannot be read (an SSH signature whose armor or encoding does not parse); sign the commit again (`git commit --amend -S`)"
+        );
+        let pgp = TrustPolicy {
+            ssh: None,
+            openpgp: Some(Keyring {
+                path: PathBuf::from("keys"),
+                keys: Vec::new(),
+            }),
+        };
+        let garbled = pgp
+            .verify(
+                b"-----BEGIN PGP SIGNATURE-----\nnot base64 at all\n-----END PGP MESSAGE-----\n",
+                b"",
+                0,
+                "a@x",
+            )
+            .unwrap_err();
+        assert_eq!(
+            garbled,
+            Untrusted::Malformed("an OpenPGP signature whose armor or packets do not parse".into())
+        );
     }
 }
