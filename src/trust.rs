@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use pgp::composed::{Deserializable as _, DetachedSignature, SignedPublicKey};
+use pgp::packet::SignatureType;
 use pgp::types::KeyDetails as _;
 use ssh_key::{HashAlg, PublicKey, SshSig};
 use thiserror::Error;
@@ -85,6 +86,14 @@ pub enum Untrusted {
         "signed by {key}, which is not trusted (no entry in {origin}); if it should be, add it there, else sign with a trusted key"
     )]
     UnknownKey { key: String, origin: String },
+    #[error(
+        "signed by {key}, which signs no commit: {why} ({origin}); sign with a trusted key that can"
+    )]
+    CannotSign {
+        key: String,
+        why: &'static str,
+        origin: String,
+    },
     #[error(
         "the signature by {key} does not match the commit's content: the commit was changed after it was signed; sign it again (`git commit --amend -S`)"
     )]
@@ -733,6 +742,14 @@ impl Keyring {
             Untrusted::Malformed("an OpenPGP signature whose armor or packets do not parse".into())
         })?;
         let sig = sig.signature;
+        // A document signature (binary or text), as git makes: a trusted
+        // key's signature of another type over the same bytes (a
+        // certification, a revocation) vouches for no commit.
+        if !matches!(sig.typ(), Some(SignatureType::Binary | SignatureType::Text)) {
+            return Err(Untrusted::Malformed(
+                "an OpenPGP signature that is not a document signature".into(),
+            ));
+        }
         let fps: Vec<String> = sig.issuer_fingerprint().iter().map(|f| hex_fp(f)).collect();
         let ids: Vec<String> = sig
             .issuer_key_id()
@@ -754,11 +771,31 @@ impl Keyring {
             // The primary key's validity bounds every subkey's: a subkey
             // outliving an expired primary key is not trusted (as gpg and
             // `git verify-commit` say "This key has expired").
+            // A revoked key vouches for nothing, whatever its revocation
+            // says of the time (a compromised key signs any date).
+            if !key.details.revocation_signatures.is_empty() {
+                return Err(Untrusted::CannotSign {
+                    key: name,
+                    why: "the key file holds its revocation",
+                    origin: source,
+                });
+            }
+            // Its expiry: the newest self-signature that says one, a
+            // certification of a user ID that is not revoked, or a
+            // direct-key signature (never a revocation, which has none).
             let primary_expiry = key
                 .details
                 .users
                 .iter()
+                .filter(|u| !uid_revoked(u))
                 .flat_map(|u| &u.signatures)
+                .filter(|s| is_certification(s))
+                .chain(
+                    key.details
+                        .direct_signatures
+                        .iter()
+                        .filter(|s| s.typ() == Some(SignatureType::Key)),
+                )
                 .filter_map(|s| Some((s.created()?, s.key_expiration_time())))
                 .max_by_key(|(c, _)| c.as_secs())
                 .and_then(|(_, e)| e);
@@ -770,6 +807,25 @@ impl Keyring {
             // The component that made the signature: the primary key or a
             // subkey whose newest binding signature binds it for signing.
             if names(&primary.fingerprint(), &primary.legacy_key_id()) {
+                // The primary key signs only if its newest self-signature
+                // that carries key flags lets it.
+                let flags = key
+                    .details
+                    .users
+                    .iter()
+                    .filter(|u| !uid_revoked(u))
+                    .flat_map(|u| &u.signatures)
+                    .filter(|s| is_certification(s))
+                    .chain(&key.details.direct_signatures)
+                    .filter(|s| s.key_flags() != Default::default())
+                    .max_by_key(|s| s.created().map(|c| c.as_secs()));
+                if flags.is_some_and(|s| !s.key_flags().sign()) {
+                    return Err(Untrusted::CannotSign {
+                        key: name,
+                        why: "its self-signature does not flag the primary key for signing",
+                        origin: source,
+                    });
+                }
                 sig.verify(primary, signed_data)
                     .map_err(|_| Untrusted::BadSignature { key: name.clone() })?;
             } else if let Some(sub) = key
@@ -813,10 +869,12 @@ impl Keyring {
                         .filter(|&end| when > end)
                         .map(|end| format!("{late} (at {})", show_time(end)))
                 });
+            // A revoked user ID names no one.
             let uid = key
                 .details
                 .users
                 .iter()
+                .filter(|u| !uid_revoked(u))
                 .map(|u| String::from_utf8_lossy(u.id.id()).into_owned())
                 .find(|u| uid_email(u).is_some_and(|e| e.eq_ignore_ascii_case(email)));
             let Some(uid) = uid else {
@@ -853,6 +911,27 @@ impl Keyring {
             origin: self.path.display().to_string(),
         })
     }
+}
+
+/// A certification of a user ID (0x10 to 0x13).
+fn is_certification(s: &pgp::packet::Signature) -> bool {
+    matches!(
+        s.typ(),
+        Some(
+            SignatureType::CertGeneric
+                | SignatureType::CertPersona
+                | SignatureType::CertCasual
+                | SignatureType::CertPositive
+        )
+    )
+}
+
+/// Whether a user ID's newest self-signature revokes it.
+fn uid_revoked(u: &pgp::types::SignedUser) -> bool {
+    u.signatures
+        .iter()
+        .max_by_key(|s| s.created().map(|c| c.as_secs()))
+        .is_some_and(|s| s.typ() == Some(SignatureType::CertRevocation))
 }
 
 fn hex_fp(f: &pgp::types::Fingerprint) -> String {

@@ -523,6 +523,26 @@ fn check_cli_messages_and_exit_codes() {
 // ------------------------------------------------------------ OpenPGP
 
 impl Fixture {
+    /// A fixture with a GnuPG home of its own.
+    fn with_gnupg() -> Fixture {
+        let mut f = Fixture::new();
+        let home = f.keys.path().join("gnupg");
+        std::fs::create_dir(&home).expect("mkdir");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        }
+        f.gnupg = Some(home);
+        f
+    }
+
+    /// `fpr`'s armored public key, as trusted in `dir`.
+    fn trust_gpg(&self, dir: &std::path::Path, name: &str, fpr: &str) {
+        let armored = self.gpg(&["--armor", "--export", fpr]);
+        std::fs::write(dir.join(format!("{name}.asc")), armored).expect("write key");
+    }
+
     fn gpg(&self, args: &[&str]) -> String {
         let g = self.gnupg.as_ref().expect("GNUPGHOME");
         run(Command::new("gpg")
@@ -572,18 +592,93 @@ impl Fixture {
     }
 }
 
+/// What a key file says of a key is read from its self-signatures as gpg
+/// reads it: a revoked key, a revoked user ID and an expiry that a later
+/// user-ID revocation (which says no expiry of its own) must not lift.
+/// Each was accepted before.
+#[test]
+fn openpgp_revocations_and_expiry_are_read_from_self_signatures() {
+    need("gpg");
+    let f = Fixture::with_gnupg();
+    let dir = f.keys.path().join("trusted");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let now = jiff::Timestamp::now();
+    let later = now
+        .checked_add(jiff::SignedDuration::from_hours(72))
+        .expect("time");
+    let check = |f: &Fixture| f.check(&["--trusted-keys", &dir.to_string_lossy()]);
+
+    // A key whose file holds its revocation (gpg --import of the
+    // revocation certificate gpg wrote when it made the key).
+    let revoked = f.gpg_key(&format!("Revoked <{EMAIL}>"), "never");
+    f.commit_gpg("2026.2", &revoked, &now.to_string());
+    let rev = f
+        .gnupg
+        .as_ref()
+        .unwrap()
+        .join(format!("openpgp-revocs.d/{revoked}.rev"));
+    let cert = std::fs::read_to_string(&rev).expect("revocation certificate");
+    let cert = cert.replacen(":-----BEGIN", "-----BEGIN", 1);
+    let cert_file = f.keys.path().join("revoke.asc");
+    std::fs::write(&cert_file, cert).expect("write");
+    f.gpg(&["--import", &cert_file.to_string_lossy()]);
+    f.trust_gpg(&dir, "revoked", &revoked);
+    let (code, json) = check(&f);
+    assert_eq!(code, 1, "{json:#}");
+    let (reason, message) = refusal(&json);
+    assert_eq!(reason, "UntrustedCommit");
+    assert!(message.contains("holds its revocation"), "{message}");
+    std::fs::remove_file(dir.join("revoked.asc")).expect("rm");
+    f.git(&["reset", "-q", "--hard", "HEAD~1"], WHEN);
+
+    // The committer's user ID revoked, another one kept: it names no one.
+    let uid = format!("Moved On <{EMAIL}>");
+    let moved = f.gpg_key(&uid, "never");
+    f.gpg(&[
+        "--quick-add-uid",
+        &moved,
+        "Moved On <elsewhere@example.invalid>",
+    ]);
+    f.gpg(&["--quick-revuid", &moved, &uid]);
+    f.trust_gpg(&dir, "moved", &moved);
+    f.commit_gpg("2026.2", &moved, &now.to_string());
+    let (code, json) = check(&f);
+    assert_eq!(code, 1, "{json:#}");
+    let (_, message) = refusal(&json);
+    assert!(message.contains("not for the committer"), "{message}");
+    std::fs::remove_file(dir.join("moved.asc")).expect("rm");
+    f.git(&["reset", "-q", "--hard", "HEAD~1"], WHEN);
+
+    // A key that expires in a day, whose newest self-signature is the
+    // revocation of another user ID (which says no expiry): still expired
+    // at a commit time three days on, fine now.
+    let expiring = f.gpg_key(&format!("Expiring <{EMAIL}>"), "1d");
+    f.gpg(&[
+        "--quick-add-uid",
+        &expiring,
+        "Expiring <old@example.invalid>",
+    ]);
+    f.gpg(&[
+        "--quick-revuid",
+        &expiring,
+        "Expiring <old@example.invalid>",
+    ]);
+    f.trust_gpg(&dir, "expiring", &expiring);
+    f.commit_gpg("2026.2", &expiring, &now.to_string());
+    let (code, json) = check(&f);
+    accepted(code, &json);
+    f.git(&["reset", "-q", "--hard", "HEAD~1"], WHEN);
+    f.commit_gpg("2026.2", &expiring, &later.to_string());
+    let (code, json) = check(&f);
+    assert_eq!(code, 1, "{json:#}");
+    let (_, message) = refusal(&json);
+    assert!(message.contains("expired"), "{message}");
+}
+
 #[test]
 fn openpgp_signed_commits() {
     need("gpg");
-    let mut f = Fixture::new();
-    let home = f.keys.path().join("gnupg");
-    std::fs::create_dir(&home).expect("mkdir");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-    }
-    f.gnupg = Some(home);
+    let f = Fixture::with_gnupg();
     let trusted = f.gpg_key(&format!("Fleet Tester <{EMAIL}>"), "never");
     let stranger = f.gpg_key(&format!("Stranger <{EMAIL}>"), "never");
     let short_lived = f.gpg_key(&format!("Short Lived <{EMAIL}>"), "1d");
@@ -651,8 +746,7 @@ fn openpgp_signed_commits() {
         ("sub", &sub_primary),
         ("short-primary", &short_primary),
     ] {
-        let armored = f.gpg(&["--armor", "--export", fpr]);
-        std::fs::write(dir.join(format!("{name}.asc")), armored).expect("write key");
+        f.trust_gpg(&dir, name, fpr);
     }
     let dir = dir.to_string_lossy().into_owned();
     let now = jiff::Timestamp::now();
