@@ -780,22 +780,8 @@ impl Keyring {
                     origin: source,
                 });
             }
-            // Its expiry: the newest self-signature that says one, a
-            // certification of a user ID that is not revoked, or a
-            // direct-key signature (never a revocation, which has none).
-            let primary_expiry = key
-                .details
-                .users
-                .iter()
-                .filter(|u| !uid_revoked(u))
-                .flat_map(|u| &u.signatures)
-                .filter(|s| is_certification(s))
-                .chain(
-                    key.details
-                        .direct_signatures
-                        .iter()
-                        .filter(|s| s.typ() == Some(SignatureType::Key)),
-                )
+            // Its expiry: the newest self-signature's.
+            let primary_expiry = self_signatures(key)
                 .filter_map(|s| Some((s.created()?, s.key_expiration_time())))
                 .max_by_key(|(c, _)| c.as_secs())
                 .and_then(|(_, e)| e);
@@ -809,14 +795,7 @@ impl Keyring {
             if names(&primary.fingerprint(), &primary.legacy_key_id()) {
                 // The primary key signs only if its newest self-signature
                 // that carries key flags lets it.
-                let flags = key
-                    .details
-                    .users
-                    .iter()
-                    .filter(|u| !uid_revoked(u))
-                    .flat_map(|u| &u.signatures)
-                    .filter(|s| is_certification(s))
-                    .chain(&key.details.direct_signatures)
+                let flags = self_signatures(key)
                     .filter(|s| s.key_flags() != Default::default())
                     .max_by_key(|s| s.created().map(|c| c.as_secs()));
                 if flags.is_some_and(|s| !s.key_flags().sign()) {
@@ -911,6 +890,24 @@ impl Keyring {
             origin: self.path.display().to_string(),
         })
     }
+}
+
+/// The self-signatures that say what the key is (its expiry, its flags):
+/// certifications of user IDs that are not revoked, and direct-key
+/// signatures (never a revocation, which says neither).
+fn self_signatures(key: &SignedPublicKey) -> impl Iterator<Item = &pgp::packet::Signature> {
+    key.details
+        .users
+        .iter()
+        .filter(|u| !uid_revoked(u))
+        .flat_map(|u| &u.signatures)
+        .filter(|s| is_certification(s))
+        .chain(
+            key.details
+                .direct_signatures
+                .iter()
+                .filter(|s| s.typ() == Some(SignatureType::Key)),
+        )
 }
 
 /// A certification of a user ID (0x10 to 0x13).

@@ -76,52 +76,56 @@ fn verdicts_become_notes_readable_by_git() {
     assert!(both.contains("lockstep/eu-de-1: success") && both.contains("lockstep/us-1: success"));
 }
 
-#[test]
-fn notes_are_pushed_to_the_remote() {
-    let remote = tempfile::tempdir().expect("tmp");
-    let bare = remote.path().join("fleet.git");
+/// A new bare repository at `path`.
+fn bare(path: &std::path::Path) {
     let st = std::process::Command::new("git")
-        .args(["init", "-q", "--bare", &bare.to_string_lossy()])
+        .args(["init", "-q", "--bare"])
+        .arg(path)
         .status()
         .expect("git");
     assert!(st.success());
+}
+
+/// The notes a bare repository holds for `main`.
+fn notes_in(bare: &std::path::Path) -> String {
+    let out = std::process::Command::new("git")
+        .args(["notes", "--ref=lockstep", "show", "main"])
+        .current_dir(bare)
+        .output()
+        .expect("git notes");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `check --report notes` of `repo` with `extra`, which must succeed; its
+/// standard error.
+fn check_pushing(repo: &FleetRepo, extra: &[&str]) -> String {
+    let path = repo.path().to_string_lossy().into_owned();
+    let mut args = vec!["check", "--repo", &path, "--report", "notes"];
+    args.extend_from_slice(extra);
+    let out = lockstep(&args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    err
+}
+
+#[test]
+fn notes_are_pushed_to_the_remote() {
+    let remote = tempfile::tempdir().expect("tmp");
+    let up = remote.path().join("fleet.git");
+    bare(&up);
     let repo = FleetRepo::new();
     repo.write("nova.yaml", nova("nova", "2026.1", "2026.1"));
     repo.commit("fleet");
-    repo.git(&["remote", "add", "origin", &bare.to_string_lossy()]);
+    repo.git(&["remote", "add", "origin", &up.to_string_lossy()]);
     repo.git(&["push", "-q", "-u", "origin", "main"]);
-    let out = lockstep(&[
-        "check",
-        "--repo",
-        &repo.path().to_string_lossy(),
-        "--report",
-        "notes",
-        "--push-notes",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let shown = std::process::Command::new("git")
-        .args([
-            "--git-dir",
-            &bare.to_string_lossy(),
-            "notes",
-            "--ref=lockstep",
-            "show",
-            "main",
-        ])
-        .output()
-        .expect("git notes");
-    let text = String::from_utf8_lossy(&shown.stdout);
+    let err = check_pushing(&repo, &["--push-notes"]);
+    let text = notes_in(&up);
     assert!(
         text.contains("lockstep/default: success — accepted: nova 2026.1 installed"),
         "{text}"
     );
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("pushed refs/notes/lockstep to origin"),
+        err.contains("pushed refs/notes/lockstep to origin"),
         "the branch's remote"
     );
 }
@@ -135,74 +139,26 @@ fn notes_go_to_a_relative_remote_as_git_push_takes_it() {
     let repo = FleetRepo::new();
     repo.write("nova.yaml", nova("nova", "2026.1", "2026.1"));
     repo.commit("fleet");
-    let bare = repo.path().join("up.git");
-    let st = std::process::Command::new("git")
-        .args(["init", "-q", "--bare", &bare.to_string_lossy()])
-        .status()
-        .expect("git");
-    assert!(st.success());
-    std::fs::write(repo.path().join(".git/info/exclude"), "up.git/\n").unwrap();
-    repo.git(&["remote", "add", "origin", "./up.git"]);
-    repo.git(&["push", "-q", "-u", "origin", "main"]);
-    let out = lockstep(&[
-        "check",
-        "--repo",
-        &repo.path().to_string_lossy(),
-        "--report",
-        "notes",
-        "--push-notes",
-        "origin",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let shown = |bare: &std::path::Path| {
-        let out = std::process::Command::new("git")
-            .args(["notes", "--ref=lockstep", "show", "main"])
-            .current_dir(bare)
-            .output()
-            .expect("git notes");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    assert!(shown(&bare).contains("lockstep/default: success"));
-
-    // A push URL, relative too, is where they go (fetched from there as
-    // well when the push is refused), not the fetch URL.
-    let pushed = repo.path().join("pushed.git");
-    let st = std::process::Command::new("git")
-        .args(["init", "-q", "--bare", &pushed.to_string_lossy()])
-        .status()
-        .expect("git");
-    assert!(st.success());
+    let (up, pushed) = (repo.path().join("up.git"), repo.path().join("pushed.git"));
+    bare(&up);
+    bare(&pushed);
     std::fs::write(
         repo.path().join(".git/info/exclude"),
         "up.git/\npushed.git/\n",
     )
     .unwrap();
+    repo.git(&["remote", "add", "origin", "./up.git"]);
+    repo.git(&["push", "-q", "-u", "origin", "main"]);
+    check_pushing(&repo, &["--push-notes", "origin"]);
+    assert!(notes_in(&up).contains("lockstep/default: success"));
+
+    // A push URL, relative too, is where they go (fetched from there as
+    // well when the push is refused), not the fetch URL.
     repo.git(&["config", "remote.origin.pushurl", "pushed.git"]);
     repo.git(&["push", "-q", "origin", "main"]);
-    let out = lockstep(&[
-        "check",
-        "--repo",
-        &repo.path().to_string_lossy(),
-        "--report",
-        "notes",
-        "--cluster",
-        "second",
-        "--push-notes",
-        "origin",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(shown(&pushed).contains("lockstep/second: success"));
-    assert!(!shown(&bare).contains("lockstep/second"));
+    check_pushing(&repo, &["--cluster", "second", "--push-notes", "origin"]);
+    assert!(notes_in(&pushed).contains("lockstep/second: success"));
+    assert!(!notes_in(&up).contains("lockstep/second"));
 }
 
 /// A replica killed mid-write leaves `refs/notes/lockstep.lock` behind. A

@@ -36,6 +36,26 @@ fn namespaces() -> (&'static str, String) {
     )
 }
 
+/// A daemon on the repository at `dir` and the cluster, as it starts.
+fn daemon(
+    dir: &std::path::Path,
+    mem: &MemoryCluster,
+    cluster: &Counted,
+    queue: &StatusQueue,
+    resync: Duration,
+    metrics: Arc<Metrics>,
+) -> Daemon<Counted, Source> {
+    let source = Source::open(Origin::Local(dir.to_owned()), "main").unwrap();
+    let opts = Options {
+        cluster_name: "prod".into(),
+        poll: Duration::from_millis(10),
+        resync,
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(mem, &source, &opts).unwrap();
+    Daemon::new(opts, source, cluster.clone(), clock, queue.clone(), metrics)
+}
+
 /// The prod plane at 2026.1 (the cluster's seed), then its hop to 2026.2;
 /// a daemon on it that has applied the hop, with the operator one second
 /// into it.
@@ -70,21 +90,13 @@ impl Story {
         );
         let mem = MemoryCluster::new(World::new(Params::default()));
         let cluster = Counted::new(mem.clone());
-        let source = Source::open(Origin::Local(dir.path().to_owned()), "main").unwrap();
-        let opts = Options {
-            cluster_name: "prod".into(),
-            poll: Duration::from_millis(10),
-            resync,
-            ..Options::default()
-        };
-        let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).unwrap();
         let queue = StatusQueue::new(10_000);
-        let mut daemon = Daemon::new(
-            opts,
-            source,
-            cluster.clone(),
-            clock,
-            queue.clone(),
+        let mut daemon = daemon(
+            dir.path(),
+            &mem,
+            &cluster,
+            &queue,
+            resync,
             Arc::new(Metrics::new()),
         );
         daemon.pass().await;
@@ -103,20 +115,12 @@ impl Story {
     /// A new daemon on the same repository and cluster, as after a restart
     /// (nothing of the old one's memory kept); its metrics are `metrics`.
     fn restart(&mut self, metrics: Arc<Metrics>) {
-        let source = Source::open(Origin::Local(self.dir.path().to_owned()), "main").unwrap();
-        let opts = Options {
-            cluster_name: "prod".into(),
-            poll: Duration::from_millis(10),
-            resync: Duration::ZERO,
-            ..Options::default()
-        };
-        let clock = lockstep::daemon::virtual_start(&self.mem, &source, &opts).unwrap();
-        self.daemon = Daemon::new(
-            opts,
-            source,
-            self.cluster.clone(),
-            clock,
-            self.queue.clone(),
+        self.daemon = daemon(
+            self.dir.path(),
+            &self.mem,
+            &self.cluster,
+            &self.queue,
+            Duration::ZERO,
             metrics,
         );
     }

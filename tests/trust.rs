@@ -602,16 +602,15 @@ fn openpgp_revocations_and_expiry_are_read_from_self_signatures() {
     let f = Fixture::with_gnupg();
     let dir = f.keys.path().join("trusted");
     std::fs::create_dir(&dir).expect("mkdir");
-    let now = jiff::Timestamp::now();
-    let later = now
-        .checked_add(jiff::SignedDuration::from_hours(72))
-        .expect("time");
+    // Commit times are taken after the key they are signed with was made
+    // (a commit dated before its key's creation is refused for that).
+    let now = jiff::Timestamp::now;
     let check = |f: &Fixture| f.check(&["--trusted-keys", &dir.to_string_lossy()]);
 
     // A key whose file holds its revocation (gpg --import of the
     // revocation certificate gpg wrote when it made the key).
     let revoked = f.gpg_key(&format!("Revoked <{EMAIL}>"), "never");
-    f.commit_gpg("2026.2", &revoked, &now.to_string());
+    f.commit_gpg("2026.2", &revoked, &now().to_string());
     let rev = f
         .gnupg
         .as_ref()
@@ -641,7 +640,7 @@ fn openpgp_revocations_and_expiry_are_read_from_self_signatures() {
     ]);
     f.gpg(&["--quick-revuid", &moved, &uid]);
     f.trust_gpg(&dir, "moved", &moved);
-    f.commit_gpg("2026.2", &moved, &now.to_string());
+    f.commit_gpg("2026.2", &moved, &now().to_string());
     let (code, json) = check(&f);
     assert_eq!(code, 1, "{json:#}");
     let (_, message) = refusal(&json);
@@ -664,10 +663,14 @@ fn openpgp_revocations_and_expiry_are_read_from_self_signatures() {
         "Expiring <old@example.invalid>",
     ]);
     f.trust_gpg(&dir, "expiring", &expiring);
-    f.commit_gpg("2026.2", &expiring, &now.to_string());
+    let made = now();
+    f.commit_gpg("2026.2", &expiring, &made.to_string());
     let (code, json) = check(&f);
     accepted(code, &json);
     f.git(&["reset", "-q", "--hard", "HEAD~1"], WHEN);
+    let later = made
+        .checked_add(jiff::SignedDuration::from_hours(72))
+        .expect("time");
     f.commit_gpg("2026.2", &expiring, &later.to_string());
     let (code, json) = check(&f);
     assert_eq!(code, 1, "{json:#}");
