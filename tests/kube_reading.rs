@@ -87,7 +87,7 @@ fn what_kubernetes_reads_otherwise_is_refused_with_its_line() {
                     .collect::<String>()
             ),
             4,
-            "`items` list",
+            "a top-level `items`",
         ),
         (
             "{\"apiVersion\": \"nova.openstack.c5c3.io/v1alpha1\", \"kind\": \"Nova\"}: x\n".into(),
