@@ -45,6 +45,17 @@ pub(super) struct Judged {
     pub gates: Arc<crate::preflight::Gates>,
     /// The plans' maintenance windows, by unit.
     pub windows: Arc<PlanWindows>,
+    /// The waits of the last accepted commit's tree, kept while heads stay
+    /// refused so that each new refused head does not read them again.
+    pub accepted_waits: Option<Arc<AcceptedWaits>>,
+}
+
+/// The pre-flight gates and maintenance windows of one accepted commit's
+/// tree ([`in_effect`]): fixed by the commit, so kept by its id.
+pub(super) struct AcceptedWaits {
+    commit: Oid,
+    gates: crate::preflight::Gates,
+    windows: PlanWindows,
 }
 
 /// The maintenance windows a hop of each unit waits for
@@ -247,6 +258,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// The judgment proper: Git (with the record) up to where the record
     /// says everything was judged, then the new commits against the live
     /// state. Returns the new entries of the record.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the error hands the last judgment back whole, once a pass: boxing it gains nothing"
+    )]
     async fn judge_with_live(
         &self,
         path: &Path,
@@ -490,6 +505,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
 
 /// The judgment itself, on the blocking pool: forward from the last head
 /// when the branch moved forward, else the whole range again.
+#[expect(
+    clippy::result_large_err,
+    reason = "the error hands the last judgment back whole, once a pass: boxing it gains nothing"
+)]
 fn judge_blocking(
     path: &Path,
     head: Oid,
@@ -527,6 +546,7 @@ fn judge_blocking(
                 report,
                 chains,
                 plans: prev_plans,
+                accepted_waits,
                 ..
             } = prev;
             let mut chains = Arc::unwrap_or_clone(chains);
@@ -554,7 +574,8 @@ fn judge_blocking(
             } else {
                 Arc::new(read_plans(&repo, head, &report, opts))
             };
-            let (gates, windows) = in_effect(&repo, head, &report, &plans, opts);
+            let (gates, windows, accepted_waits) =
+                in_effect(&repo, head, &report, &plans, opts, accepted_waits);
             let (gates, windows) = (Arc::new(gates), Arc::new(windows));
             Ok((
                 Judged {
@@ -564,6 +585,7 @@ fn judge_blocking(
                     plans,
                     gates,
                     windows,
+                    accepted_waits,
                 },
                 n,
                 entries,
@@ -595,7 +617,11 @@ fn judge_blocking(
             }
             let n = report.commits.len();
             let plans = read_plans(&repo, head, &report, opts);
-            let (gates, windows) = in_effect(&repo, head, &report, &plans, opts);
+            // A commit's tree does not change with a rewrite: what was
+            // read of the last accepted one still holds if it still is.
+            let kept = prev.and_then(|p| p.accepted_waits);
+            let (gates, windows, accepted_waits) =
+                in_effect(&repo, head, &report, &plans, opts, kept);
             let (gates, windows) = (Arc::new(gates), Arc::new(windows));
             Ok((
                 Judged {
@@ -605,6 +631,7 @@ fn judge_blocking(
                     plans: Arc::new(plans),
                     gates,
                     windows,
+                    accepted_waits,
                 },
                 n,
                 Vec::new(),
@@ -637,14 +664,20 @@ fn read_plans(
 /// last accepted commit's tree too: a refused commit (a skip, an untrusted
 /// signer) can add a wait, never lift one, since nothing is applied on its
 /// authority. A gate or a window it removed still holds the hops the last
-/// accepted state holds.
+/// accepted state holds. The last accepted commit's waits are read once
+/// and handed back, to be passed in again (`kept`) with the next head.
 fn in_effect(
     repo: &GitRepo,
     head: Oid,
     report: &CheckReport,
     plans: &crate::plan::exec::TreePlans,
     opts: &CheckOptions,
-) -> (crate::preflight::Gates, PlanWindows) {
+    kept: Option<Arc<AcceptedWaits>>,
+) -> (
+    crate::preflight::Gates,
+    PlanWindows,
+    Option<Arc<AcceptedWaits>>,
+) {
     let mut gates = read_gates(repo, head, opts.max_file_bytes);
     let mut windows = crate::plan::exec::windows(plans);
     let refused = report
@@ -652,27 +685,55 @@ fn in_effect(
         .last()
         .is_some_and(|c| c.verdict == Verdict::Refused);
     if !refused {
-        return (gates, windows);
+        return (gates, windows, None);
     }
-    match last_accepted(repo, report) {
-        Ok(Some(accepted)) => {
-            let before = read_gates(repo, accepted, opts.max_file_bytes);
-            gates.gates.extend(before.gates);
-            gates.error = gates.error.or(before.error);
-            let before = read_plans(repo, accepted, report, opts);
-            for (k, w) in crate::plan::exec::windows(&before) {
-                windows.entry(k).or_default().extend(w);
-            }
-        }
-        Ok(None) => {}
+    let accepted = match last_accepted(repo, report) {
+        Ok(Some(accepted)) => accepted,
+        Ok(None) => return (gates, windows, None),
         // Fail closed: every hop waits, saying why.
         Err(e) => {
             gates.error = Some(format!(
                 "the last accepted commit before the refused head {head} cannot be read: {e}"
-            ))
+            ));
+            return (gates, windows, None);
         }
+    };
+    let before = match kept {
+        Some(k) if k.commit == accepted => k,
+        _ => {
+            // Only the windows are wanted: the plans' given releases (read
+            // from the range's base) play no part in them.
+            let plans = match crate::plan::exec::read(
+                repo,
+                accepted,
+                &opts.prefixes,
+                opts.max_file_bytes,
+            ) {
+                Ok(p) => p,
+                // Fail closed, and read again with the next head.
+                Err(e) => {
+                    gates.error = Some(format!(
+                        "the plans of the last accepted commit {accepted} cannot be read: {e}"
+                    ));
+                    return (gates, windows, None);
+                }
+            };
+            Arc::new(AcceptedWaits {
+                commit: accepted,
+                gates: read_gates(repo, accepted, opts.max_file_bytes),
+                windows: crate::plan::exec::windows(&plans),
+            })
+        }
+    };
+    gates.gates.extend(before.gates.gates.iter().cloned());
+    gates.error = gates.error.or_else(|| before.gates.error.clone());
+    for (k, w) in &before.windows {
+        windows
+            .entry(k.clone())
+            .or_default()
+            .extend(w.iter().cloned());
     }
-    (gates, windows)
+    (gates, windows, Some(before))
 }
 
 /// The newest commit of `report` whose verdict is not a refusal, else the
@@ -1010,10 +1071,56 @@ mod tests {
         let head = Oid::from_str(&head).unwrap();
         let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
         let at_head = read_plans(&repo, head, &report(Verdict::Accepted), &opts);
-        let (gates, windows) = in_effect(&repo, head, &report(Verdict::Accepted), &at_head, &opts);
+        let (gates, windows, kept) = in_effect(
+            &repo,
+            head,
+            &report(Verdict::Accepted),
+            &at_head,
+            &opts,
+            None,
+        );
         assert!(gates.gates.is_empty() && gates.error.is_none());
         assert!(windows.is_empty(), "an accepted head lifts both");
-        let (gates, windows) = in_effect(&repo, head, &report(Verdict::Refused), &at_head, &opts);
+        assert!(kept.is_none(), "nothing to keep for an accepted head");
+        let (gates, windows, kept) = in_effect(
+            &repo,
+            head,
+            &report(Verdict::Refused),
+            &at_head,
+            &opts,
+            None,
+        );
+        assert_eq!(gates.gates.len(), 1, "{gates:?}");
+        assert_eq!(windows.get(&plane).map(Vec::len), Some(1), "{windows:?}");
+        // The next refused head takes the accepted commit's waits as they
+        // were read, without reading them again.
+        let kept = kept.expect("the accepted commit's waits are kept");
+        let (gates, windows, again) = in_effect(
+            &repo,
+            head,
+            &report(Verdict::Refused),
+            &at_head,
+            &opts,
+            Some(kept.clone()),
+        );
+        assert!(again.is_some_and(|a| Arc::ptr_eq(&a, &kept)), "read again");
+        assert_eq!(gates.gates.len(), 1, "{gates:?}");
+        assert_eq!(windows.get(&plane).map(Vec::len), Some(1), "{windows:?}");
+        // Waits kept for another commit are not taken for this one's.
+        let other = Arc::new(AcceptedWaits {
+            commit: head,
+            gates: Default::default(),
+            windows: Default::default(),
+        });
+        let (gates, windows, mine) = in_effect(
+            &repo,
+            head,
+            &report(Verdict::Refused),
+            &at_head,
+            &opts,
+            Some(other),
+        );
+        assert!(mine.is_some_and(|m| m.commit.to_string() == accepted));
         assert_eq!(gates.gates.len(), 1, "{gates:?}");
         assert_eq!(windows.get(&plane).map(Vec::len), Some(1), "{windows:?}");
     }
