@@ -31,8 +31,11 @@ pub const DIR: &str = ".lockstep/policies";
 /// The commit-message trailer that gives an acknowledgement.
 pub const ACK_TRAILER: &str = "Lockstep-Ack";
 
+/// Whether a document is meant as a policy: our group at any version (a
+/// version lockstep does not serve is refused, not passed over, or the
+/// policy's blocks and gates would silently do nothing).
 pub fn is_policy(api_version: &str, kind: &str) -> bool {
-    api_version == crate::plan::API_VERSION && kind == KIND
+    kind == KIND && api_version.split('/').next() == crate::plan::API_VERSION.split('/').next()
 }
 
 /// Whether `path` is where policies may live.
@@ -393,6 +396,13 @@ pub fn parse(file: &str, text: &str) -> (Vec<Policy>, Vec<PolicyError>) {
             name: name.clone(),
             message,
         };
+        if api != crate::plan::API_VERSION {
+            errors.push(fail(format!(
+                "apiVersion {api} is not served; use {}",
+                crate::plan::API_VERSION
+            )));
+            continue;
+        }
         let d: Doc = match serde_path_to_error::deserialize(doc) {
             Ok(d) => d,
             Err(e) => {
@@ -657,6 +667,32 @@ spec:
         PolicySet {
             policies: p.into_iter().map(Arc::new).collect(),
         }
+    }
+
+    /// A policy at a version lockstep does not serve is refused with its
+    /// line, never passed over: its blocks and gates would do nothing.
+    #[test]
+    fn a_policy_at_another_version_is_refused_not_ignored() {
+        for v in ["v1", "v1beta1", "v1alpha2"] {
+            let text = format!("# fleet\n---\n{}", POLICY.replacen("v1alpha1", v, 1));
+            let (policies, errors) = parse(".lockstep/policies/fleet.yaml", &text);
+            assert!(policies.is_empty(), "{v}: {policies:?}");
+            assert_eq!(errors.len(), 1, "{v}: {errors:?}");
+            assert_eq!(errors[0].line, 3, "{v}");
+            assert_eq!(errors[0].name.as_deref(), Some("fleet"));
+            assert!(
+                errors[0].message
+                    == format!(
+                        "apiVersion lockstep.c5c3.io/{v} is not served; use lockstep.c5c3.io/v1alpha1"
+                    ),
+                "{}",
+                errors[0].message
+            );
+        }
+        // Another group's kind of that name is not ours to judge.
+        let other = POLICY.replacen("lockstep.c5c3.io/v1alpha1", "example.com/v1", 1);
+        let (policies, errors) = parse(".lockstep/policies/fleet.yaml", &other);
+        assert!(policies.is_empty() && errors.is_empty(), "{errors:?}");
     }
 
     #[test]
