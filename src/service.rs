@@ -505,10 +505,15 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
                 let _ = tt.try_send(());
             }
         });
-        let app = crate::forward::leader_only(
-            crate::webhook::router(wh.clone(), tx),
-            leadership.clone(),
-            wh,
+        // The checks before a body is read come first, for a follower's
+        // forwarding as for the receiver.
+        let app = crate::webhook::admitted(
+            crate::forward::leader_only(
+                crate::webhook::router(wh.clone(), tx),
+                leadership.clone(),
+                wh.clone(),
+            ),
+            &wh,
         );
         tracing::info!(%addr, "webhook receiver listening");
         servers.push(tokio::spawn(serve(listener, app, stop_rx.clone())));

@@ -55,6 +55,12 @@ pub struct WebhookConfig {
     pub max_body: usize,
     /// How many delivery ids are remembered for deduplication.
     pub remember: usize,
+    /// Bytes of bodies the receiver holds at once, over every delivery in
+    /// flight (at least `max_body`). A body counts from before it is read,
+    /// at its declared length, or at `max_body` when it declares none: a
+    /// delivery past the budget is answered 503 unread, so connections
+    /// sending large unsigned bodies cannot add up to the pod's memory.
+    pub in_flight: usize,
 }
 
 impl Default for WebhookConfig {
@@ -66,6 +72,7 @@ impl Default for WebhookConfig {
             // GitHub caps payloads at 25 MB; a fleet's push is far smaller.
             max_body: 5 * 1024 * 1024,
             remember: 10_000,
+            in_flight: 16 * 1024 * 1024,
         }
     }
 }
@@ -149,6 +156,122 @@ pub fn router(config: WebhookConfig, tx: mpsc::Sender<Trigger>) -> Router {
 
 /// A status and a fixed body.
 pub type Reply = (StatusCode, &'static str);
+
+/// What the receiver checks before it reads a body: the deliveries the
+/// headers alone refuse, and the shared budget of bytes in flight.
+#[derive(Clone)]
+struct Admission {
+    config: Arc<WebhookConfig>,
+    budget: Arc<tokio::sync::Semaphore>,
+}
+
+/// Puts `app` (the receiver's routes, with whatever wraps them, such as the
+/// follower's forwarding in `src/forward.rs`) behind the checks made before
+/// a body is read: a host that is not configured (404), a signature header
+/// that is missing or not of the host's shape, a GitLab token that does not
+/// match (401), a declared length over `max_body` (413), and the budget of
+/// bytes held at once (503, `Retry-After`). Only then is the body read.
+pub fn admitted(app: Router, config: &WebhookConfig) -> Router {
+    let permits = config
+        .in_flight
+        .max(config.max_body)
+        .min(tokio::sync::Semaphore::MAX_PERMITS);
+    app.layer(axum::middleware::from_fn_with_state(
+        Admission {
+            config: Arc::new(config.clone()),
+            budget: Arc::new(tokio::sync::Semaphore::new(permits)),
+        },
+        admit,
+    ))
+}
+
+async fn admit(
+    State(a): State<Admission>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let host = match host_of(req.uri().path()) {
+        Some(host) if req.method() == axum::http::Method::POST => host,
+        _ => return next.run(req).await,
+    };
+    if let Err(reply) = signed_headers(&a.config, host, req.headers()) {
+        return reply.into_response();
+    }
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let need = match declared {
+        Some(n) if n > a.config.max_body as u64 => {
+            return (StatusCode::PAYLOAD_TOO_LARGE, "body too large\n").into_response();
+        }
+        Some(n) => n as usize,
+        None => a.config.max_body,
+    };
+    let Ok(permit) = u32::try_from(need.max(1))
+        .ok()
+        .and_then(|n| a.budget.clone().try_acquire_many_owned(n).ok())
+        .ok_or(())
+    else {
+        tracing::warn!(
+            host = ?host,
+            bytes = need,
+            "webhook delivery refused: the receiver holds as many bodies as its budget allows"
+        );
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(axum::http::header::RETRY_AFTER, "5")],
+            "too many deliveries in flight\n",
+        )
+            .into_response();
+    };
+    let response = next.run(req).await;
+    drop(permit);
+    response
+}
+
+/// The checks of [`authentic`] that need no body: the host is configured,
+/// its signature header is there and of its shape (GitHub `sha256=` and 64
+/// hex digits, Gitea 64 hex digits), and GitLab's token, which is all of
+/// GitLab's check, matches.
+fn signed_headers(config: &WebhookConfig, host: Host, headers: &HeaderMap) -> Result<(), Reply> {
+    let hex64 = |v: &str| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit());
+    match host {
+        Host::GitHub => {
+            if config.github.is_none() {
+                return authentic(config, host, headers, b"");
+            }
+            let shaped = header(headers, "x-hub-signature-256")
+                .and_then(|s| s.trim().strip_prefix("sha256="))
+                .is_some_and(hex64);
+            if !shaped {
+                return Err((
+                    StatusCode::UNAUTHORIZED,
+                    "bad or missing X-Hub-Signature-256\n",
+                ));
+            }
+            Ok(())
+        }
+        Host::GitLab => authentic(config, host, headers, b""),
+        Host::Gitea => {
+            if config.gitea.is_none() {
+                return authentic(config, host, headers, b"");
+            }
+            let shaped = header(headers, "x-gitea-signature")
+                .or_else(|| header(headers, "x-forgejo-signature"))
+                .is_some_and(|v| hex64(v.trim()));
+            if !shaped {
+                return Err((
+                    StatusCode::UNAUTHORIZED,
+                    "bad or missing X-Gitea-Signature\n",
+                ));
+            }
+            Ok(())
+        }
+    }
+}
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
@@ -331,6 +454,22 @@ fn accept(app: &AppState, host: Host, headers: &HeaderMap, body: &[u8]) -> Reply
     if is_ping(event) {
         return (StatusCode::OK, "pong\n");
     }
+    // A delivery is remembered only once it is one lockstep can read: the
+    // host's redelivery after a fix must not be taken for a duplicate.
+    if header(headers, "content-type").is_some_and(|t| {
+        t.trim_start()
+            .starts_with("application/x-www-form-urlencoded")
+    }) {
+        tracing::warn!(host = ?host, "webhook delivery refused: sent as a form; set the webhook's content type to application/json");
+        return (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "set the webhook's content type to application/json\n",
+        );
+    }
+    let Ok(json) = serde_json::from_slice::<Value>(body) else {
+        tracing::warn!(host = ?host, "webhook delivery refused: the body is not JSON");
+        return (StatusCode::BAD_REQUEST, "body is not JSON\n");
+    };
     let first = app
         .seen
         .lock()
@@ -339,9 +478,6 @@ fn accept(app: &AppState, host: Host, headers: &HeaderMap, body: &[u8]) -> Reply
     if !first {
         return (StatusCode::OK, "duplicate delivery, already handled\n");
     }
-    let Ok(json) = serde_json::from_slice::<Value>(body) else {
-        return (StatusCode::BAD_REQUEST, "body is not JSON\n");
-    };
     let delivery = short_id(delivery);
     match parser(host)(event, &json, &delivery) {
         Parsed::Trigger(t) => {

@@ -188,9 +188,13 @@ fn the_receiver_holds_under_slow_clients_floods_and_replays_and_never_prints_a_s
     let a = listen.clone();
     let slow_body = std::thread::spawn(move || {
         cut_off(&a, |s| {
-            if s.write_all(b"POST /hooks/github HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n")
-                .is_err()
-            {
+            // Well shaped but wrongly signed: an unsigned one is answered
+            // before its body is read.
+            let head = format!(
+                "POST /hooks/github HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: sha256={}\r\nContent-Length: 200\r\n\r\n",
+                "0".repeat(64)
+            );
+            if s.write_all(head.as_bytes()).is_err() {
                 return;
             }
             for _ in 0..200 {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use lockstep::secret::Secret;
-use lockstep::webhook::{Host, Trigger, WebhookConfig, router, sign_hex};
+use lockstep::webhook::{Host, Trigger, WebhookConfig, admitted, router, sign_hex};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -20,7 +20,8 @@ async fn serve(config: WebhookConfig) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
-        axum::serve(listener, router(config, tx)).await.unwrap();
+        let app = admitted(router(config.clone(), tx), &config);
+        axum::serve(listener, app).await.unwrap();
     });
     Server { url, rx }
 }
@@ -32,6 +33,7 @@ fn config() -> WebhookConfig {
         gitea: Some(Secret::new("gitea-hook-secret")),
         max_body: 256 * 1024,
         remember: 100,
+        in_flight: 1024 * 1024,
     }
 }
 
@@ -405,7 +407,10 @@ async fn unconfigured_hosts_and_a_full_channel() {
     let (tx, mut rx) = mpsc::channel(1);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router(cfg, tx)).await.unwrap() });
+    tokio::spawn(async move {
+        let app = admitted(router(cfg.clone(), tx), &cfg);
+        axum::serve(listener, app).await.unwrap()
+    });
     assert_eq!(
         send(
             &url,
@@ -430,4 +435,123 @@ async fn unconfigured_hosts_and_a_full_channel() {
     }
     assert!(rx.try_recv().is_ok());
     assert!(rx.try_recv().is_err());
+}
+
+/// A raw request over TCP: the head is written, then `body`; the answer's
+/// status code, or `None` when the server closed without one.
+async fn raw(url: &str, head: String, body: &[u8]) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(head.as_bytes()).await.ok()?;
+    let _ = s.write_all(body).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    std::str::from_utf8(out.get(9..12)?).ok()?.parse().ok()
+}
+
+/// What the headers alone refuse is answered before a byte of the body is
+/// read; bodies held at once share one budget, past which a delivery is
+/// answered 503 unread; a delivery sent as a form is refused 415 and not
+/// remembered, so its redelivery as JSON is taken.
+#[tokio::test]
+async fn bodies_are_read_only_for_signed_deliveries_within_the_budget() {
+    let mut s = serve(config()).await;
+    let hook = |headers: &str, len: usize| {
+        format!(
+            "POST /hooks/github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\n{headers}Content-Length: {len}\r\n\r\n"
+        )
+    };
+    // Unsigned, badly shaped, or unconfigured: answered at once, though the
+    // declared body never comes.
+    for (headers, code) in [
+        ("", 401),
+        ("X-Hub-Signature-256: sha256=00\r\n", 401),
+        ("X-Hub-Signature-256: sha1=00\r\n", 401),
+    ] {
+        let t = std::time::Instant::now();
+        assert_eq!(
+            raw(&s.url, hook(headers, 200_000), b"").await,
+            Some(code),
+            "{headers:?}"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "{headers:?} waited for the body"
+        );
+    }
+    let gitlab = "POST /hooks/gitlab HTTP/1.1\r\nHost: x\r\nX-Gitlab-Token: wrong\r\nContent-Length: 200000\r\n\r\n";
+    assert_eq!(
+        raw(&s.url, gitlab.into(), b"").await,
+        Some(401),
+        "GitLab's token is in its headers"
+    );
+    let big = hook(
+        &format!("X-Hub-Signature-256: sha256={}\r\n", "0".repeat(64)),
+        300_000,
+    );
+    assert_eq!(
+        raw(&s.url, big, b"").await,
+        Some(413),
+        "declared over max_body"
+    );
+
+    // Four bodies of 262 KB held open (well shaped, wrongly signed) fill the
+    // 1 MiB budget; the fifth is answered 503 without being read.
+    let forged = format!("X-Hub-Signature-256: sha256={}\r\n", "ab".repeat(32));
+    let addr = s.url.trim_start_matches("http://").to_owned();
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        use tokio::io::AsyncWriteExt;
+        let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        c.write_all(hook(&forged, 262_000).as_bytes())
+            .await
+            .unwrap();
+        c.write_all(&[b' '; 1000]).await.unwrap();
+        held.push(c);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t = std::time::Instant::now();
+    assert_eq!(
+        raw(&s.url, hook(&forged, 262_000), b"").await,
+        Some(503),
+        "past the budget"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "the budget's refusal waited"
+    );
+    // A signed delivery is refused while the budget is spent, and taken once
+    // the held bodies are gone.
+    let secret = Secret::new("gh-hook-secret");
+    let push = github_example("push", |e| e["ref"] == "refs/heads/master");
+    let h = gh_headers("push", "after-the-flood", sign_hex(&secret, &push));
+    assert_eq!(send(&s.url, "/hooks/github", &h, push.clone()).await.0, 503);
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(send(&s.url, "/hooks/github", &h, push.clone()).await.0, 202);
+    next(&mut s.rx).await;
+
+    // A form delivery is refused for what it is, and not remembered.
+    let mut other: Value = serde_json::from_slice(&push).unwrap();
+    other["after"] = "2222222222222222222222222222222222222222".into();
+    let json = serde_json::to_vec(&other).unwrap();
+    let mut form = gh_headers("push", "form-then-json", sign_hex(&secret, &json));
+    form[3].1 = "application/x-www-form-urlencoded".into();
+    let (code, text) = send(&s.url, "/hooks/github", &form, json.clone()).await;
+    assert_eq!(
+        (code, text.as_str()),
+        (415, "set the webhook's content type to application/json\n")
+    );
+    assert_quiet(&mut s.rx);
+    let h = gh_headers("push", "form-then-json", sign_hex(&secret, &json));
+    assert_eq!(
+        send(&s.url, "/hooks/github", &h, json).await.0,
+        202,
+        "the redelivery is no duplicate"
+    );
+    assert_eq!(
+        next(&mut s.rx).await.sha,
+        "2222222222222222222222222222222222222222"
+    );
 }
