@@ -1007,6 +1007,8 @@ fn until_idle_posts_every_status_to_the_validating_github_peer() {
 #[derive(Clone, Default)]
 struct GitHubStub {
     posts: Arc<Mutex<Vec<(String, Value)>>>,
+    /// How many posts, from the first, are refused 422 (kept nowhere).
+    refuse: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl wiremock::Respond for GitHubStub {
@@ -1035,6 +1037,17 @@ impl wiremock::Respond for GitHubStub {
             && let Some(sha) = path.strip_prefix("/repos/o/r/statuses/")
             && let Ok(body) = serde_json::from_slice::<Value>(&req.body)
         {
+            use std::sync::atomic::Ordering::SeqCst;
+            if self
+                .refuse
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return wiremock::ResponseTemplate::new(422).set_body_json(serde_json::json!({
+                    "message": "Validation Failed",
+                    "documentation_url": "https://docs.github.com/rest"
+                }));
+            }
             posts.push((sha.to_owned(), body.clone()));
             let mut answer = body;
             answer["id"] = (posts.len() as u64).into();
@@ -1186,6 +1199,93 @@ fn statuses_reach_github_late_newest_first_when_it_comes_back() {
         ls.fail(&format!("exit {status} after SIGTERM, want 0"));
     }
     drop(server);
+}
+
+/// Statuses GitHub refuses outright are not lost: the daemon, which had
+/// counted them as said, says them again on a later pass, and every
+/// commit and object ends with its final status. (A wiremock stub that
+/// refuses the first posts 422: Prism cannot be told to.)
+#[test]
+fn statuses_github_refused_are_said_again() {
+    let fleet = Fleet::new();
+    let stub = GitHubStub::default();
+    stub.refuse.store(6, std::sync::atomic::Ordering::SeqCst);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let server = rt.block_on(async {
+        let s = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::any())
+            .respond_with(stub.clone())
+            .mount(&s)
+            .await;
+        s
+    });
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut ls = Lockstep::spawn(
+        &[
+            "--repo".into(),
+            fleet.work().to_string_lossy().into_owned(),
+            "--poll".into(),
+            "1s".into(),
+            "--metrics-listen".into(),
+            metrics.clone(),
+            "--report".into(),
+            "github".into(),
+            "--forge-url".into(),
+            server.uri(),
+            "--forge-repo".into(),
+            "o/r".into(),
+            "--token-env".into(),
+            "E2E_GITHUB_TOKEN".into(),
+        ],
+        &[("E2E_GITHUB_TOKEN", "ghp-e2e-test")],
+    );
+    wait_ready(&mut ls, &metrics);
+    let last = |sha: &str| -> Statuses {
+        let mut out = Statuses::new();
+        for (s, b) in stub.posts.lock().expect("lock").iter() {
+            if s == sha {
+                out.insert(
+                    b["context"].as_str().unwrap_or_default().to_owned(),
+                    (
+                        b["state"].as_str().unwrap_or_default().to_owned(),
+                        b["description"].as_str().unwrap_or_default().to_owned(),
+                    ),
+                );
+            }
+        }
+        out
+    };
+    ls.wait_for(
+        "every status delivered although the first six were refused",
+        Duration::from_secs(40),
+        |_| {
+            let p = story_problems(&fleet, last);
+            if p.is_empty() {
+                Ok(())
+            } else {
+                Err(p.join("\n"))
+            }
+        },
+    );
+    assert_eq!(
+        stub.refuse.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the stub refused its six"
+    );
+    if ls
+        .logged("host rejected a status; said again when the state says it anew")
+        .is_empty()
+    {
+        ls.fail("no refusal was logged");
+    }
+    ls.sigterm();
+    let status = ls.wait_exit(Duration::from_secs(10));
+    if status.code() != Some(0) {
+        ls.fail(&format!("exit {status} after SIGTERM, want 0"));
+    }
 }
 
 /// A bounded run whose statuses GitHub refuses (a token without access, a

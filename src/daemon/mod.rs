@@ -766,8 +766,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // next pass judges and applies it).
         let plans_moved = self.reconcile_plans(&src.path, head, &mut out).await;
         let t_plans = t0.elapsed();
-        // Statuses: every status the state implies, when something moved.
-        if walked.changed || plans_moved {
+        // What left the delivery queue without reaching the host is taken
+        // back first: a status is never gone while `posted` says it was said.
+        let forgot = self.take_back_lost().await;
+        // Statuses: every status the state implies, when something moved
+        // (or a refused one is to be said again).
+        if walked.changed || plans_moved || forgot {
             self.reconcile_statuses(&judgment.report).await;
         }
         // Delivery runs in its own task (`deliver_forever`), fed by the queue.

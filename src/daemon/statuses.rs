@@ -52,6 +52,30 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         }
     }
 
+    /// Takes back what the delivery queue lost ([`crate::forge::delivery::Lost`]),
+    /// unless a newer status for its key was queued since: one pushed out of
+    /// a full queue is queued again; one the host refused is forgotten, so
+    /// the next time the state implies it, it is queued and sent again
+    /// (a token put right, a permission granted).
+    /// Returns whether some refused status was forgotten.
+    pub(super) async fn take_back_lost(&mut self) -> bool {
+        let mut forgot = false;
+        for lost in self.queue.take_lost().await {
+            let key = (lost.sha.clone(), lost.status.context.clone());
+            let value = (lost.status.state, lost.status.description.clone());
+            if self.posted.get(&key) != Some(&value) {
+                continue;
+            }
+            if lost.evicted {
+                self.queue.push(&lost.sha, lost.status).await;
+            } else {
+                self.posted.remove(&key);
+                forgot = true;
+            }
+        }
+        forgot
+    }
+
     /// Queues one status unless the same one was queued before.
     pub(super) async fn queue_status(&mut self, sha: String, s: Status) {
         let key = (sha.clone(), s.context.clone());

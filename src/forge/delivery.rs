@@ -160,6 +160,34 @@ struct QueueState {
     order: VecDeque<(String, String)>,
     pending: HashMap<(String, String), Status>,
     dropped: u64,
+    /// What left the queue without reaching the host, for the daemon to
+    /// take back ([`StatusQueue::take_lost`]): a status is never silently
+    /// gone while the daemon believes it was said.
+    lost: Vec<Lost>,
+}
+
+/// A status that left the queue without reaching the host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lost {
+    pub sha: String,
+    pub status: Status,
+    /// Pushed out by newer statuses while the host was down (the queue was
+    /// full): to be queued again as it is. Otherwise the host refused it:
+    /// to be said again only when the state says it anew.
+    pub evicted: bool,
+}
+
+impl QueueState {
+    fn lose(&mut self, sha: String, status: Status, evicted: bool, capacity: usize) {
+        if self.lost.len() >= capacity {
+            self.lost.remove(0);
+        }
+        self.lost.push(Lost {
+            sha,
+            status,
+            evicted,
+        });
+    }
 }
 
 impl StatusQueue {
@@ -180,7 +208,9 @@ impl StatusQueue {
             q.order.push_back(key);
             while q.order.len() > self.capacity {
                 if let Some(old) = q.order.pop_front() {
-                    q.pending.remove(&old);
+                    if let Some(status) = q.pending.remove(&old) {
+                        q.lose(old.0, status, true, self.capacity);
+                    }
                     q.dropped += 1;
                 }
             }
@@ -208,6 +238,13 @@ impl StatusQueue {
         self.inner.lock().await.dropped
     }
 
+    /// What left the queue without reaching the host since the last call
+    /// (at most as many as the queue holds; older ones are counted in
+    /// [`Self::dropped`]).
+    pub async fn take_lost(&self) -> Vec<Lost> {
+        std::mem::take(&mut self.inner.lock().await.lost)
+    }
+
     async fn pop(&self) -> Option<(String, Status)> {
         let mut q = self.inner.lock().await;
         let key = q.order.pop_front()?;
@@ -216,20 +253,28 @@ impl StatusQueue {
     }
 
     /// Puts back a status that could not be delivered, unless a newer one
-    /// for the same key arrived meanwhile.
-    async fn requeue_front(&self, sha: String, status: Status) {
+    /// for the same key arrived meanwhile. It goes back to the front: an
+    /// outage delays statuses, it never reorders them. (What fails the same
+    /// way on every try, an answer that does not parse, is not put back.)
+    async fn requeue(&self, sha: String, status: Status) {
         let key = (sha, status.context.clone());
         let mut q = self.inner.lock().await;
-        if !q.pending.contains_key(&key) && q.order.len() < self.capacity {
+        if q.pending.contains_key(&key) {
+            return;
+        }
+        if q.order.len() < self.capacity {
             q.pending.insert(key.clone(), status);
             q.order.push_front(key);
+        } else {
+            q.dropped += 1;
+            q.lose(key.0, status, true, self.capacity);
         }
     }
 
     /// Delivers until the queue is empty. A status that fails with a
-    /// retryable error after the policy's attempts goes back to the front and
-    /// the drain stops (the host is down: try later); one the host rejects
-    /// outright is logged and dropped.
+    /// retryable error after the policy's attempts goes back to the queue
+    /// and the drain stops (the host is down: try later); one the host
+    /// rejects outright is logged and handed back ([`Self::take_lost`]).
     pub async fn drain<F: Forge>(&self, forge: &F, policy: &RetryPolicy) -> DrainReport {
         let mut report = DrainReport::default();
         while let Some((sha, status)) = self.pop().await {
@@ -246,15 +291,17 @@ impl StatusQueue {
                     );
                     report.already_there += 1;
                 }
-                Err(e) if e.retryable() => {
+                Err(e) if e.kept() => {
                     tracing::warn!(error = %e, context = %status.context, sha = %sha, "host unavailable; status kept for later");
-                    self.requeue_front(sha, status).await;
+                    self.requeue(sha, status).await;
                     report.deferred = true;
                     break;
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, context = %status.context, sha = %sha, "host rejected a status; dropped");
+                    tracing::error!(error = %e, context = %status.context, sha = %sha, "host rejected a status; said again when the state says it anew");
                     report.rejected.push(e.to_string());
+                    let mut q = self.inner.lock().await;
+                    q.lose(sha, status, false, self.capacity);
                 }
             }
         }
@@ -396,6 +443,128 @@ mod tests {
             assert!(d <= ceiling);
         }
         assert!(p.delay(1, Some(Duration::from_secs(5))) >= Duration::from_secs(5));
+    }
+
+    /// A host that answers posts from a script, then with success, and
+    /// keeps what it took.
+    struct Scripted {
+        answers: std::sync::Mutex<VecDeque<u16>>,
+        took: std::sync::Mutex<Vec<(String, String)>>,
+    }
+
+    impl Forge for Scripted {
+        fn host(&self) -> &'static str {
+            "scripted"
+        }
+        fn limits(&self) -> Limits {
+            Limits {
+                description: 140,
+                context: 100,
+            }
+        }
+        fn state_name(&self, state: State) -> &'static str {
+            state.as_str()
+        }
+        async fn statuses(&self, _: &str) -> Result<Vec<Posted>, ForgeError> {
+            Ok(Vec::new())
+        }
+        async fn post(&self, sha: &str, s: &Status) -> Result<(), ForgeError> {
+            let answer = self.answers.lock().unwrap().pop_front();
+            match answer {
+                None | Some(201) => {
+                    self.took
+                        .lock()
+                        .unwrap()
+                        .push((sha.to_owned(), s.context.clone()));
+                    Ok(())
+                }
+                Some(status) => Err(ForgeError::Http {
+                    host: "scripted",
+                    what: "post".into(),
+                    status,
+                    body: String::new(),
+                    retry_after: None,
+                    retryable: status >= 500,
+                }),
+            }
+        }
+    }
+
+    /// What cannot be delivered is never silently gone: a refused token
+    /// (401) keeps the status queued, in its place, for a later drain;
+    /// a status the host refuses outright, or one pushed out of a full
+    /// queue, is handed back to the daemon (`take_lost`), which says it
+    /// again.
+    #[tokio::test]
+    async fn statuses_that_do_not_reach_the_host_are_kept_or_handed_back() {
+        let host = Scripted {
+            answers: std::sync::Mutex::new([401, 422].into()),
+            took: Default::default(),
+        };
+        let policy = RetryPolicy {
+            attempts: 1,
+            base: Duration::from_millis(1),
+            cap: Duration::from_millis(1),
+        };
+        let status = |context: &str| Status {
+            state: State::Success,
+            context: context.into(),
+            description: "complete".into(),
+            target_url: None,
+        };
+        let q = StatusQueue::new(2);
+        q.push("a", status("one")).await;
+        q.push("b", status("two")).await;
+        let r = q.drain(&host, &policy).await;
+        assert!(r.deferred && r.rejected.is_empty(), "{r:?}");
+        assert_eq!(q.len().await, 2, "a refused token drops nothing");
+        assert!(q.take_lost().await.is_empty());
+        // The kept status is tried first again (in order); the host now
+        // refuses it outright, and takes the next.
+        let r = q.drain(&host, &policy).await;
+        assert!(
+            !r.deferred && r.rejected.len() == 1 && r.posted == 1,
+            "{r:?}"
+        );
+        assert_eq!(
+            *host.took.lock().unwrap(),
+            vec![("b".to_owned(), "two".to_owned())]
+        );
+        let lost = q.take_lost().await;
+        assert_eq!(lost.len(), 1);
+        assert_eq!((lost[0].sha.as_str(), lost[0].evicted), ("a", false));
+        assert!(q.take_lost().await.is_empty(), "handed back once");
+        // Pushed out of a full queue: handed back to be queued again.
+        for (sha, c) in [("c", "three"), ("d", "four"), ("e", "five")] {
+            q.push(sha, status(c)).await;
+        }
+        let lost = q.take_lost().await;
+        assert_eq!(lost.len(), 1);
+        assert_eq!((lost[0].sha.as_str(), lost[0].evicted), ("c", true));
+        assert_eq!(q.dropped().await, 1);
+    }
+
+    /// An answer that does not parse is the same on every try: it is not
+    /// retried in place, and it does not hold up the queue.
+    #[test]
+    fn an_answer_that_does_not_parse_is_not_worth_another_try() {
+        let e = ForgeError::Answer {
+            host: "gitea",
+            what: "list statuses".into(),
+            message: "unexpected answer".into(),
+        };
+        assert!(!e.retryable() && !e.kept());
+        let refused = |status| ForgeError::Http {
+            host: "github",
+            what: "post".into(),
+            status,
+            body: String::new(),
+            retry_after: None,
+            retryable: false,
+        };
+        assert!(refused(401).kept() && refused(403).kept());
+        assert!(!refused(401).retryable(), "not retried in place");
+        assert!(!refused(404).kept() && !refused(422).kept());
     }
 
     #[test]

@@ -127,7 +127,7 @@ pub async fn get_json<T: serde::de::DeserializeOwned>(
         .await?
         .json()
         .await
-        .map_err(|e| ForgeError::Transport {
+        .map_err(|e| ForgeError::Answer {
             host,
             what: what.to_owned(),
             message: format!("unexpected answer: {e}"),
@@ -160,7 +160,7 @@ pub async fn get_pages<T: serde::de::DeserializeOwned>(
         let resp = send(host, what, page(n)).await?;
         let next = has_next(resp.headers());
         let total = header_u64(resp.headers(), "x-total-count");
-        let items: Vec<T> = resp.json().await.map_err(|e| ForgeError::Transport {
+        let items: Vec<T> = resp.json().await.map_err(|e| ForgeError::Answer {
             host,
             what: what.to_owned(),
             message: format!("unexpected answer: {e}"),

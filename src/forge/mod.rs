@@ -63,6 +63,14 @@ pub enum ForgeError {
         what: String,
         message: String,
     },
+    /// The host answered success with a body that is not what its API
+    /// documents: trying again gets the same answer.
+    #[error("{host}: {what}: {message}")]
+    Answer {
+        host: &'static str,
+        what: String,
+        message: String,
+    },
     #[error("git notes: {0}")]
     Notes(String),
     /// The notes ref is locked or moved under us: another git process is
@@ -78,8 +86,23 @@ impl ForgeError {
         match self {
             ForgeError::Http { retryable, .. } => *retryable,
             ForgeError::Transport { .. } | ForgeError::NotesBusy(_) => true,
-            ForgeError::Notes(_) | ForgeError::Config(_) => false,
+            ForgeError::Answer { .. } | ForgeError::Notes(_) | ForgeError::Config(_) => false,
         }
+    }
+
+    /// Whether a status that failed so is kept for a later drain rather
+    /// than given up: what is worth another try, and a token the host
+    /// refused (401) or that lacks a permission (403), which a person puts
+    /// right (a rotated token, a granted scope) while the statuses wait.
+    pub fn kept(&self) -> bool {
+        self.retryable()
+            || matches!(
+                self,
+                ForgeError::Http {
+                    status: 401 | 403,
+                    ..
+                }
+            )
     }
 
     pub fn retry_after(&self) -> Option<Duration> {
