@@ -666,7 +666,13 @@ impl GitRepo {
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let (old, new) = (side(delta.old_file()), side(delta.new_file()));
-            if !selected(&path, gitlink(&old) || gitlink(&new), prefixes, &wanted) {
+            if !selected(
+                &path,
+                gitlink(&old) || gitlink(&new),
+                symlink(&old) || symlink(&new),
+                prefixes,
+                &wanted,
+            ) {
                 continue;
             }
             out.push(Change { path, old, new });
@@ -780,7 +786,13 @@ impl GitRepo {
             // directory or the other way round).
             let (of, nf) = (file(&o), file(&n));
             if (of.is_some() || nf.is_some())
-                && selected(&path, gitlink(&of) || gitlink(&nf), prefixes, wanted)
+                && selected(
+                    &path,
+                    gitlink(&of) || gitlink(&nf),
+                    symlink(&of) || symlink(&nf),
+                    prefixes,
+                    wanted,
+                )
             {
                 out.push(Change {
                     path,
@@ -844,7 +856,13 @@ impl GitRepo {
                 }
                 _ => EntryKind::File,
             };
-            if selected(&path, kind == EntryKind::Submodule, prefixes, wanted) {
+            if selected(
+                &path,
+                kind == EntryKind::Submodule,
+                kind == EntryKind::Symlink,
+                prefixes,
+                wanted,
+            ) {
                 out.push((
                     path,
                     Entry {
@@ -1293,16 +1311,39 @@ fn gitlink_selected(path: &str, prefixes: &[String]) -> bool {
         })
 }
 
-/// A path the walks return: a wanted file under the selected paths, or a
-/// gitlink lockstep must see ([`gitlink_selected`]).
+fn symlink(e: &Option<Entry>) -> bool {
+    e.as_ref().is_some_and(|e| e.kind == EntryKind::Symlink)
+}
+
+/// Whether `path` is a selected path itself or a directory one lies in:
+/// `clusters` or `clusters/prod` under `--path clusters/prod`.
+fn at_or_above_prefix(path: &str, prefixes: &[String]) -> bool {
+    prefixes.iter().any(|p| {
+        let p = p.trim_end_matches('/');
+        p == path
+            || p.strip_prefix(path)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
+/// A path the walks return: a wanted file under the selected paths, a
+/// gitlink lockstep must see ([`gitlink_selected`]), or a symbolic link,
+/// whatever its name, at a selected path or in place of a directory one
+/// lies in (`clusters` made a link to `other` under `--path
+/// clusters/prod`): whatever reads the path from a checkout (kubectl,
+/// Argo CD's application path, Flux's kustomization path) follows it to
+/// files lockstep never judged there. The gate refuses both.
 fn selected(
     path: &str,
     is_gitlink: bool,
+    is_symlink: bool,
     prefixes: &[String],
     wanted: &dyn Fn(&str) -> bool,
 ) -> bool {
     if is_gitlink {
         gitlink_selected(path, prefixes)
+    } else if is_symlink && at_or_above_prefix(path, prefixes) {
+        true
     } else {
         wanted(path) && under_prefixes(path, prefixes)
     }

@@ -1534,3 +1534,64 @@ fn a_submodule_under_the_judged_paths_is_refused() {
         "{o:#}"
     );
 }
+
+/// A symbolic link at a judged path, or in place of a directory one lies
+/// in, is refused whatever its name: kubectl, Argo CD's application path
+/// and Flux's kustomization path read the path from a checkout and follow
+/// the link to files lockstep never judged there. Before, `--path
+/// clusters/prod` read a `clusters` made a link to `other` (whose `prod/`
+/// skips a release) as the removal of everything under it, and accepted.
+#[test]
+fn a_symbolic_link_at_or_above_a_judged_path_is_refused() {
+    let repo = FleetRepo::new();
+    repo.write("clusters/prod/nova.yaml", nova("nova", "2026.1", "2026.1"));
+    repo.write("other/prod/README.md", "other\n");
+    let first = repo.commit("fleet");
+    repo.write("other/prod/nova.yaml", nova("nova", "2027.1", "2027.1"));
+    repo.commit("outside --path");
+    repo.git(&["rm", "-r", "-q", "clusters"]);
+    std::os::unix::fs::symlink("other", repo.path().join("clusters")).expect("symlink");
+    repo.git(&["add", "clusters"]);
+    repo.commit("clusters -> other");
+    for path in ["clusters/prod", "clusters"] {
+        let (code, json) = check_json(&repo, &["--base", &first, "--path", path]);
+        assert_eq!(code, 1, "--path {path}: {json:#}");
+        let objects = last_objects(&json);
+        let o = find_file(&objects, "clusters");
+        assert_eq!(o["reason"], "ManifestInvalid", "{o:#}");
+        assert!(
+            o["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("is a symbolic link")),
+            "{o:#}"
+        );
+    }
+    // The judged directory itself made a link: the same.
+    let repo = FleetRepo::new();
+    repo.write("clusters/prod/nova.yaml", nova("nova", "2026.1", "2026.1"));
+    repo.write("other/nova.yaml", nova("nova-other", "2027.1", "2027.1"));
+    let first = repo.commit("fleet");
+    repo.git(&["rm", "-r", "-q", "clusters/prod"]);
+    std::fs::create_dir_all(repo.path().join("clusters")).expect("mkdir");
+    std::os::unix::fs::symlink("../other", repo.path().join("clusters/prod")).expect("symlink");
+    repo.git(&["add", "clusters/prod"]);
+    repo.commit("clusters/prod -> ../other");
+    let (code, json) = check_json(&repo, &["--base", &first, "--path", "clusters/prod"]);
+    assert_eq!(code, 1, "{json:#}");
+    let objects = last_objects(&json);
+    let o = find_file(&objects, "clusters/prod");
+    assert_eq!(o["reason"], "ManifestInvalid", "{o:#}");
+    // A link beside the judged path, not above it, is not lockstep's
+    // business, and neither is one under it that no tool reads as a
+    // manifest.
+    let repo = FleetRepo::new();
+    repo.write("clusters/prod/nova.yaml", nova("nova", "2026.1", "2026.1"));
+    let first = repo.commit("fleet");
+    std::os::unix::fs::symlink("prod", repo.path().join("clusters/production")).expect("symlink");
+    std::os::unix::fs::symlink("nova.yaml", repo.path().join("clusters/prod/NOTES"))
+        .expect("symlink");
+    repo.git(&["add", "clusters"]);
+    repo.commit("links beside");
+    let (code, json) = check_json(&repo, &["--base", &first, "--path", "clusters/prod"]);
+    assert_eq!(code, 0, "{json:#}");
+}
