@@ -346,6 +346,16 @@ impl GitRepo {
             ),
             source: e,
         })?;
+        // A graft cuts or rewrites history for libgit2 as for old gits: a
+        // range judged through one is judged across a cut (the floors
+        // before it unseen), which "history must be whole" refuses.
+        let grafts = std::fs::read(repo.commondir().join("info/grafts")).unwrap_or_default();
+        if grafts.iter().any(|b| !b.is_ascii_whitespace()) {
+            return Err(Error::Open {
+                path: path.to_owned(),
+                why: "it has grafts ($GIT_DIR/info/grafts), which cut or rewrite its history, and lockstep judges only whole history; remove the file (`git replace --convert-graft-file` keeps them as replace refs, which lockstep does not follow)".into(),
+            });
+        }
         let partial = repo.config().is_ok_and(|c| {
             c.get_string("extensions.partialclone").is_ok()
                 || c.entries(Some(r"remote\..*\.promisor"))
@@ -404,6 +414,12 @@ impl GitRepo {
         // to a ref of that name when the object is missing.
         let full =
             (rev.len() == 40 || rev.len() == 64) && rev.bytes().all(|b| b.is_ascii_hexdigit());
+        if !full && let Some(refs) = self.ambiguous_refs(rev) {
+            return Err(unknown(format!(
+                "it names more than one ref ({}), which point at different commits; give the full ref name",
+                refs.join(", ")
+            )));
+        }
         let found = if full {
             Oid::from_str(rev).and_then(|id| self.repo.find_object(id, None))
         } else {
@@ -434,6 +450,41 @@ impl GitRepo {
             Ok(t) => Ok(Resolved::Tree(t.id())),
             Err(_) => Err(unknown("names neither a commit nor a tree".into())),
         }
+    }
+
+    /// The refs a short name could mean, as git tries them (`refs/X`,
+    /// `refs/tags/X`, `refs/heads/X`, `refs/remotes/X`,
+    /// `refs/remotes/X/HEAD`), when more than one exists and they point at
+    /// different objects. git takes the first and warns; a `--base
+    /// origin/main` would then be whatever tag of that name someone pushed
+    /// (tags come before remote branches), and the range judged from there.
+    /// Only the name before any `^`, `~`, `:` or `@{` is looked at.
+    fn ambiguous_refs(&self, rev: &str) -> Option<Vec<String>> {
+        let name = rev
+            .split(['^', '~', ':'])
+            .next()
+            .and_then(|n| n.split("@{").next())
+            .filter(|n| !n.is_empty() && !n.starts_with("refs/"))?;
+        let mut found: Vec<(String, Oid)> = Vec::new();
+        for candidate in [
+            format!("refs/{name}"),
+            format!("refs/tags/{name}"),
+            format!("refs/heads/{name}"),
+            format!("refs/remotes/{name}"),
+            format!("refs/remotes/{name}/HEAD"),
+        ] {
+            if let Ok(r) = self.repo.find_reference(&candidate)
+                && let Ok(obj) = r.peel(ObjectType::Any)
+            {
+                let id = obj.peel_to_commit().map(|c| c.id()).unwrap_or(obj.id());
+                found.push((candidate, id));
+            }
+        }
+        let first = found.first()?.1;
+        found
+            .iter()
+            .any(|(_, id)| *id != first)
+            .then(|| found.into_iter().map(|(n, _)| n).collect())
     }
 
     pub fn commit(&self, id: Oid) -> Result<CommitInfo, Error> {

@@ -1595,3 +1595,61 @@ fn a_symbolic_link_at_or_above_a_judged_path_is_refused() {
     let (code, json) = check_json(&repo, &["--base", &first, "--path", "clusters/prod"]);
     assert_eq!(code, 0, "{json:#}");
 }
+
+/// A short name that means two refs (a tag `origin/main` pushed beside the
+/// remote branch the README's CI recipe names) stops the check, naming
+/// both: git takes the tag first, and the range would be judged from
+/// wherever the tag points. And a repository with grafts, which cut its
+/// history for libgit2, is not judged across the cut.
+#[test]
+fn an_ambiguous_base_or_a_grafted_history_stops_the_check() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let a = repo.commit("fleet");
+    repo.git(&["update-ref", "refs/remotes/origin/main", &a]);
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+    let skip = repo.commit("skip 2026.2");
+    let dir = repo.path().to_string_lossy().into_owned();
+    let judge = |base: &str| lockstep(&["check", "--repo", &dir, "--base", base, "--head", &skip]);
+    assert_eq!(
+        judge("origin/main").status.code(),
+        Some(1),
+        "the skip is refused"
+    );
+    repo.git(&["tag", "origin/main", &skip]);
+    let err = one_line_error(&judge("origin/main"));
+    assert!(
+        err.contains("refs/tags/origin/main, refs/remotes/origin/main")
+            && err.contains("give the full ref name"),
+        "{err}"
+    );
+    // The full name is not ambiguous, nor is a tag at the same commit.
+    assert_eq!(judge("refs/remotes/origin/main").status.code(), Some(1));
+    repo.git(&["tag", "-f", "origin/main", &a]);
+    assert_eq!(judge("origin/main").status.code(), Some(1));
+    repo.git(&["tag", "-d", "origin/main"]);
+
+    // A graft that makes the re-add look new.
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("A");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("B");
+    repo.git(&["rm", "-q", NOVA]);
+    let removed = repo.commit("rm");
+    repo.write("README.md", "x\n");
+    let x = repo.commit("X");
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let readd = repo.commit("re-add below its floor");
+    let (code, _) = check_json(&repo, &["--base", &x, "--head", &readd]);
+    assert_eq!(code, 1, "a re-add below the floor");
+    std::fs::write(repo.path().join(".git/info/grafts"), format!("{removed}\n")).expect("grafts");
+    let dir = repo.path().to_string_lossy().into_owned();
+    let err = one_line_error(&lockstep(&[
+        "check", "--repo", &dir, "--base", &x, "--head", &readd,
+    ]));
+    assert!(
+        err.contains("info/grafts") && err.contains("whole history"),
+        "{err}"
+    );
+}
