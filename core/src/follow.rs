@@ -222,9 +222,13 @@ pub fn assess_hop(to: &str, image: Option<&str>, obs: &Observation) -> Progress 
 pub fn assess(to: &str, obs: &Observation) -> Progress {
     let s = &obs.status;
     let db = s.condition("DatabaseReady");
+    // A failure set for an older generation is what the operator said of
+    // the spec before the one it holds now (an abort, a re-asserted plane
+    // just applied): it has not looked at this one yet.
     if let Some(c) = db
         && c.status == "False"
         && FAILURE_REASONS.contains(&c.reason.as_str())
+        && c.observed_generation.is_none_or(|g| g == obs.generation)
     {
         return Progress::Failed {
             reason: c.reason.clone(),
@@ -377,6 +381,18 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // Set for the spec before this one (an abort just applied, a plane
+        // re-asserted): the operator has not looked at this spec yet.
+        o.generation = 4;
+        o.status.generation = Some(4);
+        assert_eq!(
+            assess("2026.2", &o).describe(),
+            "Expanding (1/4)",
+            "a failure of generation 3 read at generation 4"
+        );
+        // Without a generation it is taken as current, as Ready is.
+        o.status.conditions[1].observed_generation = None;
+        assert!(matches!(assess("2026.2", &o), Progress::Failed { .. }));
     }
 
     /// A Horizon (no release) or a Keystone pinned by digest, Ready on the

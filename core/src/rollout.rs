@@ -717,6 +717,27 @@ pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) 
             chain.unit
         ));
     }
+    // Nor past a hop the operator never finished: a spec set forward
+    // outside Git (`kubectl edit` to a later accepted release) matches a
+    // later step, whose apply or follow would count the hops between as
+    // done (their statuses success) and ask the operator to skip them.
+    if let Next::Apply(i) | Next::Follow(i) = n
+        && !chain.steps[i].abort
+        && let Some(from) = chain.steps[i].from.as_deref().and_then(release_of)
+        && let Some(installed) = chain
+            .followed(i)
+            .iter()
+            .filter_map(|(k, _)| state.objects.get(k))
+            .filter_map(|o| o.installed.as_deref().and_then(release_of))
+            .max()
+        && installed < from
+    {
+        return Next::Blocked(format!(
+            "{} has {installed} installed in the cluster, but its spec is at Git's step to {} (from {from}): the hops between were never made; set the spec back to Git's next step from {installed} (`kubectl edit`), and lockstep goes on from there",
+            chain.unit,
+            chain.steps[i].release.as_deref().unwrap_or("?"),
+        ));
+    }
     n
 }
 
@@ -1814,6 +1835,31 @@ mod tests {
             next(c, &in_flight("2027.1"), |_| false),
             Next::Blocked(m) if m.contains("2027.1 installed") && m.contains("set the release in Git forward")
         ));
+
+        // The spec set forward outside Git to a later accepted step, over a
+        // hop never made (installed 2026.1, the step to 2027.1 starts from
+        // 2026.2): blocked, never applied or followed as if 2026.2 were
+        // done (its statuses would read success).
+        let ahead = seen("2027.1", Progress::Waiting, "2026.1");
+        assert!(
+            matches!(
+                next(c3, &ahead, |_| false),
+                Next::Blocked(ref m) if m.contains("2026.1 installed") && m.contains("never made")
+            ),
+            "{:?}",
+            next(c3, &ahead, |_| false)
+        );
+        // Parked on a changed image at that release too (an apply due).
+        let mut parked = ahead.clone();
+        if let Some(spec) = parked.spec.as_mut() {
+            spec.image = Some(img("2026.2"));
+        }
+        assert!(matches!(next(c3, &parked, |_| false), Next::Blocked(_)));
+        // At the release the step starts from, it is the hop itself.
+        assert_eq!(
+            next(c3, &seen("2027.1", Progress::Waiting, "2026.2"), |_| false),
+            Next::Follow(2)
+        );
     }
 
     /// A hop wedged in flight, a commit held behind it (queued in the
