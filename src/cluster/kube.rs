@@ -701,8 +701,13 @@ impl Cluster for KubeCluster {
 /// An Event's note as the API server takes it: at most 1,024 bytes (not
 /// characters: a longer note, say a condition message in another script,
 /// is refused, and the Event lost), cut at a character with `…`.
+/// An Event's note: escaped onto one line (a condition's message is a Job's
+/// output, and `kubectl describe` prints it to a terminal: control and
+/// bidi characters from it are shown, never acted on), then cut to the API
+/// server's 1 KiB.
 fn note(message: &str) -> String {
     const MAX: usize = 1024;
+    let message = &*crate::escape::escape(message);
     if message.len() <= MAX {
         return message.to_owned();
     }
@@ -727,5 +732,10 @@ mod note_tests {
             assert!(n.len() <= 1024 && n.ends_with('…'), "{} bytes", n.len());
             assert!(m.starts_with(n.trim_end_matches('…')));
         }
+        // A Job's output carries terminal sequences and line breaks.
+        assert_eq!(
+            super::note("ExpandFailed: \x1b[2J\r\nlockstep: all fine\u{202e}"),
+            "ExpandFailed: \\x1b[2J\\r\\nlockstep: all fine\\u{202e}"
+        );
     }
 }
