@@ -484,6 +484,18 @@ impl Config {
         if let Err(why) = lockstep_core::status::valid_cluster_name(&self.cluster.name) {
             return Err(bad("cluster.name", &why));
         }
+        // Checked at start: a host refuses every status carrying one it
+        // cannot take (GitLab: not http(s), or over 255 characters).
+        if let Some(u) = &self.report.target_url
+            && (!(u.starts_with("https://") || u.starts_with("http://"))
+                || u.len() > 255
+                || u.chars().any(|c| c.is_control() || c.is_whitespace()))
+        {
+            return Err(bad(
+                "report.targetUrl (--target-url)",
+                "expected an http:// or https:// URL of at most 255 characters, without spaces",
+            ));
+        }
         // Addresses are checked here, with the key (and flag) named, not
         // when the listener is opened after the first pass.
         for (field, addr) in [
@@ -1050,6 +1062,36 @@ mod tests {
                     assert!(!ok, "{url}: {e}");
                     assert!(
                         e.to_string().contains("ui.commitUrl (--ui-commit-url)"),
+                        "{e}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every status carries the link; a host refuses each one that carries
+    /// a link it cannot take, so it is checked before the first pass.
+    #[test]
+    fn a_status_link_a_host_would_refuse_is_refused_at_start() {
+        let long = format!("https://ci.example/{}", "x".repeat(250));
+        for (url, ok) in [
+            ("https://ci.example/job/1", true),
+            ("http://ci.local/1", true),
+            ("ci.example/job/1", false),
+            ("javascript:alert(1)", false),
+            ("https://ci.example/a b", false),
+            (long.as_str(), false),
+        ] {
+            let c: Config = serde_saphyr::from_str(&format!(
+                "source: {{repo: /srv/fleet}}\nreport: {{targetUrl: \"{url}\"}}\n"
+            ))
+            .unwrap();
+            match c.validate() {
+                Ok(()) => assert!(ok, "{url}"),
+                Err(e) => {
+                    assert!(!ok, "{url}: {e}");
+                    assert!(
+                        e.to_string().contains("report.targetUrl (--target-url)"),
                         "{e}"
                     );
                 }

@@ -196,6 +196,31 @@ async fn a_stale_notes_lock_from_a_dead_writer_is_cleared_a_fresh_one_is_not() {
     assert_eq!(notes(repo.path(), "HEAD"), "lockstep/t: success — accepted");
 }
 
+/// A status with a link, delivered to notes twice, is written once: notes
+/// keep no link, so the link is not compared (every linked status was
+/// written again on every pass).
+#[tokio::test]
+async fn a_linked_status_already_in_the_notes_is_not_written_again() {
+    use lockstep::forge::delivery::{Outcome, RetryPolicy, deliver};
+    use lockstep::forge::notes::Notes;
+    use lockstep::forge::{State, Status};
+    let repo = FleetRepo::new();
+    repo.write("nova.yaml", nova("nova", "2026.1", "2026.1"));
+    let sha = repo.commit("fleet");
+    let writer = Notes::open(repo.path()).unwrap();
+    let status = Status {
+        state: State::Success,
+        context: "lockstep/t".into(),
+        description: "accepted".into(),
+        target_url: Some("https://ci.example/job/1".into()),
+    };
+    let policy = RetryPolicy::default();
+    let first = deliver(&writer, &policy, &sha, &status).await.unwrap();
+    assert_eq!(first, Outcome::Posted);
+    let again = deliver(&writer, &policy, &sha, &status).await.unwrap();
+    assert_eq!(again, Outcome::AlreadyThere);
+}
+
 /// Two clusters, each with its own lockstep and its own contexts, report as
 /// notes into one repository. Whoever pushes second is refused (the
 /// remote's notes moved on): it fetches them, merges them line by context,

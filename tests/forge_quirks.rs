@@ -56,6 +56,28 @@ fn gitlab(server: &MockServer) -> GitLab {
     .unwrap()
 }
 
+/// GitLab lists a commit's statuses oldest first unless told otherwise;
+/// lockstep asks for newest first, as the other hosts list them, so a list
+/// cut at its last page keeps the newest (the "already success" check
+/// reads them).
+#[tokio::test]
+async fn gitlab_statuses_are_asked_for_newest_first() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(GL_LIST))
+        .and(query_param("order_by", "id"))
+        .and(query_param("sort", "desc"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!([
+            {"id": 9, "status": "success", "name": "lockstep/eu-de-1", "description": "applied"}
+        ])))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let list = gitlab(&server).statuses(SHA).await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].state, "success");
+}
+
 #[tokio::test]
 async fn gitlab_posts_with_its_own_vocabulary() {
     let server = MockServer::start().await;

@@ -122,7 +122,7 @@ pub async fn deliver<F: Forge>(
     if let Some(p) = newest_for(&existing, &status.context) {
         if p.state == forge.state_name(status.state)
             && p.description == status.description
-            && p.target_url == status.target_url
+            && (!forge.keeps_target_url() || p.target_url == status.target_url)
         {
             return Ok(Outcome::AlreadyThere);
         }

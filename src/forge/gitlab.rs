@@ -98,7 +98,10 @@ impl Forge for GitLab {
             self.request(
                 reqwest::Method::GET,
                 &format!(
-                    "projects/{}/repository/commits/{sha}/statuses?all=true&per_page={STATUS_PAGE}&page={n}",
+                    // Newest first, as the other hosts list them: GitLab's
+                    // default is oldest first, and a list cut at its last
+                    // page would keep the oldest.
+                    "projects/{}/repository/commits/{sha}/statuses?all=true&order_by=id&sort=desc&per_page={STATUS_PAGE}&page={n}",
                     self.project
                 ),
             )

@@ -122,6 +122,12 @@ pub trait Forge: Send + Sync {
     /// The host's word for a state (what it will report back).
     fn state_name(&self, state: State) -> &'static str;
 
+    /// Whether what the host reports back holds a status's link (git
+    /// notes keep none: comparing it would post every linked status again).
+    fn keeps_target_url(&self) -> bool {
+        true
+    }
+
     /// Statuses already on the commit (for read-before-write deduplication).
     fn statuses(&self, sha: &str) -> impl Future<Output = Result<Vec<Posted>, ForgeError>> + Send;
 
@@ -167,6 +173,10 @@ impl Forge for AnyForge {
             AnyForge::Gitea(f) => f.state_name(state),
             AnyForge::Notes(f) => f.state_name(state),
         }
+    }
+
+    fn keeps_target_url(&self) -> bool {
+        !matches!(self, AnyForge::Notes(_))
     }
 
     async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {

@@ -376,6 +376,10 @@ impl Forge for Notes {
         state.as_str()
     }
 
+    fn keeps_target_url(&self) -> bool {
+        false
+    }
+
     async fn statuses(&self, sha: &str) -> Result<Vec<Posted>, ForgeError> {
         let oid = Oid::from_str(sha).map_err(err)?;
         let repo = self
