@@ -1125,6 +1125,97 @@ mod tests {
         assert_eq!(windows.get(&plane).map(Vec::len), Some(1), "{windows:?}");
     }
 
+    /// A plan that a later commit made invalid without touching it (its
+    /// canary wave's plane removed) still holds its other units to its
+    /// windows: an invalid plan runs nothing, and lifting its windows let a
+    /// hand commit through at any hour.
+    #[test]
+    fn a_plan_made_invalid_keeps_its_windows() {
+        const PLAN: &str = "apiVersion: lockstep.c5c3.io/v1alpha1\nkind: UpgradePlan\nmetadata: {name: p}\nspec:\n  to: \"2026.2\"\n  waves:\n    - name: canary\n      select: [{kind: ControlPlane, namespace: openstack-staging, name: staging}]\n    - name: production\n      select: [{kind: ControlPlane, namespace: openstack, name: prod}]\n  windows:\n    - {start: \"0 0 * * *\", duration: 16m, timeZone: UTC}\n";
+        let dir = tempfile::tempdir().unwrap();
+        let raw = git2::Repository::init(dir.path()).unwrap();
+        let head = commit(&raw, &[("p.yaml", PLANE), ("plan.yaml", PLAN)]);
+        let repo = GitRepo::open(dir.path()).unwrap();
+        let tp =
+            crate::plan::exec::read(&repo, Oid::from_str(&head).unwrap(), &[], 1 << 20).unwrap();
+        let all: Vec<_> = tp.plans.iter().map(|(p, _)| p.clone()).collect();
+        assert!(
+            !crate::plan::validate::validate_in_effect(&tp.plans[0].0, &tp.units, &all).is_empty(),
+            "the canary selects nothing: invalid"
+        );
+        let windows = crate::plan::exec::windows(&tp);
+        let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
+        assert_eq!(windows.get(&plane).map(Vec::len), Some(1), "{windows:?}");
+    }
+
+    /// A wave's soak counts from when it is done, the last time: a plane
+    /// that joins a finished canary wave (or one that fails) makes it not
+    /// done, and the soak starts again once it is done again. The first
+    /// completion was kept, and production started at once.
+    #[test]
+    fn a_wave_no_longer_done_forgets_when_it_was() {
+        const PLAN: &str = "apiVersion: lockstep.c5c3.io/v1alpha1\nkind: UpgradePlan\nmetadata: {name: p}\nspec:\n  to: \"2026.2\"\n  waves:\n    - name: canary\n      select: [{kind: ControlPlane, namespace: openstack, name: prod}]\n      soak: 1h\n    - name: production\n      select: [{kind: ControlPlane, namespace: openstack, name: other}]\n";
+        let other = PLANE.replace("name: prod", "name: other");
+        let canary = PLANE.replace("2026.1", "2026.2");
+        let dir = tempfile::tempdir().unwrap();
+        let raw = git2::Repository::init(dir.path()).unwrap();
+        let head = commit(
+            &raw,
+            &[("p.yaml", &canary), ("o.yaml", &other), ("plan.yaml", PLAN)],
+        );
+        let head = Oid::from_str(&head).unwrap();
+        let repo = GitRepo::open(dir.path()).unwrap();
+        let tp = crate::plan::exec::read(&repo, head, &[], 1 << 20).unwrap();
+        let writer = crate::plan::exec::Writer {
+            repo: dir.path().to_owned(),
+            branch: "master".into(),
+            author: crate::git::Author {
+                name: "t".into(),
+                email: "t@example.invalid".into(),
+            },
+            signing_key: None,
+            push: None,
+            merge_proposals: false,
+        };
+        let prod = Key::new(Kind::ControlPlane, "openstack", "prod");
+        let mut completed_at = BTreeMap::new();
+        let t0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let pass = |done: bool, now: jiff::Timestamp, at: &mut BTreeMap<_, _>| {
+            crate::plan::exec::run(
+                &tp,
+                head,
+                now,
+                |k, _| crate::plan::schedule::ObjectView {
+                    started: false,
+                    complete: *k != prod || done,
+                    failed: None,
+                    stalled: None,
+                },
+                |_| Ok(()),
+                at,
+                &writer,
+                None,
+            )
+        };
+        let soaking =
+            |passes: &[crate::plan::exec::PlanPass]| passes[0].description.contains("soak");
+        assert!(
+            soaking(&pass(true, t0, &mut completed_at)),
+            "{completed_at:?}"
+        );
+        let key = ("p@2026.2".to_owned(), 0);
+        assert_eq!(completed_at.get(&key), Some(&t0));
+        // Not done any more (a plane joined, or failed): forgotten.
+        let later = t0 + jiff::SignedDuration::from_mins(50);
+        pass(false, later, &mut completed_at);
+        assert_eq!(completed_at.get(&key), None, "{completed_at:?}");
+        // Done again: the soak counts from now, not from t0.
+        let again = t0 + jiff::SignedDuration::from_mins(70);
+        let passes = pass(true, again, &mut completed_at);
+        assert_eq!(completed_at.get(&key), Some(&again));
+        assert!(soaking(&passes), "{:?}", passes[0].description);
+    }
+
     /// One allocation per document: a blob read at two commits, and another
     /// blob holding the same text, hand every step the same `Document`.
     #[test]

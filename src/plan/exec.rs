@@ -282,9 +282,12 @@ pub fn windows(tp: &TreePlans) -> BTreeMap<Key, Vec<(String, Vec<super::window::
     if tp.plans.is_empty() {
         return out;
     }
-    let all: Vec<Located> = tp.plans.iter().map(|(p, _)| p.clone()).collect();
     for (p, _) in &tp.plans {
-        if p.plan.spec.windows.is_empty() || !validate::validate(p, &tp.units, &all).is_empty() {
+        // A plan that a later commit made invalid without touching it (a
+        // selected plane removed, a label changed) still holds its units
+        // to its windows: an invalid plan runs nothing, and lifting its
+        // windows would let a hand commit through at any hour.
+        if p.plan.spec.windows.is_empty() {
             continue;
         }
         let Ok(schedules) = super::window::parse_all(&p.plan.spec.windows) else {
@@ -318,7 +321,7 @@ pub fn run(
     let mut tip = head;
     for (p, sha) in &tp.plans {
         let name = p.plan.metadata.name.clone();
-        let refusals = validate::validate(p, &tp.units, &all);
+        let refusals = validate::validate_in_effect(p, &tp.units, &all);
         if let Some(r) = refusals.first() {
             out.push(PlanPass {
                 name,
@@ -386,6 +389,10 @@ pub fn run(
             if done {
                 let at = *completed_at.entry((clock.clone(), i)).or_insert(now);
                 completed.insert(i, at);
+            } else {
+                // Not done (an object joined the wave, or one failed): the
+                // soak counts again from when it is done again.
+                completed_at.remove(&(clock.clone(), i));
             }
         }
         // The previous hop completed when this one was first seen. There

@@ -76,7 +76,7 @@ pub fn render(repo_path: &Path, rev: &str, prefixes: &[String]) -> Result<String
                 if spec.paused { " [paused]" } else { "" }
             ))
         );
-        for r in validate::validate(p, &tp.units, &all) {
+        for r in validate::validate_in_effect(p, &tp.units, &all) {
             let _ = writeln!(
                 out,
                 "{}",

@@ -352,6 +352,52 @@ mod tests {
         );
     }
 
+    /// A plan whose objects a later plan (or a hand commit) took past its
+    /// release stays complete and inactive as the daemon runs it; the gate
+    /// still refuses a commit that writes such a plan.
+    #[test]
+    fn objects_past_a_plan_are_done_with_it_not_a_refusal() {
+        use crate::kind::{Key, Kind};
+        use std::collections::BTreeMap;
+        let text = include_str!("../../../plans/samples/two-waves.yaml");
+        let (plans, errors) = parse_plans("plans.yaml", text);
+        assert!(errors.is_empty(), "{errors:?}");
+        let unit = |kind, ns: &str, name: &str, release: &str| validate::Unit {
+            key: Key::new(kind, ns, name),
+            file: "f.yaml".into(),
+            line: 1,
+            release: Some(release.into()),
+            labels: BTreeMap::new(),
+            digest: false,
+        };
+        let units = |nova: &str| {
+            vec![
+                unit(Kind::ControlPlane, "openstack-staging", "staging", "2026.2"),
+                unit(Kind::ControlPlane, "openstack", "prod", "2026.2"),
+                unit(Kind::Nova, "compute", "nova", nova),
+            ]
+        };
+        let done = units("2026.2");
+        assert!(validate::validate_in_effect(&plans[0], &done, &plans).is_empty());
+        assert!(!validate::active(&plans[0].plan, &done));
+        let past = units("2027.1");
+        assert!(
+            validate::validate_in_effect(&plans[0], &past, &plans).is_empty(),
+            "{:?}",
+            validate::validate_in_effect(&plans[0], &past, &plans)
+        );
+        assert!(!validate::active(&plans[0].plan, &past), "done with it");
+        let judged = validate::validate(&plans[0], &past, &plans);
+        assert!(
+            judged
+                .iter()
+                .any(|r| r.message.contains("already at 2027.1, past 2026.2")),
+            "{judged:?}"
+        );
+        // Behind it: active.
+        assert!(validate::active(&plans[0].plan, &units("2026.1")));
+    }
+
     /// A plan behind more documents than the parser's fixed default (1,024)
     /// is read: the manifest reader reads such a file, so its plans must
     /// not go unread.

@@ -102,10 +102,20 @@ pub fn active(plan: &UpgradePlan, units: &[Unit]) -> bool {
         return false;
     }
     let by_key: BTreeMap<&Key, &Unit> = units.iter().map(|u| (&u.key, u)).collect();
+    let to = Release::parse_strict(&plan.spec.to).ok();
     resolve(plan, units).iter().flatten().any(|k| {
-        by_key
-            .get(k)
-            .is_some_and(|u| u.release.as_deref() != Some(&*plan.spec.to))
+        by_key.get(k).is_some_and(|u| {
+            // An object at or past the plan's release is done with it (a
+            // later plan, or a hand commit, took it further).
+            let at = u
+                .release
+                .as_deref()
+                .and_then(|r| Release::parse_strict(r).ok());
+            match (at, to) {
+                (Some(at), Some(to)) => at < to,
+                _ => u.release.as_deref() != Some(&*plan.spec.to),
+            }
+        })
     })
 }
 
@@ -113,8 +123,21 @@ pub fn active(plan: &UpgradePlan, units: &[Unit]) -> bool {
 /// could not be represented at all.
 pub const MAX_SOAK: std::time::Duration = std::time::Duration::from_secs(720 * 3600);
 
-/// Judges one plan against the tree's units and the tree's other plans.
+/// Judges one plan against the tree's units and the tree's other plans, as
+/// the gate does when a commit writes it.
 pub fn validate(plan: &Located, units: &[Unit], others: &[Located]) -> Vec<Refusal> {
+    validate_as(plan, units, others, true)
+}
+
+/// [`validate`] for a plan already in the tree, as the daemon runs it: an
+/// object past the plan's release is done with it, not a refusal (a later
+/// plan, or a hand commit, took it further after the plan completed; a
+/// complete plan must not turn failed, nor lose its windows, for that).
+pub fn validate_in_effect(plan: &Located, units: &[Unit], others: &[Located]) -> Vec<Refusal> {
+    validate_as(plan, units, others, false)
+}
+
+fn validate_as(plan: &Located, units: &[Unit], others: &[Located], judging: bool) -> Vec<Refusal> {
     let p = &plan.plan;
     let mut out = Vec::new();
     if p.api_version != API_VERSION {
@@ -297,6 +320,7 @@ pub fn validate(plan: &Located, units: &[Unit], others: &[Located]) -> Vec<Refus
             // release at a time (`schedule::current_hop`).
             match step(cur, to) {
                 Step::Same | Step::Next | Step::Skip => {}
+                Step::Down if !judging => {}
                 Step::Down => out.push(refuse(
                     Reason::PlanTargetInvalid,
                     format!("{k} is already at {cur}, past {to}"),
