@@ -1216,6 +1216,63 @@ mod tests {
         assert!(soaking(&passes), "{:?}", passes[0].description);
     }
 
+    /// A complete plan stays complete when the next plan (or a hand commit)
+    /// takes its objects further, whatever that later hop does: it neither
+    /// turns failed nor starts a hop past its own release.
+    #[test]
+    fn objects_past_a_plan_leave_it_complete() {
+        const PLAN: &str = "apiVersion: lockstep.c5c3.io/v1alpha1\nkind: UpgradePlan\nmetadata: {name: p}\nspec:\n  to: \"2026.2\"\n  waves:\n    - name: all\n      select: [{kind: ControlPlane, namespace: openstack}]\n";
+        let other = PLANE
+            .replace("name: prod", "name: other")
+            .replace("2026.1", "2026.2");
+        let past = PLANE.replace("2026.1", "2027.1");
+        let dir = tempfile::tempdir().unwrap();
+        let raw = git2::Repository::init(dir.path()).unwrap();
+        let head = commit(
+            &raw,
+            &[("p.yaml", &past), ("o.yaml", &other), ("plan.yaml", PLAN)],
+        );
+        let head = Oid::from_str(&head).unwrap();
+        let repo = GitRepo::open(dir.path()).unwrap();
+        let tp = crate::plan::exec::read(&repo, head, &[], 1 << 20).unwrap();
+        let writer = crate::plan::exec::Writer {
+            repo: dir.path().to_owned(),
+            branch: "master".into(),
+            author: crate::git::Author {
+                name: "t".into(),
+                email: "t@example.invalid".into(),
+            },
+            signing_key: None,
+            push: None,
+            merge_proposals: false,
+        };
+        let prod = Key::new(Kind::ControlPlane, "openstack", "prod");
+        // prod's hop to 2027.1 is in flight, and has failed.
+        let passes = crate::plan::exec::run(
+            &tp,
+            head,
+            jiff::Timestamp::from_second(1_800_000_000).unwrap(),
+            |k, _| crate::plan::schedule::ObjectView {
+                started: false,
+                complete: *k != prod,
+                failed: (*k == prod).then(|| "ExpandFailed".to_owned()),
+                stalled: None,
+            },
+            |_| Ok(()),
+            &mut BTreeMap::new(),
+            &writer,
+            None,
+        );
+        assert_eq!(passes.len(), 1);
+        assert_eq!(
+            passes[0].decision,
+            crate::plan::schedule::Decision::Complete,
+            "{}",
+            passes[0].description
+        );
+        assert!(passes[0].wrote.is_none());
+    }
+
     /// One allocation per document: a blob read at two commits, and another
     /// blob holding the same text, hand every step the same `Document`.
     #[test]

@@ -338,8 +338,12 @@ pub fn run(
             continue;
         }
         let waves = validate::resolve(&p.plan, &tp.units);
+        let Ok(target) = Release::parse_strict(&p.plan.spec.to) else {
+            continue;
+        };
         // Where each object stands: Git's release (validation saw that it
-        // parses) and whether the cluster completed it.
+        // parses) and whether the cluster completed it. One past the plan's
+        // release is done with this plan, wherever its later hop stands.
         let mut positions = BTreeMap::new();
         for k in waves.iter().flatten() {
             if let Some(u) = by_key.get(k)
@@ -353,16 +357,13 @@ pub fn run(
                     k.clone(),
                     Position {
                         release,
-                        complete: v.complete,
-                        failed: v.failed,
-                        stalled: v.stalled,
+                        complete: v.complete || release > target,
+                        failed: v.failed.filter(|_| release <= target),
+                        stalled: v.stalled.filter(|_| release <= target),
                     },
                 );
             }
         }
-        let Ok(target) = Release::parse_strict(&p.plan.spec.to) else {
-            continue;
-        };
         // The hop the plan is on (a one-hop plan has one); none: complete.
         let Some((hop, objects)) = schedule::current_hop(target, tp.origin(p), &positions) else {
             let decision = Decision::Complete;
