@@ -145,20 +145,20 @@ pub fn spec_image(spec: &serde_json::Value) -> Option<ImageRef> {
 
 /// Every object of `api`, a page of 500 at a time (each page handed to
 /// `each` and dropped, so a large cluster is never held as JSON at once).
+/// `false` when the API server does not serve the kind (404): its
+/// objects are unknown ([`Snapshot::unserved`]).
 async fn list_pages<K>(
     api: &Api<K>,
     what: &str,
     mut each: impl FnMut(K),
-) -> Result<(), ClusterError>
+) -> Result<bool, ClusterError>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut params = ListParams::default().limit(500);
     loop {
         let page = match api.list(&params).await {
-            // A kind whose CRD is not installed has no objects, as a GET
-            // of one finds none.
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
             r => r,
         };
         let page = page.map_err(|e| match e {
@@ -172,7 +172,7 @@ where
         page.items.into_iter().for_each(&mut each);
         match next {
             Some(token) => params = params.continue_token(&token),
-            None => return Ok(()),
+            None => return Ok(true),
         }
     }
 }
@@ -454,12 +454,19 @@ impl Cluster for KubeCluster {
     }
 
     async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
-        let obj = self
-            .api(key)
-            .get_opt(&key.name)
-            .await
-            .map_err(|e| classify(key, e))?;
-        Ok(obj.map(|o| to_object(key, &o)))
+        match self.api(key).get(&key.name).await {
+            Ok(o) => Ok(Some(to_object(key, &o))),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                // Absent only when the API server says this object is not
+                // found; a 404 without its name is the kind not served.
+                if s.details.as_ref().is_some_and(|d| d.name == key.name) {
+                    Ok(None)
+                } else {
+                    Err(ClusterError::Unavailable(super::unserved(key.kind)))
+                }
+            }
+            Err(e) => Err(classify(key, e)),
+        }
     }
 
     async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
@@ -536,7 +543,7 @@ impl Cluster for KubeCluster {
                         let ar = ApiResource::from_gvk_with_plural(&gvk, kind.plural());
                         let api: Api<DynamicObject> = Api::all_with(client, &ar);
                         let mut objects = Vec::new();
-                        list_pages(&api, kind.plural(), |o: DynamicObject| {
+                        let served = list_pages(&api, kind.plural(), |o: DynamicObject| {
                             let key = Key::new(
                                 kind,
                                 o.metadata.namespace.clone().unwrap_or_default(),
@@ -546,7 +553,7 @@ impl Cluster for KubeCluster {
                             objects.push((key, obj));
                         })
                         .await?;
-                        Ok::<_, ClusterError>(objects)
+                        Ok::<_, ClusterError>((kind, served, objects))
                     }
                 });
             let deployments = async {
@@ -565,9 +572,15 @@ impl Cluster for KubeCluster {
             let (objects, deployments) =
                 futures::future::try_join(futures::future::try_join_all(kinds), deployments)
                     .await?;
+            let unserved = objects
+                .iter()
+                .filter(|(_, served, _)| !served)
+                .map(|(kind, _, _)| *kind)
+                .collect();
             Ok(Some(Snapshot {
-                objects: objects.into_iter().flatten().collect(),
+                objects: objects.into_iter().flat_map(|(_, _, o)| o).collect(),
                 deployments,
+                unserved,
             }))
         }
     }

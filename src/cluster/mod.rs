@@ -165,11 +165,26 @@ pub struct Snapshot {
     pub objects: std::collections::HashMap<Key, ClusterObject>,
     /// Deployments by namespace.
     pub deployments: std::collections::HashMap<String, Vec<DeploymentFacts>>,
+    /// Kinds the API server did not serve (404 on the LIST): their objects
+    /// are unknown, not absent ([`Snapshot::lookup`]).
+    pub unserved: Vec<Kind>,
 }
 
 impl Snapshot {
     pub fn get(&self, key: &Key) -> Option<ClusterObject> {
         self.objects.get(key).cloned()
+    }
+
+    /// An object as the listing saw it. One of a kind the API server did
+    /// not serve is an error, never "absent": a CRD not (yet) established,
+    /// after an API server restart say, would otherwise read as every
+    /// object of its kind deleted, and be installed again at Git's newest
+    /// step, over the live one, skipping every hop between.
+    pub fn lookup(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
+        if self.unserved.contains(&key.kind) {
+            return Err(ClusterError::Unavailable(unserved(key.kind)));
+        }
+        Ok(self.get(key))
     }
 
     pub fn deployments(&self, key: &Key) -> Vec<DeploymentInfo> {
@@ -223,6 +238,15 @@ pub enum ClusterError {
     Unavailable(String),
     #[error("cluster: {0}")]
     Other(String),
+}
+
+/// Why objects of `kind` cannot be read.
+pub fn unserved(kind: Kind) -> String {
+    format!(
+        "the API server does not serve {} ({}): its CRD is missing or not established yet; its objects are unknown, and lockstep waits rather than take them for deleted",
+        kind.plural(),
+        kind.api_version()
+    )
 }
 
 impl ClusterError {

@@ -583,11 +583,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         snapshot: Option<&Snapshot>,
     ) -> Result<(UnitState, Vec<(Key, Box<str>)>), ClusterError> {
         let get = async |k: &Key| match snapshot {
-            Some(s) => Ok(s.get(k)),
+            Some(s) => s.lookup(k),
             None => self.cluster.get(k).await,
         };
         let unit = match snapshot {
-            Some(s) => s.get(&chain.unit),
+            Some(s) => s.lookup(&chain.unit)?,
             None => {
                 let t = Instant::now();
                 let unit = self.cluster.get(&chain.unit).await;
