@@ -56,6 +56,29 @@ fn gitlab(server: &MockServer) -> GitLab {
     .unwrap()
 }
 
+/// An answer larger than any page of statuses (a hostile host, or a proxy
+/// in front of it) is refused, not held whole: reading stops at the cap.
+#[tokio::test]
+async fn an_answer_past_its_bound_is_refused_not_held() {
+    let server = MockServer::start().await;
+    let huge = format!(
+        "[{}]",
+        vec!["{\"id\": 1, \"status\": \"success\", \"name\": \"x\"}"; 120_000].join(",")
+    );
+    assert!(huge.len() > lockstep::forge::MAX_ANSWER);
+    Mock::given(method("GET"))
+        .and(path(GL_LIST))
+        .respond_with(ResponseTemplate::new(200).set_body_string(huge))
+        .mount(&server)
+        .await;
+    let e = gitlab(&server).statuses(SHA).await.unwrap_err();
+    assert!(e.to_string().contains("larger than"), "{e}");
+    assert!(
+        !e.retryable() && !e.kept(),
+        "the same answer again is no better"
+    );
+}
+
 /// GitLab lists a commit's statuses oldest first unless told otherwise;
 /// lockstep asks for newest first, as the other hosts list them, so a list
 /// cut at its last page keeps the newest (the "already success" check

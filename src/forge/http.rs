@@ -94,7 +94,12 @@ pub async fn send(
         .get(reqwest::header::LOCATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let mut body = redact(&resp.text().await.unwrap_or_default(), &secrets);
+    let text = capped(resp, MAX_ERROR_BODY)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let mut body = redact(&String::from_utf8_lossy(&text), &secrets);
     if status.is_redirection() {
         body = format!(
             "the host redirected the request{}; lockstep does not follow redirects (a write would be lost), so set the API URL to the API itself",
@@ -123,15 +128,57 @@ pub async fn get_json<T: serde::de::DeserializeOwned>(
     what: &str,
     req: RequestBuilder,
 ) -> Result<T, ForgeError> {
-    send(host, what, req)
-        .await?
-        .json()
+    let resp = send(host, what, req).await?;
+    parse(host, what, resp).await
+}
+
+/// The most of an error's body kept (the host's message is cut to 300
+/// characters anyway).
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// The most of a successful answer read: a page of 100 statuses is tens of
+/// KiB. A host (or a proxy in front of it) that streams more is refused,
+/// never held whole.
+pub const MAX_ANSWER: usize = 4 * 1024 * 1024;
+
+/// At most `max` bytes of `resp`'s body: `Ok(None)` past that.
+async fn capped(
+    mut resp: reqwest::Response,
+    max: usize,
+) -> Result<Option<Vec<u8>>, reqwest::Error> {
+    if resp.content_length().is_some_and(|n| n > max as u64) {
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        if out.len() + chunk.len() > max {
+            return Ok(None);
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(Some(out))
+}
+
+/// A JSON answer of at most [`MAX_ANSWER`] bytes.
+async fn parse<T: serde::de::DeserializeOwned>(
+    host: &'static str,
+    what: &str,
+    resp: reqwest::Response,
+) -> Result<T, ForgeError> {
+    let answer = |message: String| ForgeError::Answer {
+        host,
+        what: what.to_owned(),
+        message,
+    };
+    let body = capped(resp, MAX_ANSWER)
         .await
-        .map_err(|e| ForgeError::Answer {
+        .map_err(|e| ForgeError::Transport {
             host,
             what: what.to_owned(),
-            message: format!("unexpected answer: {e}"),
-        })
+            message: format!("the answer was cut off: {}", without_url_secrets(e)),
+        })?
+        .ok_or_else(|| answer(format!("the answer is larger than {MAX_ANSWER} bytes")))?;
+    serde_json::from_slice(&body).map_err(|e| answer(format!("unexpected answer: {e}")))
 }
 
 /// At most this many pages of a list are read (1,000 statuses at GitHub's
@@ -160,11 +207,7 @@ pub async fn get_pages<T: serde::de::DeserializeOwned>(
         let resp = send(host, what, page(n)).await?;
         let next = has_next(resp.headers());
         let total = header_u64(resp.headers(), "x-total-count");
-        let items: Vec<T> = resp.json().await.map_err(|e| ForgeError::Answer {
-            host,
-            what: what.to_owned(),
-            message: format!("unexpected answer: {e}"),
-        })?;
+        let items: Vec<T> = parse(host, what, resp).await?;
         let got = items.len();
         all.extend(items);
         let full = got >= size || total.is_some_and(|t| (all.len() as u64) < t);

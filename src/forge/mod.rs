@@ -14,6 +14,8 @@ pub mod gitea;
 pub mod github;
 pub mod gitlab;
 mod http;
+/// The most of a host's answer read ([`http`]).
+pub use http::MAX_ANSWER;
 pub mod notes;
 pub mod propose;
 
