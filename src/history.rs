@@ -345,6 +345,7 @@ fn judge_commits(
         None if forked => memory.at.map(|at| Past {
             start: at,
             memory: Some(Arc::new(memory.clone())),
+            trusted: None,
         }),
         None => None,
     };
@@ -718,6 +719,9 @@ struct Past {
     start: Oid,
     /// The floors after judging that history; filled on first use.
     memory: Option<Arc<Memory>>,
+    /// Under a trust policy, the floors of the same history judged with it
+    /// too: a floor is the higher of the two ([`Walker::look_back`]).
+    trusted: Option<Arc<Memory>>,
 }
 
 impl Past {
@@ -725,6 +729,7 @@ impl Past {
         Self {
             start,
             memory: None,
+            trusted: None,
         }
     }
 }
@@ -1263,47 +1268,66 @@ impl Walker<'_> {
         let Some(past) = self.past.as_mut() else {
             return Ok(());
         };
-        let memory = match &past.memory {
-            Some(m) => m.clone(),
+        let (memory, trusted) = match &past.memory {
+            Some(m) => (m.clone(), past.trusted.clone()),
             None => {
                 let start = past.start;
                 // The past is judged from Git alone: the live state is now's.
                 // Floors come from what may be running, so the look back
                 // judges content only (`docs/gate.md`, "Signed commits").
-                let opts = CheckOptions {
-                    base: None,
-                    head: start.to_string(),
-                    live: None,
-                    memory: None,
-                    trust: None,
-                    // The floors are what this look back is for.
-                    keep_floors: true,
-                    ..self.opts.clone()
+                // Under a trust policy it is judged with the policy as well,
+                // and each floor is the higher of the two: an untrusted
+                // commit may raise a floor (it may be running), never lower
+                // one (a `recreate-below` it wrote was never applied).
+                let judge = |trust: Option<Arc<crate::trust::TrustPolicy>>| {
+                    let opts = CheckOptions {
+                        base: None,
+                        head: start.to_string(),
+                        live: None,
+                        memory: None,
+                        trust,
+                        // The floors are what this look back is for.
+                        keep_floors: true,
+                        ..self.opts.clone()
+                    };
+                    let commits = self.repo.first_parent_range(None, start)?;
+                    let report = judge_commits(
+                        self.repo,
+                        &opts,
+                        commits,
+                        &HashMap::new(),
+                        false,
+                        None,
+                        None,
+                        start,
+                        Memory::default(),
+                        None,
+                    )?;
+                    Ok::<_, GitError>(report.memory)
                 };
-                let commits = self.repo.first_parent_range(None, start)?;
-                let report = judge_commits(
-                    self.repo,
-                    &opts,
-                    commits,
-                    &HashMap::new(),
-                    false,
-                    None,
-                    None,
-                    start,
-                    Memory::default(),
-                    None,
-                )?;
-                let m = report.memory;
+                let m = judge(None)?;
+                let t = match &self.opts.trust {
+                    Some(policy) => Some(judge(Some(policy.clone()))?),
+                    None => None,
+                };
                 if let Some(past) = self.past.as_mut() {
                     past.memory = Some(m.clone());
+                    past.trusted = t.clone();
                 }
-                m
+                (m, t)
             }
         };
         let release = |f: &Floor| f.released().and_then(|f| gate::parsed_release(&f.last));
         for k in keys {
-            let Some(past) = memory.floors.get(k) else {
-                continue;
+            let content = memory.floors.get(k);
+            let signed = trusted.as_ref().and_then(|t| t.floors.get(k));
+            let past: &Arc<Floor> = match (content, signed) {
+                (Some(c), Some(t)) => {
+                    let higher = release(t).is_some_and(|t| release(c).is_none_or(|c| t > c));
+                    if higher { t } else { c }
+                }
+                (Some(f), None) | (None, Some(f)) => f,
+                (None, None) => continue,
             };
             match self.memory.floors.get(k) {
                 None => {

@@ -239,6 +239,80 @@ fn ssh_signed_by_a_trusted_key_is_accepted_and_others_are_refused() {
     assert_eq!(json["commits"][3]["objects"][0]["from"], "2026.2");
 }
 
+/// The look back for floors, under a trust policy, lets untrusted history
+/// raise a floor, never lower it: an unsigned `recreate-below` (refused, so
+/// never applied) does not let a later signed re-add below the floor
+/// through. Before, the look back judged content only, took the unsigned
+/// re-add as accepted and its annotation as the new floor, and called that
+/// untrusted commit the "last accepted release".
+#[test]
+fn an_untrusted_commit_cannot_lower_a_floor_for_a_later_signed_one() {
+    let f = Fixture::new();
+    let (alice, alice_pub) = ssh_key(f.keys.path(), "alice");
+    let signers = f.file(
+        "allowed_signers",
+        &format!("{EMAIL} namespaces=\"git\" {alice_pub}\n"),
+    );
+    let sign = |msg: &str, key: Option<&Path>| {
+        f.git(&["add", "-A"], WHEN);
+        match key {
+            Some(k) => {
+                let k = format!("user.signingkey={}", k.display());
+                f.git(
+                    &[
+                        "-c",
+                        "gpg.format=ssh",
+                        "-c",
+                        &k,
+                        "commit",
+                        "-q",
+                        "--allow-empty",
+                        "-S",
+                        "-m",
+                        msg,
+                    ],
+                    WHEN,
+                )
+            }
+            None => f.git(&["commit", "-q", "--allow-empty", "-m", msg], WHEN),
+        };
+        f.git(&["rev-parse", "HEAD"], WHEN)
+    };
+    f.commit_ssh("2026.2", Some(&alice), WHEN);
+    std::fs::remove_file(f.repo.path().join(NOVA)).expect("rm");
+    sign("unsigned: rm", None);
+    let lowered = nova("nova", "2026.1", "2026.1").replacen(
+        "  namespace: compute\n",
+        "  namespace: compute\n  annotations:\n    lockstep.c5c3.io/recreate-below: \"2026.2\"\n",
+        1,
+    );
+    assert!(lowered.contains("recreate-below"), "{lowered}");
+    f.repo.write(NOVA, lowered);
+    sign("unsigned: re-add below, recreated", None);
+    std::fs::remove_file(f.repo.path().join(NOVA)).expect("rm");
+    sign("unsigned: rm again", None);
+    f.repo.write("README.md", "fleet\n");
+    let base = sign("signed: unrelated", Some(&alice));
+    f.repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let head = sign("signed: re-add at 2026.1", Some(&alice));
+    let (code, json) = f.check(&[
+        "--base",
+        &base,
+        "--head",
+        &head,
+        "--allowed-signers",
+        &signers,
+    ]);
+    assert_eq!(code, 1, "{json:#}");
+    let (reason, message) = refusal(&json);
+    assert_eq!(reason, "DowngradeNotSupported", "{message}");
+    assert!(message.contains("2026.2"), "{message}");
+    // Without the policy the same range is judged on content alone, and
+    // the recreated floor holds (as it always did).
+    let (code, json) = f.check(&["--base", &base, "--head", &head]);
+    assert_eq!(code, 0, "{json:#}");
+}
+
 /// The key types git users sign with besides ed25519.
 #[test]
 fn ssh_rsa_and_ecdsa_signatures_verify() {
