@@ -306,13 +306,16 @@ async fn kube_schema_refusals_and_missing_objects() {
         .respond_with(status(422, "Invalid", "Nova.nova.openstack.c5c3.io \"nova\" is invalid: spec.image: Invalid value: \"object\": exactly one of image.tag or image.digest must be set"))
         .mount(&server)
         .await;
+    // As the API server answers for an object it does not have: the
+    // details name it (a kind it does not serve gets none).
     Mock::given(method("GET"))
         .and(path(NOVA_PATH))
-        .respond_with(status(
-            404,
-            "NotFound",
-            "novas.nova.openstack.c5c3.io \"nova\" not found",
-        ))
+        .respond_with(ResponseTemplate::new(404).set_body_json(serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "novas.nova.openstack.c5c3.io \"nova\" not found",
+            "reason": "NotFound", "code": 404,
+            "details": {"name": "nova", "group": "nova.openstack.c5c3.io", "kind": "novas"}
+        })))
         .mount(&server)
         .await;
     Mock::given(method("DELETE"))

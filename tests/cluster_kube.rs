@@ -113,6 +113,35 @@ async fn kube_cluster_against_a_real_api_server() {
     // The same hop again writes nothing (no new generation).
     assert_eq!(c.apply(&hop).await.unwrap().generation, 2);
 
+    // A drift by hand: `kubectl set image` (an update under its own field
+    // manager) now owns the image. An unforced apply of lockstep's image
+    // conflicts, for ever; the re-apply of the step takes it back.
+    dynamic(&client, &nova)
+        .patch(
+            "nova",
+            &PatchParams {
+                field_manager: Some("kubectl-set".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(serde_json::json!({"spec": {"image": {"tag": "2026.2-hotfix"}}})),
+        )
+        .await
+        .unwrap();
+    match c.apply(&hop).await {
+        Err(ClusterError::Conflict { .. }) => {}
+        other => panic!("an unforced apply over an edit's field: {other:?}"),
+    }
+    let back = c
+        .reapply(&hop)
+        .await
+        .expect("the re-apply takes the field back");
+    assert_eq!(back.image, Some(img("nova", "2026.2")));
+    assert_eq!(
+        c.apply(&hop).await.unwrap().image,
+        Some(img("nova", "2026.2"))
+    );
+    let hop_generation = back.generation;
+
     // lockstep's repair record: one annotation under its own manager. It
     // moves no generation, and lockstep's applies of the whole document
     // (manager `lockstep`, which never sends it) leave it in place, whether
@@ -121,7 +150,7 @@ async fn kube_cluster_against_a_real_api_server() {
     c.set_repair_record(&nova, record).await.unwrap();
     let read = c.get(&nova).await.unwrap().unwrap();
     assert_eq!(read.status.repair_record.as_deref(), Some(record));
-    assert_eq!(read.generation, 2, "metadata only");
+    assert_eq!(read.generation, hop_generation, "metadata only");
     let mut annotated = doc.clone();
     annotated["metadata"]["annotations"] = serde_json::json!({"team": "compute"});
     c.apply(&ApplyRequest {
@@ -132,7 +161,7 @@ async fn kube_cluster_against_a_real_api_server() {
     .unwrap();
     let read = c.get(&nova).await.unwrap().unwrap();
     assert_eq!(read.status.repair_record.as_deref(), Some(record));
-    assert_eq!(c.apply(&hop).await.unwrap().generation, 2);
+    assert_eq!(c.apply(&hop).await.unwrap().generation, hop_generation);
     let raw = dynamic(&client, &nova).get("nova").await.unwrap();
     let annotations = raw.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(

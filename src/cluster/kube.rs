@@ -145,6 +145,22 @@ pub fn spec_image(spec: &serde_json::Value) -> Option<ImageRef> {
 
 /// Every object of `api`, a page of 500 at a time (each page handed to
 /// `each` and dropped, so a large cluster is never held as JSON at once).
+impl KubeCluster {
+    async fn server_side_apply(
+        &self,
+        req: &ApplyRequest,
+        params: PatchParams,
+    ) -> Result<ClusterObject, ClusterError> {
+        let body = apply_body(req);
+        let obj = self
+            .api(&req.key)
+            .patch(&req.key.name, &params, &Patch::Apply(&body))
+            .await
+            .map_err(|e| classify(&req.key, e))?;
+        Ok(to_object(&req.key, &obj))
+    }
+}
+
 /// `false` when the API server does not serve the kind (404): its
 /// objects are unknown ([`Snapshot::unserved`]).
 async fn list_pages<K>(
@@ -470,16 +486,15 @@ impl Cluster for KubeCluster {
     }
 
     async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
-        let body = apply_body(req);
         // No force: a field another manager owns with another value is a
         // conflict to report, not a fight to win (`docs/operators.md` §8.3).
-        let params = PatchParams::apply(FIELD_MANAGER);
-        let obj = self
-            .api(&req.key)
-            .patch(&req.key.name, &params, &Patch::Apply(&body))
+        self.server_side_apply(req, PatchParams::apply(FIELD_MANAGER))
             .await
-            .map_err(|e| classify(&req.key, e))?;
-        Ok(to_object(&req.key, &obj))
+    }
+
+    async fn reapply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
+        self.server_side_apply(req, PatchParams::apply(FIELD_MANAGER).force())
+            .await
     }
 
     async fn jobs(&self, key: &Key) -> Result<Vec<JobInfo>, ClusterError> {

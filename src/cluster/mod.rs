@@ -277,6 +277,19 @@ pub trait Cluster: Send + Sync {
         req: &ApplyRequest,
     ) -> impl Future<Output = Result<ClusterObject, ClusterError>> + Send;
 
+    /// [`Cluster::apply`] of a step the cluster left (a drift, after its
+    /// backoff), taking back the fields another manager took: an edit
+    /// (`kubectl edit`, `kubectl set image`) owns what it changed, and an
+    /// unforced apply of other values would conflict for ever. Only
+    /// lockstep's own step again, never a new hop (`docs/operators.md`
+    /// §8.3). A cluster without field ownership applies as usual.
+    fn reapply(
+        &self,
+        req: &ApplyRequest,
+    ) -> impl Future<Output = Result<ClusterObject, ClusterError>> + Send {
+        self.apply(req)
+    }
+
     /// The `<name>-db-*` Jobs of a service.
     fn jobs(&self, key: &Key) -> impl Future<Output = Result<Vec<JobInfo>, ClusterError>> + Send;
 

@@ -38,7 +38,15 @@ impl ApplyError {
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// Applies step `i` of `chain`.
-    pub(super) async fn apply(&self, chain: &Chain, i: usize) -> Result<(), ApplyError> {
+    /// `again`: the step is one this process (or, by its digest, an
+    /// earlier one) applied and the cluster left: taken back whole
+    /// ([`Cluster::reapply`]).
+    pub(super) async fn apply(
+        &self,
+        chain: &Chain,
+        i: usize,
+        again: bool,
+    ) -> Result<(), ApplyError> {
         let Some(step) = chain.steps.get(i) else {
             return Err(ApplyError::Document(format!(
                 "{} has no step {i}",
@@ -95,7 +103,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             document: Some(document),
         };
         let t = Instant::now();
-        let r = self.cluster.apply(&req).await;
+        let r = if again {
+            self.cluster.reapply(&req).await
+        } else {
+            self.cluster.apply(&req).await
+        };
         Metrics::observe(
             &self.metrics.cluster_seconds,
             "apply",

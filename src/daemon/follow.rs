@@ -346,7 +346,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             });
         } else if reassert {
             tracing::warn!(plane = %chain.unit, "a child was parked by an edit outside Git; re-asserting the accepted target");
-            if let Err(e) = self.apply(chain, i).await {
+            if let Err(e) = self.apply(chain, i, false).await {
                 tracing::warn!(error = %e, "re-asserting the plane failed; next pass");
             } else {
                 out.repaired += 1;

@@ -389,7 +389,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 }
                 let again = last.is_some_and(|a| a.sha == step.sha);
                 let span = tracing::info_span!("apply", commit = %step.sha, to = step.release.as_deref().unwrap_or(""));
-                match self.apply(chain, i).instrument(span).await {
+                match self.apply(chain, i, again).instrument(span).await {
                     Ok(()) => {
                         let applies =
                             crate::repair::Applies::after(last, &step.sha, now, &self.opts.repair);
