@@ -56,6 +56,52 @@ fn gitlab(server: &MockServer) -> GitLab {
     .unwrap()
 }
 
+/// A pending whose post waits out a host's 503 is not posted once the
+/// commit's newest status in its context became success meanwhile (the new
+/// leader's, or a check's in CI): the statuses are read again before every
+/// attempt, not once before the first.
+#[tokio::test]
+async fn a_pending_retried_after_another_writer_settled_the_commit_is_not_posted() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    #[derive(Clone)]
+    struct Host(Arc<AtomicUsize>);
+    impl wiremock::Respond for Host {
+        fn respond(&self, req: &Request) -> ResponseTemplate {
+            if req.method.as_str() == "POST" {
+                self.0.fetch_add(1, Ordering::SeqCst);
+                return ResponseTemplate::new(503);
+            }
+            // After the first (failed) post, someone else posted success.
+            let list = if self.0.load(Ordering::SeqCst) == 0 {
+                serde_json::json!([])
+            } else {
+                serde_json::json!([{"id": 7, "status": "success", "name": "lockstep/eu-de-1", "description": "applied"}])
+            };
+            ResponseTemplate::new(200).set_body_json(list)
+        }
+    }
+    let server = MockServer::start().await;
+    let posts = Arc::new(AtomicUsize::new(0));
+    Mock::given(wiremock::matchers::any())
+        .respond_with(Host(posts.clone()))
+        .mount(&server)
+        .await;
+    let pending = Status {
+        state: State::Pending,
+        ..status("applying")
+    };
+    let out = deliver(&gitlab(&server), &fast(), SHA, &pending)
+        .await
+        .unwrap();
+    assert_eq!(out, Outcome::Settled);
+    assert_eq!(
+        posts.load(Ordering::SeqCst),
+        1,
+        "one post, refused; none after"
+    );
+}
+
 /// An answer larger than any page of statuses (a hostile host, or a proxy
 /// in front of it) is refused, not held whole: reading stops at the cap.
 #[tokio::test]

@@ -551,6 +551,59 @@ async fn a_world_that_never_settles_still_stops_when_asked() {
     );
 }
 
+/// A process that loses the lease drops the statuses it queued and has not
+/// delivered: the new leader says what holds now, and a pending delivered
+/// late by the old one could land on the new one's success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_lease_drops_what_was_queued() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova at 2026.1");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova to 2026.2");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        cluster_name: "t".into(),
+        poll: Duration::from_millis(50),
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
+    // No delivery task: what is queued stays queued.
+    let queue = StatusQueue::new(100);
+    let mut d = Daemon::new(
+        opts,
+        source,
+        mem.clone(),
+        clock,
+        queue.clone(),
+        Arc::new(Metrics::new()),
+    );
+    let (_tx, triggers) = tokio::sync::mpsc::channel(1);
+    let (leader_tx, leader) = tokio::sync::watch::channel(true);
+    let q = queue.clone();
+    let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = queued.clone();
+    let lose = async move {
+        let t = std::time::Instant::now();
+        while q.len().await == 0 && t.elapsed() < Duration::from_secs(20) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        seen.store(q.len().await, std::sync::atomic::Ordering::SeqCst);
+        let _ = leader_tx.send(false);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        drop(leader_tx);
+    };
+    tokio::time::timeout(Duration::from_secs(30), d.run(triggers, leader, lose))
+        .await
+        .expect("stopped");
+    assert!(
+        queued.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "statuses were queued as leader"
+    );
+    assert_eq!(queue.len().await, 0, "dropped with the lease");
+}
+
 /// The simulated cluster, where applying a ControlPlane leaves its Horizon
 /// child on the image it had while `hold` is set: the plane has not
 /// projected the hop onto it yet (the simulated operator projects at once;

@@ -652,6 +652,13 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 if let Some(h) = &mut self.history {
                     h.loaded = false;
                 }
+                // And says the statuses: what this process queued is stale
+                // (a pending posted late over the new leader's success), and
+                // what it posted is unknown by the next time it leads.
+                if !self.posted.is_empty() {
+                    self.queue.clear().await;
+                    self.posted.clear();
+                }
                 self.metrics.leader.set(0);
                 self.metrics.set_ready();
             }

@@ -118,23 +118,29 @@ pub async fn deliver<F: Forge>(
     status: &Status,
 ) -> Result<Outcome, ForgeError> {
     let status = fit(forge, status);
-    let existing = retry(policy, || forge.statuses(sha)).await?;
-    if let Some(p) = newest_for(&existing, &status.context) {
-        if p.state == forge.state_name(status.state)
-            && p.description == status.description
-            && (!forge.keeps_target_url() || p.target_url == status.target_url)
-        {
-            return Ok(Outcome::AlreadyThere);
+    // Read before every attempt, not once: a retry waits up to minutes, and
+    // meanwhile another writer (the new leader, a check in CI) may have
+    // settled the commit; a late pending must not land on its success.
+    retry(policy, || async {
+        let existing = forge.statuses(sha).await?;
+        if let Some(p) = newest_for(&existing, &status.context) {
+            if p.state == forge.state_name(status.state)
+                && p.description == status.description
+                && (!forge.keeps_target_url() || p.target_url == status.target_url)
+            {
+                return Ok(Outcome::AlreadyThere);
+            }
+            if p.state == forge.state_name(State::Success)
+                && status.state == State::Pending
+                && settles(&status.context)
+            {
+                return Ok(Outcome::Settled);
+            }
         }
-        if p.state == forge.state_name(State::Success)
-            && status.state == State::Pending
-            && settles(&status.context)
-        {
-            return Ok(Outcome::Settled);
-        }
-    }
-    retry(policy, || forge.post(sha, &status)).await?;
-    Ok(Outcome::Posted)
+        forge.post(sha, &status).await?;
+        Ok(Outcome::Posted)
+    })
+    .await
 }
 
 /// Whether statuses in `context` settle once: a commit's verdict and an
@@ -217,6 +223,15 @@ impl StatusQueue {
         }
         drop(q);
         self.wake.notify_one();
+    }
+
+    /// Empties the queue: what is queued is no longer this process's to
+    /// say (it lost the lease; the new leader says what holds now).
+    pub async fn clear(&self) {
+        let mut q = self.inner.lock().await;
+        q.order.clear();
+        q.pending.clear();
+        q.lost.clear();
     }
 
     pub async fn len(&self) -> usize {
