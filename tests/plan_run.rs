@@ -1033,6 +1033,64 @@ spec:
     );
 }
 
+/// A plan's gates hold the hops of the objects it selects when they are
+/// applied, not only when the plan writes its commit: a hop committed by
+/// hand (or a wave's pull request merged days later) while the gate fails
+/// waits, saying which gate. Before, it was applied at once.
+#[test]
+fn a_plans_gate_holds_a_hop_at_the_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    example_fleet(dir.path());
+    let plan = "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePlan
+metadata: {name: p}
+spec:
+  to: \"2026.2\"
+  waves:
+    - name: production
+      select: [{kind: ControlPlane, namespace: openstack, name: prod}]
+  gates:
+    - object: {kind: Keystone, namespace: openstack, name: no-such-keystone}
+      condition: Ready
+";
+    std::fs::write(dir.path().join("plans/p.yaml"), plan).unwrap();
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-q", "-m", "plan"]);
+    let prod = dir.path().join("clusters/prod/controlplane.yaml");
+    let text = std::fs::read_to_string(&prod).unwrap();
+    assert!(text.contains("openStackRelease: \"2026.1\""), "{text}");
+    std::fs::write(&prod, text.replace("\"2026.1\"", "\"2026.2\"")).unwrap();
+    git(
+        dir.path(),
+        &["commit", "-q", "-am", "prod to 2026.2 by hand"],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args(["run", "--until-idle", "--log-format", "json", "--repo"])
+        .arg(dir.path())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    // A bounded run ends: the hop waits on a person, not on time.
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    let waits: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("hop waits on a plan's gate"))
+        .collect();
+    assert!(
+        waits
+            .iter()
+            .any(|l| l.contains("waiting on a gate of plan p")
+                && l.contains("no-such-keystone does not exist")),
+        "{log}"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("\"applied\"") && l.contains("openstack/prod")),
+        "prod was applied past its plan's gate:\n{log}"
+    );
+}
+
 /// The example fleet (staging, prod, a standalone Nova at 2026.1) committed
 /// in `dir`, with an empty `plans/`.
 fn example_fleet(dir: &Path) {

@@ -960,6 +960,8 @@ pub enum WaitOn {
     Gate,
     /// A plan over the unit is outside its maintenance windows.
     Window,
+    /// A gate of a plan over the unit (`spec.gates`) does not hold.
+    PlanGate,
     /// The cluster left a step this process applied, again: it is applied
     /// once more after the repair backoff (`repair::Applies`).
     Drift,

@@ -213,6 +213,10 @@ pub fn unit_view(key: &Key, r: &UnitReport, labels: BTreeMap<String, String>) ->
                     "waiting on a pre-flight gate",
                     "meet the gate (a fresh database backup, every child Ready) or change the UpgradePolicy that sets it; the hop is applied once the gate passes",
                 ),
+                WaitOn::PlanGate => (
+                    "waiting on a plan's gate",
+                    "the hop is applied once the condition the plan's gates name holds; fix that object, or change the plan's gates",
+                ),
                 WaitOn::Window => (
                     "waiting for a maintenance window",
                     "the hop is applied once a window of the plan opens; change the plan's windows to apply it sooner",

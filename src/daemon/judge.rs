@@ -58,9 +58,9 @@ pub(super) struct AcceptedWaits {
     windows: PlanWindows,
 }
 
-/// The maintenance windows a hop of each unit waits for
-/// ([`crate::plan::exec::windows`]).
-pub(super) type PlanWindows = BTreeMap<Key, Vec<(String, Vec<crate::plan::window::Schedule>)>>;
+/// The maintenance windows and plan gates a hop of each unit waits for
+/// ([`crate::plan::exec::holds`]).
+pub(super) type PlanWindows = BTreeMap<Key, Vec<crate::plan::exec::Hold>>;
 
 /// What the judge step hands on.
 pub(super) struct Judgment {
@@ -679,7 +679,7 @@ fn in_effect(
     Option<Arc<AcceptedWaits>>,
 ) {
     let mut gates = read_gates(repo, head, opts.max_file_bytes);
-    let mut windows = crate::plan::exec::windows(plans);
+    let mut windows = crate::plan::exec::holds(plans);
     let refused = report
         .commits
         .last()
@@ -721,7 +721,7 @@ fn in_effect(
             Arc::new(AcceptedWaits {
                 commit: accepted,
                 gates: read_gates(repo, accepted, opts.max_file_bytes),
-                windows: crate::plan::exec::windows(&plans),
+                windows: crate::plan::exec::holds(&plans),
             })
         }
     };
@@ -1143,7 +1143,7 @@ mod tests {
             !crate::plan::validate::validate_in_effect(&tp.plans[0].0, &tp.units, &all).is_empty(),
             "the canary selects nothing: invalid"
         );
-        let windows = crate::plan::exec::windows(&tp);
+        let windows = crate::plan::exec::holds(&tp);
         let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
         assert_eq!(windows.get(&plane).map(Vec::len), Some(1), "{windows:?}");
     }

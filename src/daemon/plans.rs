@@ -217,13 +217,17 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     Decision::Complete | Decision::Held { .. } | Decision::Stalled { .. }
                 )
             {
-                out.busy |= matches!(
-                    p.decision,
-                    Decision::Running { .. }
-                        | Decision::Soaking { .. }
-                        | Decision::OutsideWindow { .. }
-                ) || (matches!(p.decision, Decision::Start { .. })
-                    && proposed.is_none());
+                // Running moves by itself only while one of its hops does:
+                // hops that all wait on a gate of the plan wait on a person,
+                // and a bounded run must not wait for them for ever.
+                let running = matches!(p.decision, Decision::Running { .. })
+                    && !self.only_gated(&plans, &p.name);
+                out.busy |= running
+                    || matches!(
+                        p.decision,
+                        Decision::Soaking { .. } | Decision::OutsideWindow { .. }
+                    )
+                    || (matches!(p.decision, Decision::Start { .. }) && proposed.is_none());
             }
             if self.plan_last.get(&p.name) != Some(&p.description) {
                 self.record(Did::PlanDecision {
@@ -271,6 +275,34 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             self.queue_status(sha, s).await;
         }
         false
+    }
+
+    /// Whether every unit plan `name` selects that is not done waits on a
+    /// gate of a plan (and at least one does).
+    fn only_gated(&self, plans: &crate::plan::exec::TreePlans, name: &str) -> bool {
+        use crate::rollout::{Next, WaitOn};
+        let Some((p, _)) = plans
+            .plans
+            .iter()
+            .find(|(p, _)| p.plan.metadata.name == name)
+        else {
+            return false;
+        };
+        let mut gated = false;
+        for k in crate::plan::validate::resolve(&p.plan, &plans.units)
+            .into_iter()
+            .flatten()
+        {
+            let Some(u) = self.units.get(&k) else {
+                return false;
+            };
+            match (&u.next, &u.waiting) {
+                (Next::Done(_) | Next::Removed { .. } | Next::Blocked(_), _) => {}
+                (Next::Apply(_), Some(w)) if w.on == WaitOn::PlanGate => gated = true,
+                _ => return false,
+            }
+        }
+        gated
     }
 
     /// Whether plan `name` selects a unit no pass has read since the start.

@@ -327,13 +327,26 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             return report;
         }
         let held = match next {
-            Next::Apply(i) => self.preflight(chain, i, &state, gates).await,
+            Next::Apply(i) => match self.plan_gate_wait(chain, i, &state, windows).await {
+                Some(m) => Some((WaitOn::PlanGate, m)),
+                None => self
+                    .preflight(chain, i, &state, gates)
+                    .await
+                    .map(|m| (WaitOn::Gate, m)),
+            },
             _ => None,
         };
-        if let Some(m) = held {
-            let m = Wait::new(WaitOn::Gate, m);
+        if let Some((on, m)) = held {
+            let m = Wait::new(on, m);
             if self.units.get(&chain.unit).and_then(|u| u.waiting.as_ref()) != Some(&m) {
-                tracing::info!(reason = %crate::escape::Escaped(&m.message), "hop waits on a pre-flight gate");
+                match on {
+                    WaitOn::PlanGate => {
+                        tracing::info!(reason = %crate::escape::Escaped(&m.message), "hop waits on a plan's gate")
+                    }
+                    _ => {
+                        tracing::info!(reason = %crate::escape::Escaped(&m.message), "hop waits on a pre-flight gate")
+                    }
+                }
             }
             report.waiting = Some(m);
             return report;
@@ -502,14 +515,53 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             return None;
         }
         let now = self.clock.wall();
-        let (plan, schedules) = plans
-            .iter()
-            .find(|(_, schedules)| !schedules.iter().any(|s| s.open_at(now).is_some()))?;
-        let opens = schedules.iter().filter_map(|s| s.next_start(now)).min();
+        let hold = plans.iter().find(|h| {
+            !h.windows.is_empty() && !h.windows.iter().any(|s| s.open_at(now).is_some())
+        })?;
+        let opens = hold.windows.iter().filter_map(|s| s.next_start(now)).min();
         Some(format!(
-            "waiting for a maintenance window of plan {plan}{}",
+            "waiting for a maintenance window of plan {}{}",
+            hold.plan,
             opens.map(|t| format!(" (opens {t})")).unwrap_or_default()
         ))
+    }
+
+    /// Why a hop of the unit must wait on a gate of a plan that selects it
+    /// (`spec.gates`: "must hold before any hop starts"): checked when the
+    /// hop is applied, not only when its commit was written, as the
+    /// windows are. Whatever cannot be read holds the hop.
+    async fn plan_gate_wait(
+        &self,
+        chain: &Chain,
+        i: usize,
+        state: &UnitState,
+        holds: &super::judge::PlanWindows,
+    ) -> Option<String> {
+        let plans = holds.get(&chain.unit)?;
+        if !is_hop(&chain.steps[i], state) {
+            return None;
+        }
+        for hold in plans {
+            for g in &hold.gates {
+                let Some(key) = g.object.key() else {
+                    return Some(format!(
+                        "waiting on a gate of plan {} on unknown kind {:?}",
+                        hold.plan, g.object.kind
+                    ));
+                };
+                let why = match self.cluster.get(&key).await {
+                    Ok(Some(o)) => match o.status.condition(&g.condition) {
+                        Some(c) if c.status == g.status => continue,
+                        Some(c) => format!("{key} {} is {} ({})", g.condition, c.status, c.reason),
+                        None => format!("{key} has no {} condition yet", g.condition),
+                    },
+                    Ok(None) => format!("{key} does not exist"),
+                    Err(e) => format!("{key}: {e}"),
+                };
+                return Some(format!("waiting on a gate of plan {}: {why}", hold.plan));
+            }
+        }
+        None
     }
 
     /// Why step `i` may not be applied yet: a pre-flight gate of the

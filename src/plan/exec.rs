@@ -271,32 +271,42 @@ pub struct PlanPass {
     pub trouble: bool,
 }
 
-/// The maintenance windows each unit must wait for before a hop of it is
-/// applied: those of every valid plan with windows that selects it, by
-/// plan name. A plan writes a wave's commits inside a window, but the apply
-/// comes a pass later, or hours later when a pre-flight gate holds it; the
-/// daemon checks the windows again then (`daemon::units`), so nothing a
-/// plan governs starts after its window closed.
-pub fn windows(tp: &TreePlans) -> BTreeMap<Key, Vec<(String, Vec<super::window::Schedule>)>> {
-    let mut out: BTreeMap<Key, Vec<(String, Vec<super::window::Schedule>)>> = BTreeMap::new();
-    if tp.plans.is_empty() {
-        return out;
-    }
+/// What a plan holds a hop of a unit it selects to, at the apply: its
+/// maintenance windows and its gates.
+#[derive(Clone, Debug)]
+pub struct Hold {
+    pub plan: String,
+    pub windows: Vec<super::window::Schedule>,
+    pub gates: Vec<super::Gate>,
+}
+
+/// The maintenance windows and gates each unit must wait for before a hop
+/// of it is applied: those of every plan with windows or gates that selects
+/// it. A plan writes a wave's commits inside a window and while its gates
+/// hold, but the apply comes a pass later, or hours later when a pre-flight
+/// gate holds it, or days later when a person merges the wave's pull
+/// request; the daemon checks both again then (`daemon::units`), so nothing
+/// a plan governs starts after its window closed or while its gate fails.
+pub fn holds(tp: &TreePlans) -> BTreeMap<Key, Vec<Hold>> {
+    let mut out: BTreeMap<Key, Vec<Hold>> = BTreeMap::new();
     for (p, _) in &tp.plans {
         // A plan that a later commit made invalid without touching it (a
         // selected plane removed, a label changed) still holds its units
-        // to its windows: an invalid plan runs nothing, and lifting its
-        // windows would let a hand commit through at any hour.
-        if p.plan.spec.windows.is_empty() {
+        // to its windows and gates: an invalid plan runs nothing, and
+        // lifting them would let a hand commit through at any hour.
+        if p.plan.spec.windows.is_empty() && p.plan.spec.gates.is_empty() {
             continue;
         }
-        let Ok(schedules) = super::window::parse_all(&p.plan.spec.windows) else {
+        let Ok(windows) = super::window::parse_all(&p.plan.spec.windows) else {
             continue;
         };
+        let hold = Hold {
+            plan: p.plan.metadata.name.clone(),
+            windows,
+            gates: p.plan.spec.gates.clone(),
+        };
         for k in validate::resolve(&p.plan, &tp.units).into_iter().flatten() {
-            out.entry(k)
-                .or_default()
-                .push((p.plan.metadata.name.clone(), schedules.clone()));
+            out.entry(k).or_default().push(hold.clone());
         }
     }
     out
