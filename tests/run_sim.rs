@@ -1011,6 +1011,49 @@ struct GitHubStub {
     refuse: Arc<std::sync::atomic::AtomicUsize>,
 }
 
+/// `lockstep run` on `fleet`, polling every `poll`, reporting to a GitHub
+/// at `url` (repository `o/r`, a token from the environment).
+fn github_daemon(fleet: &Fleet, poll: &str, metrics: &str, url: String) -> Lockstep {
+    Lockstep::spawn(
+        &[
+            "--repo".into(),
+            fleet.work().to_string_lossy().into_owned(),
+            "--poll".into(),
+            poll.into(),
+            "--metrics-listen".into(),
+            metrics.into(),
+            "--report".into(),
+            "github".into(),
+            "--forge-url".into(),
+            url,
+            "--forge-repo".into(),
+            "o/r".into(),
+            "--token-env".into(),
+            "E2E_GITHUB_TOKEN".into(),
+        ],
+        &[("E2E_GITHUB_TOKEN", "ghp-e2e-test")],
+    )
+}
+
+impl GitHubStub {
+    /// Newest per (commit, context): what the stub received last.
+    fn newest(&self, sha: &str) -> Statuses {
+        let mut out = Statuses::new();
+        for (s, b) in self.posts.lock().expect("lock").iter() {
+            if s == sha {
+                out.insert(
+                    b["context"].as_str().unwrap_or_default().to_owned(),
+                    (
+                        b["state"].as_str().unwrap_or_default().to_owned(),
+                        b["description"].as_str().unwrap_or_default().to_owned(),
+                    ),
+                );
+            }
+        }
+        out
+    }
+}
+
 impl wiremock::Respond for GitHubStub {
     fn respond(&self, req: &wiremock::Request) -> wiremock::ResponseTemplate {
         let path = req.url.path().to_owned();
@@ -1063,25 +1106,7 @@ fn statuses_reach_github_late_newest_first_when_it_comes_back() {
     // Nothing listens there yet.
     let port = free_port();
     let metrics = format!("127.0.0.1:{}", free_port());
-    let mut ls = Lockstep::spawn(
-        &[
-            "--repo".into(),
-            fleet.work().to_string_lossy().into_owned(),
-            "--poll".into(),
-            "60s".into(),
-            "--metrics-listen".into(),
-            metrics.clone(),
-            "--report".into(),
-            "github".into(),
-            "--forge-url".into(),
-            format!("http://127.0.0.1:{port}"),
-            "--forge-repo".into(),
-            "o/r".into(),
-            "--token-env".into(),
-            "E2E_GITHUB_TOKEN".into(),
-        ],
-        &[("E2E_GITHUB_TOKEN", "ghp-e2e-test")],
-    );
+    let mut ls = github_daemon(&fleet, "60s", &metrics, format!("http://127.0.0.1:{port}"));
     wait_ready(&mut ls, &metrics);
     // Judged and applied while GitHub is down; delivery fails and waits.
     ls.wait_for(
@@ -1128,27 +1153,11 @@ fn statuses_reach_github_late_newest_first_when_it_comes_back() {
     });
     let up = Instant::now();
 
-    // Newest per (commit, context): what the stub received last.
-    let last = |stub: &GitHubStub, sha: &str| -> Statuses {
-        let mut out = Statuses::new();
-        for (s, b) in stub.posts.lock().expect("lock").iter() {
-            if s == sha {
-                out.insert(
-                    b["context"].as_str().unwrap_or_default().to_owned(),
-                    (
-                        b["state"].as_str().unwrap_or_default().to_owned(),
-                        b["description"].as_str().unwrap_or_default().to_owned(),
-                    ),
-                );
-            }
-        }
-        out
-    };
     ls.wait_for(
         "every status delivered once GitHub is back",
         Duration::from_secs(40),
         |_| {
-            let p = story_problems(&fleet, |sha| last(&stub, sha));
+            let p = story_problems(&fleet, |sha| stub.newest(sha));
             if p.is_empty() {
                 Ok(())
             } else {
@@ -1223,46 +1232,13 @@ fn statuses_github_refused_are_said_again() {
         s
     });
     let metrics = format!("127.0.0.1:{}", free_port());
-    let mut ls = Lockstep::spawn(
-        &[
-            "--repo".into(),
-            fleet.work().to_string_lossy().into_owned(),
-            "--poll".into(),
-            "1s".into(),
-            "--metrics-listen".into(),
-            metrics.clone(),
-            "--report".into(),
-            "github".into(),
-            "--forge-url".into(),
-            server.uri(),
-            "--forge-repo".into(),
-            "o/r".into(),
-            "--token-env".into(),
-            "E2E_GITHUB_TOKEN".into(),
-        ],
-        &[("E2E_GITHUB_TOKEN", "ghp-e2e-test")],
-    );
+    let mut ls = github_daemon(&fleet, "1s", &metrics, server.uri());
     wait_ready(&mut ls, &metrics);
-    let last = |sha: &str| -> Statuses {
-        let mut out = Statuses::new();
-        for (s, b) in stub.posts.lock().expect("lock").iter() {
-            if s == sha {
-                out.insert(
-                    b["context"].as_str().unwrap_or_default().to_owned(),
-                    (
-                        b["state"].as_str().unwrap_or_default().to_owned(),
-                        b["description"].as_str().unwrap_or_default().to_owned(),
-                    ),
-                );
-            }
-        }
-        out
-    };
     ls.wait_for(
         "every status delivered although the first six were refused",
         Duration::from_secs(40),
         |_| {
-            let p = story_problems(&fleet, last);
+            let p = story_problems(&fleet, |sha| stub.newest(sha));
             if p.is_empty() {
                 Ok(())
             } else {

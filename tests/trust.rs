@@ -107,6 +107,12 @@ impl Fixture {
     /// Commits a change, signed by the SSH key `key` (or unsigned).
     fn commit_ssh(&self, release: &str, key: Option<&Path>, when: &str) -> String {
         self.repo.write(NOVA, nova("nova", release, release));
+        self.commit_all(release, key, when)
+    }
+
+    /// Commits the work tree as it is, signed by the SSH key `key` (or
+    /// unsigned); returns the commit's id.
+    fn commit_all(&self, message: &str, key: Option<&Path>, when: &str) -> String {
         self.git(&["add", "-A"], when);
         match key {
             Some(k) => {
@@ -122,12 +128,12 @@ impl Fixture {
                         "--allow-empty",
                         "-S",
                         "-m",
-                        release,
+                        message,
                     ],
                     when,
                 )
             }
-            None => self.git(&["commit", "-q", "--allow-empty", "-m", release], when),
+            None => self.git(&["commit", "-q", "--allow-empty", "-m", message], when),
         };
         self.git(&["rev-parse", "HEAD"], when)
     }
@@ -253,31 +259,7 @@ fn an_untrusted_commit_cannot_lower_a_floor_for_a_later_signed_one() {
         "allowed_signers",
         &format!("{EMAIL} namespaces=\"git\" {alice_pub}\n"),
     );
-    let sign = |msg: &str, key: Option<&Path>| {
-        f.git(&["add", "-A"], WHEN);
-        match key {
-            Some(k) => {
-                let k = format!("user.signingkey={}", k.display());
-                f.git(
-                    &[
-                        "-c",
-                        "gpg.format=ssh",
-                        "-c",
-                        &k,
-                        "commit",
-                        "-q",
-                        "--allow-empty",
-                        "-S",
-                        "-m",
-                        msg,
-                    ],
-                    WHEN,
-                )
-            }
-            None => f.git(&["commit", "-q", "--allow-empty", "-m", msg], WHEN),
-        };
-        f.git(&["rev-parse", "HEAD"], WHEN)
-    };
+    let sign = |msg: &str, key: Option<&Path>| f.commit_all(msg, key, WHEN);
     f.commit_ssh("2026.2", Some(&alice), WHEN);
     std::fs::remove_file(f.repo.path().join(NOVA)).expect("rm");
     sign("unsigned: rm", None);

@@ -696,12 +696,7 @@ pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) 
     if let Next::Apply(i) | Next::Follow(i) = n
         && !chain.steps[i].abort
         && let Some(wanted) = chain.steps[i].release.as_deref().and_then(release_of)
-        && let Some(installed) = chain
-            .followed(i)
-            .iter()
-            .filter_map(|(k, _)| state.objects.get(k))
-            .filter_map(|o| o.installed.as_deref().and_then(release_of))
-            .max()
+        && let Some(installed) = installed_of(chain, i, state)
         && wanted < installed
     {
         if let Some(j) = chain
@@ -724,12 +719,7 @@ pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) 
     if let Next::Apply(i) | Next::Follow(i) = n
         && !chain.steps[i].abort
         && let Some(from) = chain.steps[i].from.as_deref().and_then(release_of)
-        && let Some(installed) = chain
-            .followed(i)
-            .iter()
-            .filter_map(|(k, _)| state.objects.get(k))
-            .filter_map(|o| o.installed.as_deref().and_then(release_of))
-            .max()
+        && let Some(installed) = installed_of(chain, i, state)
         && installed < from
     {
         return Next::Blocked(format!(
@@ -739,6 +729,17 @@ pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) 
         ));
     }
     n
+}
+
+/// The highest release the operator reports installed on step `i`'s own
+/// objects (a plane's children, or the service itself).
+fn installed_of(chain: &Chain, i: usize, state: &UnitState) -> Option<crate::release::Release> {
+    chain
+        .followed(i)
+        .iter()
+        .filter_map(|(k, _)| state.objects.get(k))
+        .filter_map(|o| o.installed.as_deref().and_then(release_of))
+        .max()
 }
 
 /// How many steps of a removed unit the cluster is past, when it runs a

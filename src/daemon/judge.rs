@@ -1148,6 +1148,21 @@ mod tests {
         assert_eq!(windows.get(&plane).map(Vec::len), Some(1), "{windows:?}");
     }
 
+    /// A plan writer on `dir`'s default branch (these tests write nothing).
+    fn writer(dir: &std::path::Path) -> crate::plan::exec::Writer {
+        crate::plan::exec::Writer {
+            repo: dir.to_owned(),
+            branch: "master".into(),
+            author: crate::git::Author {
+                name: "t".into(),
+                email: "t@example.invalid".into(),
+            },
+            signing_key: None,
+            push: None,
+            merge_proposals: false,
+        }
+    }
+
     /// A wave's soak counts from when it is done, the last time: a plane
     /// that joins a finished canary wave (or one that fails) makes it not
     /// done, and the soak starts again once it is done again. The first
@@ -1166,17 +1181,7 @@ mod tests {
         let head = Oid::from_str(&head).unwrap();
         let repo = GitRepo::open(dir.path()).unwrap();
         let tp = crate::plan::exec::read(&repo, head, &[], 1 << 20).unwrap();
-        let writer = crate::plan::exec::Writer {
-            repo: dir.path().to_owned(),
-            branch: "master".into(),
-            author: crate::git::Author {
-                name: "t".into(),
-                email: "t@example.invalid".into(),
-            },
-            signing_key: None,
-            push: None,
-            merge_proposals: false,
-        };
+        let writer = writer(dir.path());
         let prod = Key::new(Kind::ControlPlane, "openstack", "prod");
         let mut completed_at = BTreeMap::new();
         let t0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
@@ -1235,17 +1240,7 @@ mod tests {
         let head = Oid::from_str(&head).unwrap();
         let repo = GitRepo::open(dir.path()).unwrap();
         let tp = crate::plan::exec::read(&repo, head, &[], 1 << 20).unwrap();
-        let writer = crate::plan::exec::Writer {
-            repo: dir.path().to_owned(),
-            branch: "master".into(),
-            author: crate::git::Author {
-                name: "t".into(),
-                email: "t@example.invalid".into(),
-            },
-            signing_key: None,
-            push: None,
-            merge_proposals: false,
-        };
+        let writer = writer(dir.path());
         let prod = Key::new(Kind::ControlPlane, "openstack", "prod");
         // prod's hop to 2027.1 is in flight, and has failed.
         let passes = crate::plan::exec::run(
