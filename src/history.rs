@@ -770,6 +770,8 @@ impl Walker<'_> {
                 out.errors.extend(e);
             }
         }
+        let conflicts = crate::policy::conflicting_acks(out.policies.iter().map(|p| &**p));
+        out.errors.extend(conflicts);
         let out = Arc::new(out);
         self.policies.insert(dir, out.clone());
         Ok(out)

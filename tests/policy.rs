@@ -214,6 +214,38 @@ fn an_acknowledgement_comes_from_a_trailer_or_the_policy() {
     assert_eq!(code, 0, "{json:#}");
 }
 
+/// An acknowledgement id names one edge: a second team defining the same
+/// id on another edge is refused, with both places, since one trailer
+/// would acknowledge both edges. The same edge under one id twice is fine.
+#[test]
+fn an_acknowledgement_id_on_two_edges_is_refused() {
+    let repo = FleetRepo::new();
+    nova_at(&repo, "2026.2").write(&format!("{DIR}/acks.yaml"), ACK);
+    repo.commit("Nova at 2026.2");
+    let theirs = ACK
+        .replacen("name: api-removal", "name: glance-team", 1)
+        .replacen("kinds: [Nova]", "kinds: [Glance]", 1);
+    repo.write(&format!("{DIR}/glance.yaml"), &theirs);
+    repo.commit("the Glance team's acknowledgement, same id");
+    let (code, json) = check_json(&repo, &["--base", "HEAD~1"]);
+    assert_eq!(code, 1, "{json:#}");
+    let (_, reason, message) = verdict(&json);
+    assert_eq!(reason, "PolicyInvalid");
+    assert!(
+        message.contains("acknowledgement nova-os-hosts is defined on another edge too")
+            && message.contains("api-removal"),
+        "{message}"
+    );
+    // The same edge again under the same id: no conflict.
+    repo.write(
+        &format!("{DIR}/glance.yaml"),
+        ACK.replacen("name: api-removal", "name: again", 1),
+    );
+    repo.commit("the same edge twice");
+    let (code, json) = check_json(&repo, &["--base", "HEAD~1"]);
+    assert_eq!(code, 0, "{json:#}");
+}
+
 #[test]
 fn an_unreadable_policy_refuses_every_commit_until_it_is_fixed() {
     // A policy lockstep cannot read might block anything: fail closed.

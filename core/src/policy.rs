@@ -537,6 +537,35 @@ pub enum Refusal {
     AckRequired(String),
 }
 
+/// Acknowledgement ids defined on more than one edge across `policies` (a
+/// tree's): refused, because one trailer (or one `given`) names the id and
+/// would lift both, another team's edge among them. The same edge defined
+/// twice under one id is harmless.
+pub fn conflicting_acks<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> Vec<PolicyError> {
+    let mut first: std::collections::BTreeMap<&str, (&Edge, &Policy)> = Default::default();
+    let mut out = Vec::new();
+    for p in policies {
+        for a in &p.acks {
+            match first.get(a.id.as_str()) {
+                None => {
+                    first.insert(&a.id, (&a.edge, p));
+                }
+                Some((edge, _)) if **edge == a.edge => {}
+                Some((_, q)) => out.push(PolicyError {
+                    file: p.file.clone(),
+                    line: p.line,
+                    name: Some(p.name.clone()),
+                    message: format!(
+                        "acknowledgement {} is defined on another edge too (UpgradePolicy {}, {}:{}): one trailer would acknowledge both; give each edge its own id",
+                        a.id, q.name, q.file, q.line
+                    ),
+                }),
+            }
+        }
+    }
+    out
+}
+
 impl PolicySet {
     pub fn is_empty(&self) -> bool {
         self.policies.is_empty()
