@@ -117,11 +117,11 @@ enum Command {
         #[arg(long, default_value = ".")]
         repo: PathBuf,
         /// Starting baseline [default: HEAD's first parent].
-        #[arg(long)]
+        #[arg(long, conflicts_with = "plan")]
         base: Option<String>,
-        #[arg(long, default_value = "HEAD")]
+        #[arg(long, default_value = "HEAD", conflicts_with = "plan")]
         head: String,
-        #[arg(long = "path", value_name = "PREFIX")]
+        #[arg(long = "path", value_name = "PREFIX", conflicts_with = "plan")]
         paths: Vec<String>,
         /// Inject trouble: OBJECT:JOB:fail=N (JOB: sync, expand, migrate,
         /// contract), OBJECT:db-down=DURATION, OBJECT:roll-stall=DURATION (repeatable).
@@ -132,10 +132,10 @@ enum Command {
         #[arg(long)]
         plan: bool,
         /// With --plan: the branch to rehearse on.
-        #[arg(long, default_value = "main")]
+        #[arg(long, default_value = "main", requires = "plan")]
         branch: String,
         /// With --plan: when the rehearsal starts (RFC 3339) [default: now].
-        #[arg(long, value_name = "TIME")]
+        #[arg(long, value_name = "TIME", requires = "plan")]
         start: Option<String>,
         /// Also write the timeline as one self-contained HTML page (SVG,
         /// no script) to FILE, to attach to a change ticket.

@@ -1091,6 +1091,34 @@ spec:
     );
 }
 
+/// `rehearse --plan` runs the branch's plans as the daemon does; the range
+/// options of a plain rehearsal are refused with it rather than silently
+/// ignored (a `--path` the daemon never reads would be rehearsed anyway),
+/// and the plan options without it.
+#[test]
+fn rehearse_plan_refuses_the_options_it_would_ignore() {
+    let dir = tempfile::tempdir().unwrap();
+    example_fleet(dir.path());
+    for extra in [
+        &["--plan", "--path", "clusters/prod"][..],
+        &["--plan", "--base", "HEAD~1"],
+        &["--plan", "--head", "HEAD"],
+        &["--start", "2027-01-04T00:00:00Z"],
+        &["--branch", "main"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+            .arg("rehearse")
+            .args(extra)
+            .arg("--repo")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains("--plan"), "{extra:?}: {err}");
+    }
+}
+
 /// The example fleet (staging, prod, a standalone Nova at 2026.1) committed
 /// in `dir`, with an empty `plans/`.
 fn example_fleet(dir: &Path) {
