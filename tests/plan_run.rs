@@ -1091,6 +1091,83 @@ spec:
     );
 }
 
+/// A finished plan left in the tree governs the hops up to its release, not
+/// the next plan's: prod, at 2026.2 where plan `a` (whose gate can never
+/// hold) took it, goes to 2027.1 by hand under plan `b`, which has no gate.
+/// Before, every plan selecting prod held every hop of it, so the next hop
+/// waited on `a`'s gate (or on two plans' windows open at once) forever.
+#[test]
+fn a_finished_plan_does_not_hold_the_next_plans_hops() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("cp")
+        .arg("-r")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet/."))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let prod = dir.path().join("clusters/prod/controlplane.yaml");
+    let text = std::fs::read_to_string(&prod).unwrap();
+    assert!(text.contains("openStackRelease: \"2026.1\""), "{text}");
+    std::fs::write(&prod, text.replace("\"2026.1\"", "\"2026.2\"")).unwrap();
+    git(dir.path(), &["init", "-q", "-b", "main"]);
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-q", "-m", "fleet, prod at 2026.2"]);
+    std::fs::create_dir_all(dir.path().join("plans")).unwrap();
+    let plan = |name: &str, to: &str, gates: &str| {
+        format!(
+            "apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePlan
+metadata: {{name: {name}}}
+spec:
+  to: \"{to}\"
+  waves:
+    - name: production
+      select: [{{kind: ControlPlane, namespace: openstack, name: prod}}]
+{gates}"
+        )
+    };
+    std::fs::write(
+        dir.path().join("plans/a.yaml"),
+        plan(
+            "a",
+            "2026.2",
+            "  gates:
+    - object: {kind: Keystone, namespace: openstack, name: no-such-keystone}
+      condition: Ready
+",
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("plans/b.yaml"), plan("b", "2027.1", "")).unwrap();
+    git(dir.path(), &["add", "-A"]);
+    git(dir.path(), &["commit", "-q", "-m", "plans a (done) and b"]);
+    let text = std::fs::read_to_string(&prod).unwrap();
+    std::fs::write(&prod, text.replace("\"2026.2\"", "\"2027.1\"")).unwrap();
+    git(
+        dir.path(),
+        &["commit", "-q", "-am", "prod to 2027.1 by hand"],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args(["run", "--until-idle", "--log-format", "json", "--repo"])
+        .arg(dir.path())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    assert!(
+        !log.contains("waiting on a gate of plan a"),
+        "a finished plan's gate held the next plan's hop:\n{log}"
+    );
+    assert!(
+        log.lines().any(|l| l.contains("\"applied\"")
+            && l.contains("openstack/prod")
+            && l.contains("2027.1")),
+        "prod's hop to 2027.1 was not applied:\n{log}"
+    );
+}
+
 /// `rehearse --plan` runs the branch's plans as the daemon does; the range
 /// options of a plain rehearsal are refused with it rather than silently
 /// ignored (a `--path` the daemon never reads would be rehearsed anyway),

@@ -515,15 +515,24 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             return None;
         }
         let now = self.clock.wall();
-        let hold = plans.iter().find(|h| {
-            !h.windows.is_empty() && !h.windows.iter().any(|s| s.open_at(now).is_some())
-        })?;
-        let opens = hold.windows.iter().filter_map(|s| s.next_start(now)).min();
-        Some(format!(
-            "waiting for a maintenance window of plan {}{}",
-            hold.plan,
-            opens.map(|t| format!(" (opens {t})")).unwrap_or_default()
-        ))
+        let release = chain.steps[i].release.as_deref();
+        for hold in plans.iter().filter(|h| h.governs(release)) {
+            // Windows that do not parse hold the hop on a person
+            // (`plan_gate_wait`): no time opens them.
+            let Ok(windows) = &hold.windows else {
+                continue;
+            };
+            if windows.is_empty() || windows.iter().any(|s| s.open_at(now).is_some()) {
+                continue;
+            }
+            let opens = windows.iter().filter_map(|s| s.next_start(now)).min();
+            return Some(format!(
+                "waiting for a maintenance window of plan {}{}",
+                hold.plan,
+                opens.map(|t| format!(" (opens {t})")).unwrap_or_default()
+            ));
+        }
+        None
     }
 
     /// Why a hop of the unit must wait on a gate of a plan that selects it
@@ -541,7 +550,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         if !is_hop(&chain.steps[i], state) {
             return None;
         }
-        for hold in plans {
+        let release = chain.steps[i].release.as_deref();
+        for hold in plans.iter().filter(|h| h.governs(release)) {
+            if let Err(e) = &hold.windows {
+                return Some(format!(
+                    "waiting on plan {}: its maintenance windows do not parse ({e}); fix them",
+                    hold.plan
+                ));
+            }
             for g in &hold.gates {
                 let Some(key) = g.object.key() else {
                     return Some(format!(

@@ -276,8 +276,27 @@ pub struct PlanPass {
 #[derive(Clone, Debug)]
 pub struct Hold {
     pub plan: String,
-    pub windows: Vec<super::window::Schedule>,
+    /// The plan's release (`spec.to`), when it parses. A plan governs the
+    /// hops up to it: a finished plan left in the tree must not hold the
+    /// next plan's hops of the same objects to its own windows, which may
+    /// never be open together with the next plan's.
+    pub to: Option<Release>,
+    /// The plan's windows, or why they do not parse: then no hop it
+    /// governs can be known to fall inside one, and it waits.
+    pub windows: Result<Vec<super::window::Schedule>, String>,
     pub gates: Vec<super::Gate>,
+}
+
+impl Hold {
+    /// Whether this plan governs a hop to `release`: every hop when the
+    /// plan's release does not parse (an invalid plan still holds, closed),
+    /// otherwise those that do not go past it.
+    pub fn governs(&self, release: Option<&str>) -> bool {
+        match (&self.to, release.map(Release::parse_strict)) {
+            (Some(to), Some(Ok(r))) => r <= *to,
+            _ => true,
+        }
+    }
 }
 
 /// The maintenance windows and gates each unit must wait for before a hop
@@ -297,12 +316,10 @@ pub fn holds(tp: &TreePlans) -> BTreeMap<Key, Vec<Hold>> {
         if p.plan.spec.windows.is_empty() && p.plan.spec.gates.is_empty() {
             continue;
         }
-        let Ok(windows) = super::window::parse_all(&p.plan.spec.windows) else {
-            continue;
-        };
         let hold = Hold {
             plan: p.plan.metadata.name.clone(),
-            windows,
+            to: Release::parse_strict(&p.plan.spec.to).ok(),
+            windows: super::window::parse_all(&p.plan.spec.windows).map_err(|e| e.to_string()),
             gates: p.plan.spec.gates.clone(),
         };
         for k in validate::resolve(&p.plan, &tp.units).into_iter().flatten() {
