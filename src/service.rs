@@ -579,6 +579,7 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
             metrics.clone(),
             policy.clone(),
             notes_remote.clone(),
+            leader.clone(),
         ))
     });
     drop(trigger_tx);

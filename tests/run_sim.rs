@@ -1252,7 +1252,7 @@ fn statuses_github_refused_are_said_again() {
         "the stub refused its six"
     );
     if ls
-        .logged("host rejected a status; said again when the state says it anew")
+        .logged("host rejected a status; said again after a pause")
         .is_empty()
     {
         ls.fail("no refusal was logged");
@@ -1262,6 +1262,66 @@ fn statuses_github_refused_are_said_again() {
     if status.code() != Some(0) {
         ls.fail(&format!("exit {status} after SIGTERM, want 0"));
     }
+}
+
+/// A status GitHub refuses on every try (an unknown commit, a commit's
+/// full status list) is said again after a backoff that doubles, not on
+/// every pass: before, each one-second poll posted each refused status
+/// again, forever. (The wiremock stub above, refusing every post.)
+#[test]
+fn a_status_github_keeps_refusing_is_tried_again_after_a_growing_pause() {
+    let fleet = Fleet::new();
+    let stub = GitHubStub::default();
+    stub.refuse
+        .store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let server = rt.block_on(async {
+        let s = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::any())
+            .respond_with(stub.clone())
+            .mount(&s)
+            .await;
+        s
+    });
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut ls = github_daemon(&fleet, "1s", &metrics, server.uri());
+    wait_ready(&mut ls, &metrics);
+    std::thread::sleep(Duration::from_secs(14));
+    let mut per_key: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for r in rt.block_on(server.received_requests()).unwrap_or_default() {
+        if r.method != wiremock::http::Method::POST {
+            continue;
+        }
+        let body: Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        // One status: a commit, a context, a state and a text (a status
+        // that moved on is a new one, posted at once).
+        let key = (
+            r.url.path().to_owned(),
+            format!(
+                "{} {} {}",
+                body["context"].as_str().unwrap_or_default(),
+                body["state"].as_str().unwrap_or_default(),
+                body["description"].as_str().unwrap_or_default()
+            ),
+        );
+        *per_key.entry(key).or_default() += 1;
+    }
+    if per_key.is_empty() {
+        ls.fail("nothing was posted");
+    }
+    // Fourteen one-second passes: at most the first try and one after the
+    // first pause (10 s).
+    if let Some((k, n)) = per_key.iter().find(|(_, n)| **n > 2) {
+        ls.fail(&format!("{k:?} was posted {n} times in 14 s"));
+    }
+    if !per_key.values().any(|n| *n == 2) {
+        ls.fail(&format!("no refused status was tried again: {per_key:?}"));
+    }
+    ls.sigterm();
+    ls.wait_exit(Duration::from_secs(10));
 }
 
 /// A bounded run whose statuses GitHub refuses (a token without access, a

@@ -255,6 +255,8 @@ pub struct Daemon<C: Cluster, R: Repo> {
     names: Arc<crate::names::NameIndex>,
     following: HashMap<follow::FollowId, follow::Following>,
     posted: HashMap<(String, String), (crate::forge::State, String)>,
+    /// Statuses the Git host refused, said again after a backoff.
+    refused: HashMap<(String, String), statuses::Refused>,
     /// The last report of every unit: a quiet pass reuses them.
     units: BTreeMap<Key, UnitReport>,
     /// Counts over `units`, kept as reports change, so that a quiet pass
@@ -361,6 +363,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             names: Arc::new(crate::names::NameIndex::in_memory()),
             following: HashMap::new(),
             posted: HashMap::new(),
+            refused: HashMap::new(),
             units: BTreeMap::new(),
             tally: units::Tally::default(),
             walked: None,
@@ -658,6 +661,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 if !self.posted.is_empty() {
                     self.queue.clear().await;
                     self.posted.clear();
+                    self.refused.clear();
                 }
                 self.metrics.leader.set(0);
                 self.metrics.set_ready();
@@ -775,10 +779,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let t_plans = t0.elapsed();
         // What left the delivery queue without reaching the host is taken
         // back first: a status is never gone while `posted` says it was said.
-        let forgot = self.take_back_lost().await;
+        let again = self.take_back_lost().await;
         // Statuses: every status the state implies, when something moved
         // (or a refused one is to be said again).
-        if walked.changed || plans_moved || forgot {
+        if walked.changed || plans_moved || again {
             self.reconcile_statuses(&judgment.report).await;
         }
         // Delivery runs in its own task (`deliver_forever`), fed by the queue.

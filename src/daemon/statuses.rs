@@ -8,6 +8,15 @@ use crate::forge::Status;
 use crate::history::CheckReport;
 use crate::rollout;
 use crate::status::Context;
+use std::time::Duration;
+
+/// A status the Git host refused, and when it is said again.
+pub(super) struct Refused {
+    value: (crate::forge::State, String),
+    tries: u32,
+    /// `None` once it was said again (until the host refuses it anew).
+    again_at: Option<tokio::time::Instant>,
+}
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// Queues every status the state implies (only changed ones are sent).
@@ -54,13 +63,24 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
 
     /// Takes back what the delivery queue lost ([`crate::forge::delivery::Lost`]),
     /// unless a newer status for its key was queued since: one pushed out of
-    /// a full queue is queued again; one the host refused is forgotten, so
-    /// the next time the state implies it, it is queued and sent again
-    /// (a token put right, a permission granted).
-    /// Returns whether some refused status was forgotten.
+    /// a full queue is queued again; one the host refused is said again
+    /// after a backoff that doubles with each refusal (10 s to an hour), so
+    /// a token put right or a permission granted is seen, but a status the
+    /// host will never take (an unknown commit, a full status list) is not
+    /// posted on every pass. When more was lost than the queue could hand
+    /// back, everything is said again (delivery reads before it writes).
+    /// Returns whether some status is to be said again.
     pub(super) async fn take_back_lost(&mut self) -> bool {
-        let mut forgot = false;
-        for lost in self.queue.take_lost().await {
+        let taken = self.queue.take_lost().await;
+        // The host's time, not the engine's: in virtual time a simulated
+        // hour passes in milliseconds, and the host would be asked as often.
+        let now = tokio::time::Instant::now();
+        let mut again = false;
+        if taken.overflowed {
+            self.posted.clear();
+            again = true;
+        }
+        for lost in taken.lost {
             let key = (lost.sha.clone(), lost.status.context.clone());
             let value = (lost.status.state, lost.status.description.clone());
             if self.posted.get(&key) != Some(&value) {
@@ -68,12 +88,33 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }
             if lost.evicted {
                 self.queue.push(&lost.sha, lost.status).await;
-            } else {
-                self.posted.remove(&key);
-                forgot = true;
+                continue;
+            }
+            let r = self.refused.entry(key).or_insert_with(|| Refused {
+                value: value.clone(),
+                tries: 0,
+                again_at: None,
+            });
+            if r.value != value {
+                r.value = value;
+                r.tries = 0;
+            }
+            r.tries += 1;
+            let backoff = Duration::from_secs(10)
+                .saturating_mul(1 << (r.tries - 1).min(7))
+                .min(Duration::from_secs(3600));
+            r.again_at = Some(now + backoff);
+        }
+        for (key, r) in &mut self.refused {
+            if r.again_at.is_some_and(|t| t <= now) {
+                r.again_at = None;
+                if self.posted.get(key) == Some(&r.value) {
+                    self.posted.remove(key);
+                    again = true;
+                }
             }
         }
-        forgot
+        again
     }
 
     /// Queues one status unless the same one was queued before.
@@ -82,6 +123,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let value = (s.state, s.description.clone());
         if self.posted.get(&key) == Some(&value) {
             return;
+        }
+        if self.refused.get(&key).is_some_and(|r| r.value != value) {
+            self.refused.remove(&key);
         }
         self.posted.insert(key, value);
         self.queue.push(&sha, s).await;

@@ -170,6 +170,22 @@ struct QueueState {
     /// take back ([`StatusQueue::take_lost`]): a status is never silently
     /// gone while the daemon believes it was said.
     lost: Vec<Lost>,
+    /// Counts [`StatusQueue::clear`]s: a status taken out before a clear
+    /// (in flight when the lease was lost) is neither put back nor handed
+    /// back after it, or a stale one would be said over the new leader's.
+    epoch: u64,
+    /// More was lost between two [`StatusQueue::take_lost`]s than `lost`
+    /// holds: the daemon cannot tell which, and says everything again.
+    overflowed: bool,
+}
+
+/// What [`StatusQueue::take_lost`] hands back.
+#[derive(Debug, Default)]
+pub struct TakenBack {
+    pub lost: Vec<Lost>,
+    /// Some lost status is not in `lost` (more were lost than the queue
+    /// holds): every status is to be said again, not only those.
+    pub overflowed: bool,
 }
 
 /// A status that left the queue without reaching the host.
@@ -186,7 +202,8 @@ pub struct Lost {
 impl QueueState {
     fn lose(&mut self, sha: String, status: Status, evicted: bool, capacity: usize) {
         if self.lost.len() >= capacity {
-            self.lost.remove(0);
+            self.overflowed = true;
+            return;
         }
         self.lost.push(Lost {
             sha,
@@ -232,6 +249,8 @@ impl StatusQueue {
         q.order.clear();
         q.pending.clear();
         q.lost.clear();
+        q.overflowed = false;
+        q.epoch += 1;
     }
 
     pub async fn len(&self) -> usize {
@@ -253,28 +272,31 @@ impl StatusQueue {
         self.inner.lock().await.dropped
     }
 
-    /// What left the queue without reaching the host since the last call
-    /// (at most as many as the queue holds; older ones are counted in
-    /// [`Self::dropped`]).
-    pub async fn take_lost(&self) -> Vec<Lost> {
-        std::mem::take(&mut self.inner.lock().await.lost)
+    /// What left the queue without reaching the host since the last call:
+    /// at most as many as the queue holds, and whether more were lost.
+    pub async fn take_lost(&self) -> TakenBack {
+        let mut q = self.inner.lock().await;
+        TakenBack {
+            lost: std::mem::take(&mut q.lost),
+            overflowed: std::mem::take(&mut q.overflowed),
+        }
     }
 
-    async fn pop(&self) -> Option<(String, Status)> {
+    async fn pop(&self) -> Option<(String, Status, u64)> {
         let mut q = self.inner.lock().await;
         let key = q.order.pop_front()?;
         let status = q.pending.remove(&key)?;
-        Some((key.0, status))
+        Some((key.0, status, q.epoch))
     }
 
     /// Puts back a status that could not be delivered, unless a newer one
     /// for the same key arrived meanwhile. It goes back to the front: an
     /// outage delays statuses, it never reorders them. (What fails the same
     /// way on every try, an answer that does not parse, is not put back.)
-    async fn requeue(&self, sha: String, status: Status) {
+    async fn requeue(&self, sha: String, status: Status, epoch: u64) {
         let key = (sha, status.context.clone());
         let mut q = self.inner.lock().await;
-        if q.pending.contains_key(&key) {
+        if q.epoch != epoch || q.pending.contains_key(&key) {
             return;
         }
         if q.order.len() < self.capacity {
@@ -292,7 +314,7 @@ impl StatusQueue {
     /// rejects outright is logged and handed back ([`Self::take_lost`]).
     pub async fn drain<F: Forge>(&self, forge: &F, policy: &RetryPolicy) -> DrainReport {
         let mut report = DrainReport::default();
-        while let Some((sha, status)) = self.pop().await {
+        while let Some((sha, status, epoch)) = self.pop().await {
             match deliver(forge, policy, &sha, &status).await {
                 Ok(Outcome::Posted) => report.posted += 1,
                 Ok(Outcome::AlreadyThere) => report.already_there += 1,
@@ -308,15 +330,17 @@ impl StatusQueue {
                 }
                 Err(e) if e.kept() => {
                     tracing::warn!(error = %e, context = %status.context, sha = %sha, "host unavailable; status kept for later");
-                    self.requeue(sha, status).await;
+                    self.requeue(sha, status, epoch).await;
                     report.deferred = true;
                     break;
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, context = %status.context, sha = %sha, "host rejected a status; said again when the state says it anew");
+                    tracing::error!(error = %e, context = %status.context, sha = %sha, "host rejected a status; said again after a pause");
                     report.rejected.push(e.to_string());
                     let mut q = self.inner.lock().await;
-                    q.lose(sha, status, false, self.capacity);
+                    if q.epoch == epoch {
+                        q.lose(sha, status, false, self.capacity);
+                    }
                 }
             }
         }
@@ -533,7 +557,7 @@ mod tests {
         let r = q.drain(&host, &policy).await;
         assert!(r.deferred && r.rejected.is_empty(), "{r:?}");
         assert_eq!(q.len().await, 2, "a refused token drops nothing");
-        assert!(q.take_lost().await.is_empty());
+        assert!(q.take_lost().await.lost.is_empty());
         // The kept status is tried first again (in order); the host now
         // refuses it outright, and takes the next.
         let r = q.drain(&host, &policy).await;
@@ -545,18 +569,114 @@ mod tests {
             *host.took.lock().unwrap(),
             vec![("b".to_owned(), "two".to_owned())]
         );
-        let lost = q.take_lost().await;
+        let lost = q.take_lost().await.lost;
         assert_eq!(lost.len(), 1);
         assert_eq!((lost[0].sha.as_str(), lost[0].evicted), ("a", false));
-        assert!(q.take_lost().await.is_empty(), "handed back once");
+        assert!(q.take_lost().await.lost.is_empty(), "handed back once");
         // Pushed out of a full queue: handed back to be queued again.
         for (sha, c) in [("c", "three"), ("d", "four"), ("e", "five")] {
             q.push(sha, status(c)).await;
         }
-        let lost = q.take_lost().await;
+        let lost = q.take_lost().await.lost;
         assert_eq!(lost.len(), 1);
         assert_eq!((lost[0].sha.as_str(), lost[0].evicted), ("c", true));
         assert_eq!(q.dropped().await, 1);
+    }
+
+    /// A host where the lease is lost while a status is in flight: the
+    /// queue is cleared (`StatusQueue::clear`) before the post fails.
+    struct LostLease {
+        queue: StatusQueue,
+        status: u16,
+    }
+
+    impl Forge for LostLease {
+        fn host(&self) -> &'static str {
+            "lost-lease"
+        }
+        fn limits(&self) -> Limits {
+            Limits {
+                description: 140,
+                context: 100,
+            }
+        }
+        fn state_name(&self, state: State) -> &'static str {
+            state.as_str()
+        }
+        async fn statuses(&self, _: &str) -> Result<Vec<Posted>, ForgeError> {
+            Ok(Vec::new())
+        }
+        async fn post(&self, _: &str, _: &Status) -> Result<(), ForgeError> {
+            self.queue.clear().await;
+            Err(ForgeError::Http {
+                host: "lost-lease",
+                what: "post".into(),
+                status: self.status,
+                body: String::new(),
+                retry_after: None,
+                retryable: self.status >= 500,
+            })
+        }
+    }
+
+    /// A status in flight when the lease is lost is the old leader's no
+    /// more: it is neither put back in the cleared queue (where it would be
+    /// said over the new leader's) nor handed back to be said again.
+    #[tokio::test]
+    async fn a_status_in_flight_when_the_queue_is_cleared_is_not_put_back() {
+        let policy = RetryPolicy {
+            attempts: 1,
+            base: Duration::from_millis(1),
+            cap: Duration::from_millis(1),
+        };
+        for status in [503, 422] {
+            let q = StatusQueue::new(4);
+            q.push(
+                "a",
+                Status {
+                    state: State::Pending,
+                    context: "lockstep/prod".into(),
+                    description: "upgrading".into(),
+                    target_url: None,
+                },
+            )
+            .await;
+            let host = LostLease {
+                queue: q.clone(),
+                status,
+            };
+            q.drain(&host, &policy).await;
+            assert!(q.is_empty().await, "{status}: put back after the clear");
+            let taken = q.take_lost().await;
+            assert!(
+                taken.lost.is_empty() && !taken.overflowed,
+                "{status}: handed back after the clear: {taken:?}"
+            );
+        }
+    }
+
+    /// More lost between two takes than the queue holds: none is silently
+    /// gone, the daemon is told to say everything again.
+    #[tokio::test]
+    async fn losing_more_than_the_queue_holds_is_said() {
+        let q = StatusQueue::new(1);
+        for sha in ["a", "b", "c", "d"] {
+            q.push(
+                sha,
+                Status {
+                    state: State::Success,
+                    context: "c".into(),
+                    description: "done".into(),
+                    target_url: None,
+                },
+            )
+            .await;
+        }
+        let taken = q.take_lost().await;
+        assert_eq!(taken.lost.len(), 1);
+        assert!(taken.overflowed);
+        let taken = q.take_lost().await;
+        assert!(taken.lost.is_empty() && !taken.overflowed, "told once");
     }
 
     /// An answer that does not parse is the same on every try: it is not
