@@ -56,11 +56,16 @@ pub struct WebhookConfig {
     /// How many delivery ids are remembered for deduplication.
     pub remember: usize,
     /// Bytes of bodies the receiver holds at once, over every delivery in
-    /// flight (at least `max_body`). A body counts from before it is read,
-    /// at its declared length, or at `max_body` when it declares none: a
-    /// delivery past the budget is answered 503 unread, so connections
-    /// sending large unsigned bodies cannot add up to the pod's memory.
+    /// flight (at least `max_body`). A body counts as its bytes arrive, not
+    /// at the length it declares: a delivery whose bytes would go past the
+    /// budget is answered 503 at once, so connections sending large
+    /// unsigned bodies cannot add up to the pod's memory, and connections
+    /// that declare large bodies and send none hold nothing.
     pub in_flight: usize,
+    /// How long a body may take to arrive whole, from the end of its headers:
+    /// a slower one is answered 408 and what it sent is let go, so a
+    /// trickle of bytes cannot hold the budget.
+    pub body_deadline: std::time::Duration,
 }
 
 impl Default for WebhookConfig {
@@ -73,6 +78,8 @@ impl Default for WebhookConfig {
             max_body: 5 * 1024 * 1024,
             remember: 10_000,
             in_flight: 16 * 1024 * 1024,
+            // A host sends a push of a few KB in milliseconds.
+            body_deadline: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -169,8 +176,9 @@ struct Admission {
 /// follower's forwarding in `src/forward.rs`) behind the checks made before
 /// a body is read: a host that is not configured (404), a signature header
 /// that is missing or not of the host's shape, a GitLab token that does not
-/// match (401), a declared length over `max_body` (413), and the budget of
-/// bytes held at once (503, `Retry-After`). Only then is the body read.
+/// match (401), a declared length over `max_body` (413). Only then is the
+/// body read, within the budget of bytes held at once (503, `Retry-After`,
+/// as the bytes arrive) and the body's deadline (408).
 pub fn admitted(app: Router, config: &WebhookConfig) -> Router {
     let permits = config
         .in_flight
@@ -203,33 +211,83 @@ async fn admit(
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let need = match declared {
-        Some(n) if n > a.config.max_body as u64 => {
+    if declared.is_some_and(|n| n > a.config.max_body as u64) {
+        return (StatusCode::PAYLOAD_TOO_LARGE, "body too large\n").into_response();
+    }
+    let (parts, body) = req.into_parts();
+    let read = read_within_budget(body, a.config.max_body, &a.budget);
+    let (bytes, permit) = match tokio::time::timeout(a.config.body_deadline, read).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(BodyRefused::TooLarge)) => {
             return (StatusCode::PAYLOAD_TOO_LARGE, "body too large\n").into_response();
         }
-        Some(n) => n as usize,
-        None => a.config.max_body,
+        Ok(Err(BodyRefused::Busy)) => {
+            tracing::warn!(
+                host = ?host,
+                "webhook delivery refused: the receiver holds as many bodies as its budget allows"
+            );
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(axum::http::header::RETRY_AFTER, "5")],
+                "too many deliveries in flight\n",
+            )
+                .into_response();
+        }
+        Ok(Err(BodyRefused::Broken)) => {
+            return (StatusCode::BAD_REQUEST, "the body could not be read\n").into_response();
+        }
+        Err(_) => {
+            tracing::warn!(host = ?host, "webhook delivery refused: its body did not arrive in time");
+            return (
+                StatusCode::REQUEST_TIMEOUT,
+                "the body did not arrive in time\n",
+            )
+                .into_response();
+        }
     };
-    let Ok(permit) = u32::try_from(need.max(1))
-        .ok()
-        .and_then(|n| a.budget.clone().try_acquire_many_owned(n).ok())
-        .ok_or(())
-    else {
-        tracing::warn!(
-            host = ?host,
-            bytes = need,
-            "webhook delivery refused: the receiver holds as many bodies as its budget allows"
-        );
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(axum::http::header::RETRY_AFTER, "5")],
-            "too many deliveries in flight\n",
-        )
-            .into_response();
-    };
+    let req = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
     let response = next.run(req).await;
     drop(permit);
     response
+}
+
+enum BodyRefused {
+    TooLarge,
+    Busy,
+    Broken,
+}
+
+/// Reads a body whole, taking from the shared budget as its bytes arrive
+/// (not before, at a length a sender may declare and never send).
+async fn read_within_budget(
+    body: axum::body::Body,
+    max: usize,
+    budget: &Arc<tokio::sync::Semaphore>,
+) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), BodyRefused> {
+    use futures::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut out = Vec::new();
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| BodyRefused::Broken)?;
+        if chunk.is_empty() {
+            continue;
+        }
+        if out.len() + chunk.len() > max {
+            return Err(BodyRefused::TooLarge);
+        }
+        let n = u32::try_from(chunk.len()).map_err(|_| BodyRefused::TooLarge)?;
+        let permit = budget
+            .clone()
+            .try_acquire_many_owned(n)
+            .map_err(|_| BodyRefused::Busy)?;
+        match &mut held {
+            Some(h) => h.merge(permit),
+            None => held = Some(permit),
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok((out, held))
 }
 
 /// The checks of [`authentic`] that need no body: the host is configured,

@@ -34,6 +34,7 @@ fn config() -> WebhookConfig {
         max_body: 256 * 1024,
         remember: 100,
         in_flight: 1024 * 1024,
+        body_deadline: Duration::from_secs(2),
     }
 }
 
@@ -451,8 +452,9 @@ async fn raw(url: &str, head: String, body: &[u8]) -> Option<u16> {
 }
 
 /// What the headers alone refuse is answered before a byte of the body is
-/// read; bodies held at once share one budget, past which a delivery is
-/// answered 503 unread; a delivery sent as a form is refused 415 and not
+/// read; bodies held at once share one budget, counted as their bytes
+/// arrive, past which a delivery is answered 503; a body that does not
+/// arrive in time is answered 408; a delivery sent as a form is refused 415 and not
 /// remembered, so its redelivery as JSON is taken.
 #[tokio::test]
 async fn bodies_are_read_only_for_signed_deliveries_within_the_budget() {
@@ -496,35 +498,69 @@ async fn bodies_are_read_only_for_signed_deliveries_within_the_budget() {
         "declared over max_body"
     );
 
-    // Four bodies of 262 KB held open (well shaped, wrongly signed) fill the
-    // 1 MiB budget; the fifth is answered 503 without being read.
+    // Bodies count as their bytes arrive: four connections that declare
+    // 262 KB and send a thousand bytes hold four thousand, and a signed
+    // delivery beside them is taken. (Before, they held the whole budget.)
     let forged = format!("X-Hub-Signature-256: sha256={}\r\n", "ab".repeat(32));
     let addr = s.url.trim_start_matches("http://").to_owned();
+    let hold = |sent: usize| {
+        let (addr, head) = (addr.clone(), hook(&forged, 262_100));
+        async move {
+            use tokio::io::AsyncWriteExt;
+            let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            c.write_all(head.as_bytes()).await.unwrap();
+            c.write_all(&vec![b' '; sent]).await.unwrap();
+            c
+        }
+    };
     let mut held = Vec::new();
     for _ in 0..4 {
-        use tokio::io::AsyncWriteExt;
-        let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        c.write_all(hook(&forged, 262_000).as_bytes())
-            .await
-            .unwrap();
-        c.write_all(&[b' '; 1000]).await.unwrap();
-        held.push(c);
+        held.push(hold(1000).await);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let secret = Secret::new("gh-hook-secret");
+    let push = github_example("push", |e| e["ref"] == "refs/heads/master");
+    let mut beside: Value = serde_json::from_slice(&push).unwrap();
+    beside["after"] = "3333333333333333333333333333333333333333".into();
+    let beside = serde_json::to_vec(&beside).unwrap();
+    let h = gh_headers("push", "beside-the-trickle", sign_hex(&secret, &beside));
+    assert_eq!(send(&s.url, "/hooks/github", &h, beside).await.0, 202);
+    next(&mut s.rx).await;
+    // A body that does not arrive in time is answered 408 and let go.
+    let mut late = held.pop().unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read_to_end(&mut late, &mut answer),
+    )
+    .await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 408"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    drop(held);
+
+    // Four bodies of 262 KB sent (well shaped, wrongly signed, the last
+    // bytes held back) fill the 1 MiB budget; the next delivery's bytes
+    // are answered 503 at once.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(hold(262_000).await);
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let t = std::time::Instant::now();
     assert_eq!(
-        raw(&s.url, hook(&forged, 262_000), b"").await,
+        raw(&s.url, hook(&forged, 262_000), &[b' '; 10_000]).await,
         Some(503),
         "past the budget"
     );
     assert!(
-        t.elapsed() < Duration::from_secs(2),
+        t.elapsed() < Duration::from_secs(1),
         "the budget's refusal waited"
     );
     // A signed delivery is refused while the budget is spent, and taken once
     // the held bodies are gone.
-    let secret = Secret::new("gh-hook-secret");
-    let push = github_example("push", |e| e["ref"] == "refs/heads/master");
     let h = gh_headers("push", "after-the-flood", sign_hex(&secret, &push));
     assert_eq!(send(&s.url, "/hooks/github", &h, push.clone()).await.0, 503);
     drop(held);
