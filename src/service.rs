@@ -583,11 +583,19 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
         ))
     });
     drop(trigger_tx);
+    let leading = leader.clone();
     let last = daemon.run(trigger_rx, leader, shutdown_signal()).await;
     let needs_person = daemon.needs_person();
     tracing::info!("stopping: delivering queued statuses");
     if let Some(d) = delivery {
         d.abort();
+        let _ = d.await;
+    }
+    // What a delivery held when it was stopped goes out with the rest; a
+    // process that no longer leads says nothing: the leader does.
+    queue.restore_in_flight().await;
+    if !*leading.borrow() {
+        queue.clear().await;
     }
     // Whatever is queued goes out now (bounded: the host may be down).
     // Statuses the host refuses outright (a bad token, a wrong repository)

@@ -266,14 +266,17 @@ async fn read_within_budget(
 ) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), BodyRefused> {
     use futures::StreamExt;
     let mut stream = body.into_data_stream();
-    let mut out = Vec::new();
+    // The chunks as they came, joined once at the end: a buffer grown as
+    // bytes arrive holds up to twice what the budget counts.
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut len = 0usize;
     let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|_| BodyRefused::Broken)?;
         if chunk.is_empty() {
             continue;
         }
-        if out.len() + chunk.len() > max {
+        if len + chunk.len() > max {
             return Err(BodyRefused::TooLarge);
         }
         let n = u32::try_from(chunk.len()).map_err(|_| BodyRefused::TooLarge)?;
@@ -285,9 +288,10 @@ async fn read_within_budget(
             Some(h) => h.merge(permit),
             None => held = Some(permit),
         }
-        out.extend_from_slice(&chunk);
+        len += chunk.len();
+        chunks.push(chunk);
     }
-    Ok((out, held))
+    Ok((chunks.concat(), held))
 }
 
 /// The checks of [`authentic`] that need no body: the host is configured,

@@ -41,6 +41,9 @@ pub async fn deliver_forever(
             _ = lost_lead(&mut leader) => None,
         };
         let Some(r) = drained else {
+            // Dropped mid-delivery: its status goes back (a cleared queue
+            // takes nothing back), to be said if this process leads again.
+            queue.restore_in_flight().await;
             continue;
         };
         record_drain(&metrics, &r, t.elapsed());

@@ -77,7 +77,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let now = tokio::time::Instant::now();
         let mut again = false;
         if taken.overflowed {
-            self.posted.clear();
+            // Except what waits out a refusal's backoff.
+            let refused = &self.refused;
+            self.posted
+                .retain(|k, _| refused.get(k).is_some_and(|r| r.again_at.is_some()));
             again = true;
         }
         for lost in taken.lost {
@@ -101,7 +104,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }
             r.tries += 1;
             let backoff = Duration::from_secs(10)
-                .saturating_mul(1 << (r.tries - 1).min(7))
+                .saturating_mul(1 << (r.tries - 1).min(9))
                 .min(Duration::from_secs(3600));
             r.again_at = Some(now + backoff);
         }

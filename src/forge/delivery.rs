@@ -177,6 +177,10 @@ struct QueueState {
     /// More was lost between two [`StatusQueue::take_lost`]s than `lost`
     /// holds: the daemon cannot tell which, and says everything again.
     overflowed: bool,
+    /// The status a drain took and has not settled yet: a drain dropped
+    /// mid-delivery (leadership lost for a moment, shutdown) leaves it
+    /// here, and [`StatusQueue::restore_in_flight`] puts it back.
+    in_flight: Option<(String, Status, u64)>,
 }
 
 /// What [`StatusQueue::take_lost`] hands back.
@@ -250,6 +254,7 @@ impl StatusQueue {
         q.pending.clear();
         q.lost.clear();
         q.overflowed = false;
+        q.in_flight = None;
         q.epoch += 1;
     }
 
@@ -286,7 +291,20 @@ impl StatusQueue {
         let mut q = self.inner.lock().await;
         let key = q.order.pop_front()?;
         let status = q.pending.remove(&key)?;
-        Some((key.0, status, q.epoch))
+        let epoch = q.epoch;
+        q.in_flight = Some((key.0.clone(), status.clone(), epoch));
+        Some((key.0, status, epoch))
+    }
+
+    /// Puts back the status a dropped drain had in flight (unless the
+    /// queue was cleared since, or a newer one for its key is queued): a
+    /// drain can be dropped at any await, and its status must not vanish
+    /// while the daemon counts it as said.
+    pub async fn restore_in_flight(&self) {
+        let taken = self.inner.lock().await.in_flight.take();
+        if let Some((sha, status, epoch)) = taken {
+            self.requeue(sha, status, epoch).await;
+        }
     }
 
     /// Puts back a status that could not be delivered, unless a newer one
@@ -315,7 +333,9 @@ impl StatusQueue {
     pub async fn drain<F: Forge>(&self, forge: &F, policy: &RetryPolicy) -> DrainReport {
         let mut report = DrainReport::default();
         while let Some((sha, status, epoch)) = self.pop().await {
-            match deliver(forge, policy, &sha, &status).await {
+            let delivered = deliver(forge, policy, &sha, &status).await;
+            self.inner.lock().await.in_flight = None;
+            match delivered {
                 Ok(Outcome::Posted) => report.posted += 1,
                 Ok(Outcome::AlreadyThere) => report.already_there += 1,
                 Ok(Outcome::Settled) => {
@@ -652,6 +672,59 @@ mod tests {
                 taken.lost.is_empty() && !taken.overflowed,
                 "{status}: handed back after the clear: {taken:?}"
             );
+        }
+    }
+
+    /// A host that never answers a post.
+    struct Silent;
+
+    impl Forge for Silent {
+        fn host(&self) -> &'static str {
+            "silent"
+        }
+        fn limits(&self) -> Limits {
+            Limits {
+                description: 140,
+                context: 100,
+            }
+        }
+        fn state_name(&self, state: State) -> &'static str {
+            state.as_str()
+        }
+        async fn statuses(&self, _: &str) -> Result<Vec<Posted>, ForgeError> {
+            Ok(Vec::new())
+        }
+        async fn post(&self, _: &str, _: &Status) -> Result<(), ForgeError> {
+            std::future::pending().await
+        }
+    }
+
+    /// A drain dropped mid-delivery (leadership lost for a moment, a
+    /// shutdown) leaves its status to be put back, not gone while the
+    /// daemon counts it as said; after a clear, nothing comes back.
+    #[tokio::test]
+    async fn a_drain_dropped_mid_delivery_leaves_its_status_to_be_put_back() {
+        let status = Status {
+            state: State::Success,
+            context: "lockstep/prod".into(),
+            description: "applied".into(),
+            target_url: None,
+        };
+        for cleared in [false, true] {
+            let q = StatusQueue::new(4);
+            q.push("a", status.clone()).await;
+            let dropped = tokio::time::timeout(
+                Duration::from_millis(50),
+                q.drain(&Silent, &RetryPolicy::default()),
+            )
+            .await;
+            assert!(dropped.is_err(), "the silent host answered");
+            assert!(q.is_empty().await);
+            if cleared {
+                q.clear().await;
+            }
+            q.restore_in_flight().await;
+            assert_eq!(q.len().await, usize::from(!cleared), "cleared: {cleared}");
         }
     }
 
