@@ -587,6 +587,12 @@ pub struct UnitState {
     /// The unit object's [`APPLIED_ANNOTATION`]: the digest of the document
     /// lockstep applied to it last (`None`: none there).
     pub applied: Option<String>,
+    /// The release the cluster had for the unit when it was last read,
+    /// when it is absent now: deleted outside Git (a person, another tool).
+    /// Its database outlives it, so re-creating it at Git's newest release
+    /// would have the operator migrate the database across every release
+    /// in between. `None`: never seen, or unknown (a restart forgets it).
+    pub gone_from: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -763,6 +769,36 @@ fn passed(chain: &Chain, state: &UnitState) -> usize {
         .count()
 }
 
+/// The next move for a unit the cluster does not have. A fresh install
+/// needs no migration, so it goes straight to the newest accepted state.
+/// One deleted outside Git ([`UnitState::gone_from`]) is re-created where
+/// it was, when a step of the chain is there (the hops after it follow as
+/// usual), or at the newest step when that is one hop from where it was;
+/// anything further waits for a person: lockstep never has a database
+/// migrated across releases.
+fn absent(chain: &Chain, state: &UnitState, last: usize) -> Next {
+    let Some(was) = state.gone_from.as_deref().and_then(release_of) else {
+        return Next::Apply(last);
+    };
+    let release = |i: usize| chain.steps[i].release.as_deref().and_then(release_of);
+    if let Some(i) = (0..=last).rev().find(|&i| release(i) == Some(was)) {
+        return Next::Apply(i);
+    }
+    match release(last) {
+        Some(newest) if newest > was.next() => Next::Blocked(format!(
+            "{} was deleted from the cluster outside Git at {was}; re-creating it at {newest} would migrate its database across {} releases at once. Re-create it at {was} (or {}) by hand and lockstep takes it on from there, or remove it from Git",
+            chain.unit,
+            was.hops_to(newest),
+            was.next(),
+        )),
+        Some(newest) if newest < was => Next::Blocked(format!(
+            "{} was deleted from the cluster outside Git at {was}; re-creating it at {newest} would take its database back. Re-create it at {was} by hand, or remove it from Git",
+            chain.unit,
+        )),
+        _ => Next::Apply(last),
+    }
+}
+
 fn release_of(s: &str) -> Option<crate::release::Release> {
     crate::release::TaggedRelease::parse(s)
         .ok()
@@ -774,9 +810,7 @@ fn next_step(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool)
         return Next::Done(0);
     };
     let Some(spec) = &state.spec else {
-        // Not in the cluster: a fresh install needs no migration, so it goes
-        // straight to the newest accepted state.
-        return Next::Apply(last);
+        return absent(chain, state, last);
     };
     let at = chain
         .steps
@@ -1544,7 +1578,53 @@ mod tests {
             objects: BTreeMap::new(),
             projected_by: None,
             applied: None,
+            gone_from: None,
         }
+    }
+
+    /// A unit deleted outside Git is re-created where it was, not at Git's
+    /// newest step: its database outlives it, and the operator would
+    /// migrate it across every release in between. Where no step of the
+    /// chain is there and the newest is more than one hop on (or behind),
+    /// a person decides. Never seen before: a fresh install, at the newest.
+    #[test]
+    fn a_unit_deleted_outside_git_is_recreated_where_it_was() {
+        let chains = chains(&story(), |_, _, _| None, |_, _, _| Err(String::new()));
+        let c = &chains[&nova()];
+        let gone = |was: Option<&str>| {
+            next(
+                c,
+                &UnitState {
+                    gone_from: was.map(str::to_owned),
+                    ..UnitState::default()
+                },
+                |_| false,
+            )
+        };
+        assert_eq!(gone(None), Next::Apply(1), "a fresh install");
+        assert_eq!(gone(Some("2026.2")), Next::Apply(0), "where it was");
+        assert_eq!(gone(Some("2027.1")), Next::Apply(1));
+        for was in ["2026.1", "2027.2", "2025.2"] {
+            let Next::Blocked(why) = gone(Some(was)) else {
+                panic!("{was}: {:?}", gone(Some(was)));
+            };
+            assert!(
+                why.contains(&format!("deleted from the cluster outside Git at {was}")),
+                "{why}"
+            );
+        }
+        // One hop from where it was: the newest step is an ordinary hop.
+        let mut one = c.clone();
+        one.steps.truncate(1);
+        let n = next(
+            &one,
+            &UnitState {
+                gone_from: Some("2026.1".into()),
+                ..UnitState::default()
+            },
+            |_| false,
+        );
+        assert_eq!(n, Next::Apply(0));
     }
 
     #[test]
@@ -1692,6 +1772,7 @@ mod tests {
                 .collect(),
             projected_by: None,
             applied: None,
+            gone_from: None,
         };
         assert_eq!(
             next(&c, &state("2026.1", Some("2026.1")), |_| true),
@@ -2873,6 +2954,7 @@ mod tests {
                 .collect(),
                 projected_by: None,
                 applied: None,
+                gone_from: None,
             }
         }
 
@@ -3063,6 +3145,7 @@ mod tests {
             .collect(),
             projected_by: None,
             applied: None,
+            gone_from: None,
         };
         let settle = |s: &UnitState| settled(&c, &Next::Apply(0), s);
         // h1 ran to completion; h2 is still to be applied.

@@ -159,6 +159,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     },
                 );
             }
+            let leads = self.leads();
             let Some(f) = self.following.get_mut(&id) else {
                 continue;
             };
@@ -223,7 +224,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 Action::Report(_) => first_report,
                 Action::WaitUntil(_) | Action::Nothing => false,
             };
-            let executed = if run {
+            let executed = if run && leads {
                 let r = repair::execute(
                     &self.cluster,
                     &key,
@@ -344,7 +345,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     by.describe()
                 )
             });
-        } else if reassert {
+        } else if reassert && self.leads() {
             tracing::warn!(plane = %chain.unit, "a child was parked by an edit outside Git; re-asserting the accepted target");
             if let Err(e) = self.apply(chain, i, false).await {
                 tracing::warn!(error = %e, "re-asserting the plane failed; next pass");

@@ -206,6 +206,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     "the record of live verdicts reached its bound; its oldest commits were dropped and will be judged from Git alone after a restart"
                 );
             }
+            if !self.leads() {
+                return Err((PassError::NotLeader, None));
+            }
             if let Err(e) = self
                 .cluster
                 .save_record(&super::record::name(&self.opts.cluster_name), &text)

@@ -196,6 +196,10 @@ pub enum PassError {
         "cannot judge with the live status of {key}: {message}; lockstep judges nothing against a status no operator writes (docs/gate.md, \"Live rules in the daemon\")"
     )]
     LiveUnreadable { key: String, message: String },
+    /// The lease was lost during the pass: the new leader records and
+    /// judges from here.
+    #[error("the lease was lost during the pass; the new leader judges")]
+    NotLeader,
 }
 
 impl From<crate::source::SourceError> for PassError {
@@ -255,6 +259,16 @@ pub struct Daemon<C: Cluster, R: Repo> {
     names: Arc<crate::names::NameIndex>,
     following: HashMap<follow::FollowId, follow::Following>,
     posted: HashMap<(String, String), (crate::forge::State, String)>,
+    /// Units deleted outside Git, with the release they were at
+    /// (`units::note_gone`).
+    gone: HashMap<Key, String>,
+    /// Whether this process leads, as `run` was given it (`None`: a pass
+    /// driven directly, which always leads). Checked right before each
+    /// write to the cluster, not only when a pass starts: a pass can
+    /// outlast the lease (a slow fetch, an API server away), and a leader
+    /// that lost it while a follower took over must not apply from what it
+    /// read before.
+    leader: Option<tokio::sync::watch::Receiver<bool>>,
     /// Statuses the Git host refused, said again after a backoff.
     refused: HashMap<(String, String), statuses::Refused>,
     /// The last report of every unit: a quiet pass reuses them.
@@ -364,6 +378,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             following: HashMap::new(),
             posted: HashMap::new(),
             refused: HashMap::new(),
+            gone: HashMap::new(),
+            leader: None,
             units: BTreeMap::new(),
             tally: units::Tally::default(),
             walked: None,
@@ -640,6 +656,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let mut changes = self.cluster.watch_versions();
         tokio::pin!(shutdown);
         let mut leader = leader;
+        self.leader = Some(leader.clone());
         let mut last = PassOutcome::default();
         loop {
             while let Some(Some((k, v))) = changes.next().now_or_never() {
@@ -726,6 +743,17 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     }
 
     /// One pass over source, gate, cluster and statuses.
+    /// The leadership this daemon checks before each write (`run` sets
+    /// the one it is given; a pass driven directly leads otherwise).
+    pub fn lead_with(&mut self, leader: tokio::sync::watch::Receiver<bool>) {
+        self.leader = Some(leader);
+    }
+
+    /// Whether this process still leads (see `leader`).
+    fn leads(&self) -> bool {
+        self.leader.as_ref().is_none_or(|l| *l.borrow())
+    }
+
     pub async fn pass(&mut self) -> PassOutcome {
         let t = Instant::now();
         self.load_history().await;
@@ -775,7 +803,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let t_walk = t0.elapsed();
         // Plans: decide each wave; a hop commit when one may start (the
         // next pass judges and applies it).
-        let plans_moved = self.reconcile_plans(&src.path, head, &mut out).await;
+        let plans_moved = self.leads() && self.reconcile_plans(&src.path, head, &mut out).await;
         let t_plans = t0.elapsed();
         // What left the delivery queue without reaching the host is taken
         // back first: a status is never gone while `posted` says it was said.

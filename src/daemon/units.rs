@@ -205,6 +205,16 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 .collect()
                 .await;
             for ((key, chain), state) in batch.iter().zip(states) {
+                if !self.leads() {
+                    // The lease was lost mid-pass: the new leader decides
+                    // from here; what is left is read again when this
+                    // process leads again.
+                    tracing::warn!(
+                        "the lease was lost during the pass; no further unit is reconciled"
+                    );
+                    self.dirty.insert(key.clone());
+                    continue;
+                }
                 let span = tracing::info_span!("unit", object = %key);
                 let state = match state {
                     Ok((state, versions)) => {
@@ -228,6 +238,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     }
                 };
                 self.unread.remove(key);
+                let mut state = state;
+                self.note_gone(key, chain, &mut state);
                 let u = self
                     .reconcile(chain, state, &judgment.gates, &judgment.windows, out)
                     .instrument(span)
@@ -249,6 +261,29 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             changed,
             quiet,
             read,
+        }
+    }
+
+    /// Remembers where a unit stood when it is read absent after it was
+    /// read present (deleted outside Git), until it is back or Git removes
+    /// it: `rollout::next` re-creates it there, not at Git's newest step
+    /// (`UnitState::gone_from`). Memory only: a restart forgets it.
+    fn note_gone(&mut self, key: &Key, chain: &Chain, state: &mut UnitState) {
+        if state.spec.is_some() || chain.removed.is_some() {
+            self.gone.remove(key);
+            return;
+        }
+        let was = self
+            .gone
+            .get(key)
+            .cloned()
+            .or_else(|| self.units.get(key).and_then(|u| u.cluster_release.clone()));
+        if let Some(was) = was {
+            if !self.gone.contains_key(key) {
+                tracing::warn!(object = %key, release = %was, "the object was deleted outside Git");
+            }
+            self.gone.insert(key.clone(), was.clone());
+            state.gone_from = Some(was);
         }
     }
 
@@ -402,6 +437,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 }
                 let again = last.is_some_and(|a| a.sha == step.sha);
                 let span = tracing::info_span!("apply", commit = %step.sha, to = step.release.as_deref().unwrap_or(""));
+                if !self.leads() {
+                    return report;
+                }
                 match self.apply(chain, i, again).instrument(span).await {
                     Ok(()) => {
                         let applies =
@@ -680,6 +718,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             objects: BTreeMap::new(),
             projected_by: unit.as_ref().and_then(|o| o.status.projected_by.clone()),
             applied: unit.as_ref().and_then(|o| o.status.applied.clone()),
+            gone_from: None,
         };
         // Followed objects: the unit, or every child any step names.
         let mut keys: Vec<Key> = Vec::new();
