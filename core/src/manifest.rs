@@ -290,8 +290,26 @@ pub fn parse_file_keeping(
     for doc in docs {
         read_document(&file, doc, keep_source, &mut out);
     }
+    // Argo CD skips a whole file that holds this marker anywhere (a
+    // comment, a value): its objects would not be applied as judged, and
+    // the next hop would skip the one left out.
+    if !out.documents.is_empty()
+        && let Some(at) = text.find(ARGOCD_SKIP_FILE)
+    {
+        out.problems.push(Problem {
+            file,
+            line: line_of_offset(text.as_bytes(), at),
+            key: None,
+            message: format!(
+                "{ARGOCD_SKIP_FILE}: Argo CD leaves a file holding it (anywhere, a comment included) out of what it applies; lockstep judges what is applied as written, so remove it"
+            ),
+        });
+    }
     out
 }
+
+/// Argo CD's marker for a file its directory source does not render.
+const ARGOCD_SKIP_FILE: &str = "+argocd:skip-file-rendering";
 
 /// The first mapping of `node` with a key that decodes to `<<`
 /// or to a key written before it in the same mapping: its line and why.
@@ -1117,6 +1135,29 @@ mod tests {
             parse(&big).problems[0]
                 .message
                 .contains("\"k7\" appears twice")
+        );
+    }
+
+    /// Argo CD skips a whole file holding its skip marker, a comment
+    /// included: a file with one of our objects and the marker is refused
+    /// at the marker's line; a file of other objects is not ours to judge.
+    #[test]
+    fn argo_cds_skip_file_marker_is_refused_where_it_hides_our_objects() {
+        let marked = format!("# +argocd:skip-file-rendering\n{GLANCE}");
+        let p = parse(&marked);
+        assert_eq!(p.problems.len(), 1, "{:?}", p.problems);
+        assert_eq!(p.problems[0].line, 1);
+        assert!(p.problems[0].message.contains("Argo CD leaves a file"));
+        let in_a_value = GLANCE.replace(
+            "  namespace: image\n",
+            "  namespace: image\n  annotations:\n    note: \"+argocd:skip-file-rendering\"\n",
+        );
+        assert_eq!(parse(&in_a_value).problems.len(), 1);
+        let other = "# +argocd:skip-file-rendering\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: y}\n";
+        assert!(
+            parse(other).problems.is_empty(),
+            "{:?}",
+            parse(other).problems
         );
     }
 
