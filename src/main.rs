@@ -107,6 +107,13 @@ enum Command {
         /// docs/names-index.md.
         #[arg(long)]
         names_index: bool,
+        /// The range reaches the cluster one commit at a time: merged by
+        /// rebase or fast-forward onto a branch lockstep applies. Without
+        /// it the range is also judged as the one change a merge commit, a
+        /// squash, or Flux and Argo CD applying the head make of it: a
+        /// chain of hops that skips a release in all is refused on the head.
+        #[arg(long)]
+        lands_commit_by_commit: bool,
         #[command(flatten)]
         report: ReportArgs,
     },
@@ -422,6 +429,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
             allowed_signers,
             trusted_keys,
             names_index,
+            lands_commit_by_commit,
             report: report_args,
         } => {
             let spec = report_args.spec(&repo)?;
@@ -437,7 +445,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
             // under the Git directory; the daemon keeps its own in memory.
             let names = names_index
                 .then(|| std::sync::Arc::new(lockstep::names::NameIndex::new(git.common_dir())));
-            let report = check(
+            let mut report = check(
                 &git,
                 &CheckOptions {
                     base,
@@ -462,6 +470,16 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                 && let Err(e) = names.save()
             {
                 tracing::debug!(file = %names.path().unwrap_or(std::path::Path::new("")).display(), error = %e, "names index not saved");
+            }
+            if !lands_commit_by_commit {
+                let whole = lockstep::verdict::as_one_change(&report);
+                if let Some(last) = report.commits.last_mut()
+                    && !whole.is_empty()
+                {
+                    last.objects.extend(whole);
+                    last.verdict = Verdict::Refused;
+                    report.verdict = Verdict::Refused;
+                }
             }
             print(&report, output)?;
             if let Some(spec) = spec {

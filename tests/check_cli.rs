@@ -394,6 +394,8 @@ fn json_has_the_documented_shape() {
     );
 }
 
+/// A chain of hops, one commit each, is what lockstep applies one hop at a
+/// time: accepted when the range lands commit by commit.
 #[test]
 fn a_chain_of_hops_is_accepted_one_commit_each() {
     let repo = FleetRepo::new();
@@ -403,7 +405,7 @@ fn a_chain_of_hops_is_accepted_one_commit_each() {
     repo.commit("nova 2026.2");
     repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
     repo.commit("nova 2027.1");
-    let (code, json) = check_json(&repo, &["--base", &base]);
+    let (code, json) = check_json(&repo, &["--base", &base, "--lands-commit-by-commit"]);
     assert_eq!(code, 0, "{json:#}");
     let commits = json["commits"].as_array().expect("commits");
     assert_eq!(commits.len(), 2);
@@ -424,6 +426,49 @@ fn a_chain_of_hops_is_accepted_one_commit_each() {
             ("2026.2".into(), "2027.1".into())
         ]
     );
+}
+
+/// The same chain in a pull request merged with a merge commit or a
+/// squash, or applied by Flux or Argo CD from its head, is a skip: the
+/// range is judged as one change too, and the head is refused, naming the
+/// whole move and what to do. Before, `check` passed it (each commit is one
+/// hop) and Flux took Nova from 2026.1 to 2027.1 at once. One hop in all
+/// stays accepted.
+#[test]
+fn a_chain_of_hops_that_lands_at_once_is_refused_on_its_head() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"))
+        .write(STAGING, staging("2026.1"));
+    let base = repo.commit("fleet at 2026.1");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    let first = repo.commit("nova 2026.2");
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"))
+        .write(STAGING, staging("2026.2"));
+    let head = repo.commit("nova 2027.1, staging 2026.2");
+    let (code, json) = check_json(&repo, &["--base", &base]);
+    assert_eq!(code, 1, "{json:#}");
+    let commits = json["commits"].as_array().expect("commits");
+    assert_eq!(commits[0]["sha"], first.as_str());
+    assert_eq!(commits[0]["verdict"], "accepted", "{json:#}");
+    assert_eq!(commits[1]["sha"], head.as_str());
+    assert_eq!(commits[1]["verdict"], "refused", "{json:#}");
+    let refused: Vec<&Value> = commits[1]["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .filter(|o| o["verdict"] == "refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "only Nova moves two hops: {json:#}");
+    let message = refused[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("nova 2026.1→2027.1 as one change skips 2026.2")
+            && message.contains("--lands-commit-by-commit"),
+        "{message}"
+    );
+    assert_eq!(refused[0]["reason"], "UpgradePathInvalid");
+    // One hop in all, over two commits: accepted.
+    let (code, json) = check_json(&repo, &["--base", &first]);
+    assert_eq!(code, 0, "{json:#}");
 }
 
 #[test]

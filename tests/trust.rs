@@ -233,7 +233,14 @@ fn ssh_signed_by_a_trusted_key_is_accepted_and_others_are_refused() {
     // accepted state (2026.2): 2027.1 is one hop.
     let base = f.git(&["rev-parse", "HEAD~3"], WHEN);
     f.commit_ssh("2027.1", Some(&alice), WHEN);
-    let (code, json) = f.check(&["--base", &base, "--allowed-signers", &signers]);
+    // (Landing commit by commit: the range moves Nova two hops in all.)
+    let (code, json) = f.check(&[
+        "--base",
+        &base,
+        "--allowed-signers",
+        &signers,
+        "--lands-commit-by-commit",
+    ]);
     assert_eq!(code, 1, "two refused commits in the range");
     let verdicts: Vec<&str> = json["commits"]
         .as_array()

@@ -52,3 +52,56 @@ impl From<&Skip> for SkipReport {
         }
     }
 }
+
+/// A range judged as the one change it becomes when it lands whole: a
+/// merge commit or a squash of a pull request, or Flux and Argo CD
+/// applying its head. The gate judges each commit on its own, and a chain
+/// of hops (2026.1 → 2026.2, then → 2027.1) is right for lockstep, which
+/// applies one hop at a time; applied at once, it is a skip. Returns a
+/// refusal for every object whose release the range moves more than one
+/// hop in all (its first accepted `from` to its last accepted `to`), to be
+/// added to the head commit, which is what lands.
+pub fn as_one_change(report: &CheckReport<impl Sized>) -> Vec<ObjectVerdict> {
+    use crate::gate::{Reason, Transition};
+    use crate::release::{Step, TaggedRelease, step};
+    let mut net: std::collections::BTreeMap<crate::kind::Key, (ObjectVerdict, Option<String>)> =
+        Default::default();
+    for c in report
+        .commits
+        .iter()
+        .filter(|c| c.verdict == Verdict::Accepted)
+    {
+        for o in c.objects.iter().filter(|o| o.verdict == Verdict::Accepted) {
+            let Some(key) = o.key() else { continue };
+            net.entry(key)
+                .and_modify(|(last, _)| *last = o.clone())
+                .or_insert_with(|| (o.clone(), o.from.clone()));
+        }
+    }
+    let mut out = Vec::new();
+    for (last, first_from) in net.into_values() {
+        let (Some(from), Some(to)) = (first_from.as_deref(), last.to.as_deref()) else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (TaggedRelease::parse(from), TaggedRelease::parse(to)) else {
+            continue;
+        };
+        let (a, b) = (a.release, b.release);
+        if step(a, b) != Step::Skip {
+            continue;
+        }
+        let name = last.name.clone().unwrap_or_default();
+        out.push(ObjectVerdict {
+            from: Some(from.to_owned()),
+            transition: Transition::Skip,
+            verdict: Verdict::Refused,
+            reason: Some(Reason::UpgradePathInvalid),
+            message: format!(
+                "{name} {from}→{to} as one change skips {}: a merge commit, a squash, or Flux and Argo CD applying the head take it at once; land one hop per pull request, or pass --lands-commit-by-commit when lockstep applies this branch and the range is merged by rebase or fast-forward",
+                a.next()
+            ),
+            ..last
+        });
+    }
+    out
+}
