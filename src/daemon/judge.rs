@@ -101,8 +101,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 }
             }
         }
-        if self.opts.pull_requests {
-            self.judge_pulls(path, head, pulls).await;
+        if self.opts.pull_requests && self.judge_pulls(path, head, pulls).await {
+            // More pull requests wait for a verdict: a bounded run goes on.
+            out.busy = true;
         }
         let j = self.judged.as_ref()?;
         let judgment = Judgment {
@@ -395,7 +396,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     }
 
     /// Pull-request heads get the verdict of their commits before merge.
-    async fn judge_pulls(&mut self, path: &Path, head: Oid, pulls: Vec<(u64, Oid)>) {
+    /// Judges the pull requests whose heads moved, at most [`PULLS_PER_PASS`]
+    /// a pass: the newest first, then those held on the live state (judged
+    /// again each pass). A host keeps the refs of closed pull requests, and
+    /// thousands of them judged in one pass, before any unit is applied,
+    /// held every hop back. Returns whether some wait for a later pass.
+    async fn judge_pulls(&mut self, path: &Path, head: Oid, pulls: Vec<(u64, Oid)>) -> bool {
         // The branch's floors at its head: a pull request forked there
         // needs no look back through older history.
         let memory = self
@@ -406,10 +412,24 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         if let Some(ui) = &mut self.ui {
             ui.keep_pulls(pulls.iter().map(|(n, _)| *n));
         }
-        for (n, oid) in pulls {
-            if self.pulls.get(&n) == Some(&oid) || oid == head {
-                continue;
-            }
+        // What is no longer advertised is forgotten.
+        let advertised: std::collections::HashSet<u64> = pulls.iter().map(|(n, _)| *n).collect();
+        self.pulls.retain(|n, _| advertised.contains(n));
+        self.held_pulls.retain(|(n, _)| advertised.contains(n));
+        let mut due: Vec<(u64, Oid)> = pulls
+            .into_iter()
+            .filter(|(n, oid)| self.pulls.get(n) != Some(oid) && *oid != head)
+            .collect();
+        due.sort_by_key(|(n, oid)| (self.held_pulls.contains(&(*n, *oid)), std::cmp::Reverse(*n)));
+        // Held ones wait on the cluster, not on a pass: only moved heads
+        // left for later keep a bounded run going.
+        let moved = due
+            .iter()
+            .filter(|(n, oid)| !self.held_pulls.contains(&(*n, *oid)))
+            .count();
+        let later = moved > PULLS_PER_PASS;
+        due.truncate(PULLS_PER_PASS);
+        for (n, oid) in due {
             let opts = CheckOptions {
                 base: Some(head.to_string()),
                 head: oid.to_string(),
@@ -449,15 +469,21 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         .any(|c| c.objects.iter().any(|o| o.verdict == Verdict::Held));
                     if !held {
                         self.pulls.insert(n, oid);
+                        self.held_pulls.retain(|(m, _)| *m != n);
                     } else {
                         self.pulls.remove(&n);
+                        self.held_pulls.insert((n, oid));
                     }
                 }
                 Err(e) => tracing::warn!(pull = n, error = %e, "judging a pull request failed"),
             }
         }
+        later
     }
 }
+
+/// How many pull requests a pass judges at most (`judge_pulls`).
+const PULLS_PER_PASS: usize = 16;
 
 impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// A pull request against the live state, as `check --live` judges it:

@@ -253,6 +253,9 @@ pub struct Daemon<C: Cluster, R: Repo> {
     metrics: Arc<Metrics>,
     judged: Option<judge::Judged>,
     pulls: HashMap<u64, Oid>,
+    /// Pull-request heads held on the live state at their last judgment:
+    /// judged again each pass, after those whose heads moved.
+    held_pulls: std::collections::HashSet<(u64, Oid)>,
     /// Which directories can hold a name, in memory only: a commit or pull
     /// request that adds an object reads only the directories that could
     /// define it again, not every blob (`names::NameIndex::in_memory`).
@@ -374,6 +377,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             metrics,
             judged: None,
             pulls: HashMap::new(),
+            held_pulls: Default::default(),
             names: Arc::new(crate::names::NameIndex::in_memory()),
             following: HashMap::new(),
             posted: HashMap::new(),

@@ -1,0 +1,89 @@
+//! A Git host keeps the heads of closed pull requests (`refs/pull/N/head`)
+//! for ever. A daemon that judged every advertised head in one pass, before
+//! applying anything, held every hop back for as long as thousands of
+//! judgments took (and posted thousands of statuses at once). A pass judges
+//! at most sixteen, the newest first; the rest wait for later passes, and a
+//! bounded run goes on until all are judged. A real repository with the
+//! refs a forge publishes; statuses in git notes.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{FleetRepo, nova};
+use lockstep::cluster::memory::MemoryCluster;
+use lockstep::daemon::{Daemon, Options, deliver_now};
+use lockstep::forge::delivery::{RetryPolicy, StatusQueue};
+use lockstep::forge::notes::Notes;
+use lockstep::forge::{AnyForge, Forge};
+use lockstep::metrics::Metrics;
+use lockstep::sim::{Params, World};
+use lockstep::source::{Origin, Source};
+
+const NOVA: &str = "standalone/compute/nova.yaml";
+
+#[tokio::test]
+async fn a_pass_judges_a_bounded_number_of_pull_requests_newest_first() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let main = repo.commit("nova at 2026.1");
+    // Forty pull requests, each one commit on main moving Nova one hop.
+    let mut heads = Vec::new();
+    for n in 1..=40u32 {
+        repo.git(&["checkout", "-q", "-B", &format!("pr{n}"), &main]);
+        repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+        let sha = repo.commit(&format!("pull request {n}"));
+        repo.git(&["update-ref", &format!("refs/pull/{n}/head"), &sha]);
+        heads.push(sha);
+    }
+    repo.git(&["checkout", "-q", "main"]);
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        cluster_name: "t".into(),
+        poll: Duration::from_millis(10),
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
+    let queue = StatusQueue::new(10_000);
+    let mut d = Daemon::new(
+        opts,
+        source,
+        mem.clone(),
+        clock,
+        queue.clone(),
+        Arc::new(Metrics::new()),
+    );
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    let judged = async |forge: &AnyForge| -> Vec<usize> {
+        let mut out = Vec::new();
+        for (i, sha) in heads.iter().enumerate() {
+            if !forge.statuses(sha).await.expect("notes").is_empty() {
+                out.push(i + 1);
+            }
+        }
+        out
+    };
+    let metrics = Metrics::new();
+    let out = d.pass().await;
+    deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await;
+    assert!(out.busy, "pull requests left for later end no bounded run");
+    assert_eq!(
+        judged(&forge).await,
+        (25..=40).collect::<Vec<_>>(),
+        "the newest sixteen"
+    );
+    let mut passes = 1;
+    loop {
+        let out = d.pass().await;
+        deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await;
+        passes += 1;
+        if !out.busy {
+            break;
+        }
+        assert!(passes < 10, "never idle");
+    }
+    assert_eq!(judged(&forge).await, (1..=40).collect::<Vec<_>>());
+    assert_eq!(passes, 3, "sixteen a pass");
+}
