@@ -229,6 +229,18 @@ pub fn parse_file_keeping(
         }
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    // A Git LFS pointer reads as one plain string, not an object: skipped,
+    // it would judge a manifest's removal, while Argo CD (`enableLfs`) and a
+    // checkout with LFS apply the file LFS stores.
+    if text.starts_with("version https://git-lfs.github.com/spec/") {
+        out.problems.push(Problem {
+            file,
+            line: 1,
+            key: None,
+            message: "is a Git LFS pointer; lockstep judges the text committed, while Argo CD (enableLfs) and a checkout with LFS apply the file LFS stores: commit the manifest itself, not through LFS".into(),
+        });
+        return out;
+    }
     // What kubectl, Argo CD and Flux would read otherwise is refused before
     // lockstep reads it its own way.
     if let Some((line, why)) = crate::kube_reading::first_divergence(text) {
@@ -1136,6 +1148,16 @@ mod tests {
                 .message
                 .contains("\"k7\" appears twice")
         );
+    }
+
+    /// A manifest committed through Git LFS is its pointer in Git: refused,
+    /// not skipped as a string that is no object (a removal, accepted).
+    #[test]
+    fn a_git_lfs_pointer_in_a_manifest_path_is_refused() {
+        let pointer = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 12345\n";
+        let p = parse(pointer);
+        assert_eq!(p.problems.len(), 1, "{:?}", p.problems);
+        assert!(p.problems[0].message.contains("Git LFS pointer"));
     }
 
     /// Argo CD skips a whole file holding its skip marker, a comment
