@@ -664,13 +664,32 @@ fn plane_spec(spec: &Map, spec_line: u32, ctx: &mut Ctx<'_>) -> Option<PlaneSpec
                     };
                     let field = format!("spec.services.{}.image", svc.service());
                     let image = get(entry_map, "image").and_then(|i| image_spec(i, &field, ctx));
-                    let namespace = get(entry_map, "namespace")
-                        .and_then(|n| match &n.value {
-                            Node::Map(nm) => get(nm, "name"),
-                            _ => None,
-                        })
-                        .and_then(|n| n.value.as_str())
-                        .map(str::to_owned);
+                    // Where the child lives is its identity: a block that
+                    // does not name a namespace the way the CRD requires
+                    // (an RFC 1123 label) is refused, never read as the
+                    // plane's own namespace.
+                    let namespace = match get(entry_map, "namespace") {
+                        None => None,
+                        Some(n) => {
+                            let name = match &n.value {
+                                Node::Map(nm) => get(nm, "name")
+                                    .and_then(|v| v.value.as_str())
+                                    .filter(|v| valid_dns_label(v)),
+                                _ => None,
+                            };
+                            if name.is_none() {
+                                ctx.fail(
+                                    to_line(n.line),
+                                    format!(
+                                        "spec.services.{}.namespace must be a mapping whose name is a namespace name (an RFC 1123 label: lower-case letters, digits and '-', at most 63); omit the block to keep the service in the ControlPlane's namespace",
+                                        svc.service()
+                                    ),
+                                );
+                                continue;
+                            }
+                            name.map(str::to_owned)
+                        }
+                    };
                     services.push(PlaneService {
                         kind: svc,
                         line: entry_line,
@@ -1568,5 +1587,26 @@ spec:
         assert_eq!(pl.services[1].namespace.as_deref(), Some("images"));
         assert_eq!(pl.services[2].image.as_ref().unwrap().line, 12);
         assert_eq!(p.documents[0].line, 1);
+        // A namespace block that names no namespace the CRD allows is
+        // refused, never read as the plane's own namespace (another
+        // identity for the child).
+        for bad in [
+            "{name: \"\"}",
+            "{name: Images}",
+            "images",
+            "{}",
+            "{name: 7}",
+        ] {
+            let p = parse(&text.replace("{name: images}", bad));
+            assert_eq!(p.problems.len(), 1, "{bad}: {:?}", p.problems);
+            assert_eq!(p.problems[0].line, 10, "{bad}");
+            assert!(
+                p.problems[0]
+                    .message
+                    .starts_with("spec.services.glance.namespace must be a mapping"),
+                "{bad}: {:?}",
+                p.problems
+            );
+        }
     }
 }
