@@ -306,7 +306,7 @@ pub fn parse_file_keeping(
     // comment, a value): its objects would not be applied as judged, and
     // the next hop would skip the one left out.
     if !out.documents.is_empty()
-        && let Some(at) = text.find(ARGOCD_SKIP_FILE)
+        && let Some(at) = memchr::memmem::find(text.as_bytes(), ARGOCD_SKIP_FILE.as_bytes())
     {
         out.problems.push(Problem {
             file,
