@@ -251,6 +251,9 @@ async fn admit(
     response
 }
 
+/// What the receiver counts per chunk kept, besides its bytes.
+const CHUNK_OVERHEAD: usize = 64;
+
 enum BodyRefused {
     TooLarge,
     Busy,
@@ -279,7 +282,9 @@ async fn read_within_budget(
         if len + chunk.len() > max {
             return Err(BodyRefused::TooLarge);
         }
-        let n = u32::try_from(chunk.len()).map_err(|_| BodyRefused::TooLarge)?;
+        // Each chunk kept costs its bookkeeping too: a sender of one-byte
+        // chunks must not hold thirty times what the budget counts.
+        let n = u32::try_from(chunk.len() + CHUNK_OVERHEAD).map_err(|_| BodyRefused::TooLarge)?;
         let permit = budget
             .clone()
             .try_acquire_many_owned(n)

@@ -543,17 +543,18 @@ async fn bodies_are_read_only_for_signed_deliveries_within_the_budget() {
     );
     drop(held);
 
-    // Four bodies of 262 KB sent (well shaped, wrongly signed, the last
-    // bytes held back) fill the 1 MiB budget; the next delivery's bytes
-    // are answered 503 at once.
+    // Four bodies of 230 KB sent (well shaped, wrongly signed, the last
+    // bytes held back) nearly fill the 1 MiB budget (each chunk kept also
+    // counts its bookkeeping); the next delivery's bytes are answered 503
+    // at once.
     let mut held = Vec::new();
     for _ in 0..4 {
-        held.push(hold(262_000).await);
+        held.push(hold(230_000).await);
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let t = std::time::Instant::now();
     assert_eq!(
-        raw(&s.url, hook(&forged, 262_000), &[b' '; 10_000]).await,
+        raw(&s.url, hook(&forged, 262_000), &[b' '; 200_000]).await,
         Some(503),
         "past the budget"
     );
@@ -561,13 +562,17 @@ async fn bodies_are_read_only_for_signed_deliveries_within_the_budget() {
         t.elapsed() < Duration::from_secs(1),
         "the budget's refusal waited"
     );
-    // A signed delivery is refused while the budget is spent, and taken once
-    // the held bodies are gone.
-    let h = gh_headers("push", "after-the-flood", sign_hex(&secret, &push));
-    assert_eq!(send(&s.url, "/hooks/github", &h, push.clone()).await.0, 503);
+    // A signed delivery (a large push) is refused while the budget is
+    // spent, and taken once the held bodies are gone.
+    let mut large: Value = serde_json::from_slice(&push).unwrap();
+    large["after"] = "4444444444444444444444444444444444444444".into();
+    large["padding"] = "x".repeat(150_000).into();
+    let large = serde_json::to_vec(&large).unwrap();
+    let h = gh_headers("push", "after-the-flood", sign_hex(&secret, &large));
+    assert_eq!(send(&s.url, "/hooks/github", &h, large.clone()).await.0, 503);
     drop(held);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(send(&s.url, "/hooks/github", &h, push.clone()).await.0, 202);
+    assert_eq!(send(&s.url, "/hooks/github", &h, large).await.0, 202);
     next(&mut s.rx).await;
 
     // A form delivery is refused for what it is, and not remembered.

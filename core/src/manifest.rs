@@ -669,7 +669,9 @@ fn plane_spec(spec: &Map, spec_line: u32, ctx: &mut Ctx<'_>) -> Option<PlaneSpec
                     // (an RFC 1123 label) is refused, never read as the
                     // plane's own namespace.
                     let namespace = match get(entry_map, "namespace") {
+                        // Null is absent, as Kubernetes reads it.
                         None => None,
+                        Some(n) if n.value == Node::Null => None,
                         Some(n) => {
                             let name = match &n.value {
                                 Node::Map(nm) => get(nm, "name")
@@ -1590,6 +1592,8 @@ spec:
         // A namespace block that names no namespace the CRD allows is
         // refused, never read as the plane's own namespace (another
         // identity for the child).
+        let p = parse(&text.replace("{name: images}", "~"));
+        assert!(p.problems.is_empty(), "null is absent: {:?}", p.problems);
         for bad in [
             "{name: \"\"}",
             "{name: Images}",

@@ -781,8 +781,20 @@ fn absent(chain: &Chain, state: &UnitState, last: usize) -> Next {
         return Next::Apply(last);
     };
     let release = |i: usize| chain.steps[i].release.as_deref().and_then(release_of);
-    if let Some(i) = (0..=last).rev().find(|&i| release(i) == Some(was)) {
+    // Git's last install of the object (a first install, or a re-creation
+    // from scratch after a removal): the steps before it are an earlier
+    // life. Deleting the object is how a re-creation from scratch is made
+    // (`next` asks for it), so when no step of the current life is at the
+    // release it was at, Git's re-creation is what is applied.
+    let life = (0..=last)
+        .rev()
+        .find(|&i| chain.steps[i].from.is_none())
+        .unwrap_or(0);
+    if let Some(i) = (life..=last).rev().find(|&i| release(i) == Some(was)) {
         return Next::Apply(i);
+    }
+    if life > 0 {
+        return Next::Apply(last);
     }
     match release(last) {
         Some(newest) if newest > was.next() => Next::Blocked(format!(
@@ -1625,6 +1637,24 @@ mod tests {
             |_| false,
         );
         assert_eq!(n, Next::Apply(0));
+        // Git re-created the object from scratch (removed, then installed
+        // again at 2026.1 with `recreate-below`), and `next` asked for the
+        // running 2027.1 object to be deleted first: deleted, it is Git's
+        // re-creation that is applied, not the earlier life's 2027.1 step.
+        let mut again = c.clone();
+        let mut install = again.steps[0].clone();
+        install.from = None;
+        install.release = Some("2026.1".into());
+        again.steps.push(install);
+        let n = next(
+            &again,
+            &UnitState {
+                gone_from: Some("2027.1".into()),
+                ..UnitState::default()
+            },
+            |_| false,
+        );
+        assert_eq!(n, Next::Apply(2));
     }
 
     #[test]

@@ -272,7 +272,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                             })
                             .inc();
                     }
-                    f.reported = Some(m.clone());
+                    // Told only once it was (this process may not lead
+                    // now; leading again, it tells it then).
+                    if executed.is_some() {
+                        f.reported = Some(m.clone());
+                    }
                     // A stall is told, and its statuses stay pending
                     // (`UnitReport::stalled`); anything else reported
                     // waits on a person, and this object's status says so.

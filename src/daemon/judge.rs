@@ -475,7 +475,13 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         self.held_pulls.insert((n, oid));
                     }
                 }
-                Err(e) => tracing::warn!(pull = n, error = %e, "judging a pull request failed"),
+                Err(e) => {
+                    tracing::warn!(pull = n, error = %e, "judging a pull request failed");
+                    // Judged again, after those whose heads moved, like a
+                    // held one: a failure that lasts neither takes every
+                    // slot nor keeps a bounded run going.
+                    self.held_pulls.insert((n, oid));
+                }
             }
         }
         later

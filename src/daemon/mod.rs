@@ -265,6 +265,9 @@ pub struct Daemon<C: Cluster, R: Repo> {
     /// Units deleted outside Git, with the release they were at
     /// (`units::note_gone`).
     gone: HashMap<Key, String>,
+    /// Where each unit stood when last read present, while leading
+    /// (`units::note_gone`).
+    present: HashMap<Key, String>,
     /// Whether this process leads, as `run` was given it (`None`: a pass
     /// driven directly, which always leads). Checked right before each
     /// write to the cluster, not only when a pass starts: a pass can
@@ -383,6 +386,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             posted: HashMap::new(),
             refused: HashMap::new(),
             gone: HashMap::new(),
+            present: HashMap::new(),
             leader: None,
             units: BTreeMap::new(),
             tally: units::Tally::default(),
@@ -590,6 +594,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// one begun less than [`HISTORY_WRITE_EVERY`] ago, defers it to a
     /// later pass.
     fn keep_history(&mut self) {
+        // The new leader writes it: a copy from here would overwrite its.
+        if !self.leads() {
+            return;
+        }
         let (Some(h), Some(ui)) = (&mut self.history, &self.ui) else {
             return;
         };
@@ -684,6 +692,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     self.posted.clear();
                     self.refused.clear();
                 }
+                // Another process moves the units meanwhile: where this one
+                // last saw them is no evidence of a deletion later.
+                self.gone.clear();
+                self.present.clear();
                 self.metrics.leader.set(0);
                 self.metrics.set_ready();
             }

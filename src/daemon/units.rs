@@ -130,6 +130,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let chains = &judgment.chains;
         self.unread.retain(|k, _| chains.contains_key(k));
         self.applies.retain(|k, _| chains.contains_key(k));
+        self.gone.retain(|k, _| chains.contains_key(k));
+        self.present.retain(|k, _| chains.contains_key(k));
         if full {
             self.units.retain(|k, _| chains.contains_key(k));
             // Every unit is read again below, each refilling what it saw.
@@ -195,7 +197,16 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // round trip to the API server: one at a time, 5,000 units took
         // 27 s), and decided one by one in order, as before: a unit's
         // objects are its own, so no decision changes another unit's read.
-        for batch in wanted.chunks(READ_BATCH) {
+        for (b, batch) in wanted.chunks(READ_BATCH).enumerate() {
+            if !self.leads() {
+                // The lease was lost mid-pass: the new leader decides from
+                // here; what is left is read when this process leads again.
+                tracing::warn!("the lease was lost during the pass; no further unit is reconciled");
+                for (key, _) in wanted.iter().skip(b * READ_BATCH) {
+                    self.dirty.insert(key.clone());
+                }
+                break;
+            }
             let states: Vec<_> = futures::stream::iter(batch)
                 .map(|(key, chain)| {
                     let span = tracing::info_span!("unit", object = %key);
@@ -267,17 +278,49 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// Remembers where a unit stood when it is read absent after it was
     /// read present (deleted outside Git), until it is back or Git removes
     /// it: `rollout::next` re-creates it there, not at Git's newest step
-    /// (`UnitState::gone_from`). Memory only: a restart forgets it.
+    /// (`UnitState::gone_from`). Where it stood is the lower of its spec's
+    /// release and the release its operator reports installed (a spec
+    /// edited forward outside Git is not where its database is). Memory
+    /// only, and only from reads made while this process leads (`run`
+    /// forgets them when it stops leading): a restart forgets it.
     fn note_gone(&mut self, key: &Key, chain: &Chain, state: &mut UnitState) {
-        if state.spec.is_some() || chain.removed.is_some() {
+        if chain.removed.is_some() {
             self.gone.remove(key);
+            self.present.remove(key);
+            return;
+        }
+        if let Some(spec) = &state.spec {
+            self.gone.remove(key);
+            let installed = state.objects.get(key).and_then(|o| o.installed.as_deref());
+            let lower = match (spec.release.as_deref(), installed) {
+                (Some(s), Some(i)) => {
+                    let r = |x: &str| {
+                        crate::release::TaggedRelease::parse(x)
+                            .ok()
+                            .map(|t| t.release)
+                    };
+                    match (r(s), r(i)) {
+                        (Some(a), Some(b)) if b < a => Some(i),
+                        _ => Some(s),
+                    }
+                }
+                (s, i) => s.or(i),
+            };
+            match lower {
+                Some(r) => {
+                    self.present.insert(key.clone(), r.to_owned());
+                }
+                None => {
+                    self.present.remove(key);
+                }
+            }
             return;
         }
         let was = self
             .gone
             .get(key)
             .cloned()
-            .or_else(|| self.units.get(key).and_then(|u| u.cluster_release.clone()));
+            .or_else(|| self.present.remove(key));
         if let Some(was) = was {
             if !self.gone.contains_key(key) {
                 tracing::warn!(object = %key, release = %was, "the object was deleted outside Git");
@@ -790,8 +833,13 @@ fn is_hop(step: &rollout::Step, state: &UnitState) -> bool {
         && step.release.is_some()
         && step.from.is_some()
         && step.from != step.release
-        && state
-            .spec
-            .as_ref()
-            .is_some_and(|s| s.release != step.release)
+        && match &state.spec {
+            Some(s) => s.release != step.release,
+            // Re-created after a deletion outside Git one hop on from where
+            // it was: the operator migrates its database, a hop like any.
+            None => state
+                .gone_from
+                .as_ref()
+                .is_some_and(|g| Some(g) != step.release.as_ref()),
+        }
 }
