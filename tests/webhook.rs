@@ -569,7 +569,10 @@ async fn bodies_are_read_only_for_signed_deliveries_within_the_budget() {
     large["padding"] = "x".repeat(150_000).into();
     let large = serde_json::to_vec(&large).unwrap();
     let h = gh_headers("push", "after-the-flood", sign_hex(&secret, &large));
-    assert_eq!(send(&s.url, "/hooks/github", &h, large.clone()).await.0, 503);
+    assert_eq!(
+        send(&s.url, "/hooks/github", &h, large.clone()).await.0,
+        503
+    );
     drop(held);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(send(&s.url, "/hooks/github", &h, large).await.0, 202);

@@ -179,7 +179,13 @@ pub struct ParsedFile {
 /// to lockstep's readers; a `.json` file that is not an object is skipped
 /// like any other YAML that is not one).
 pub fn is_manifest_path(path: &str) -> bool {
-    path.ends_with(".yaml") || path.ends_with(".yml") || path.ends_with(".json")
+    path.ends_with(".yaml") || path.ends_with(".yml") || path.ends_with(".json") || is_jsonnet(path)
+}
+
+/// Jsonnet, which Argo CD's directory source renders and applies: read only
+/// to refuse one that speaks of our groups (`parse_file`).
+fn is_jsonnet(path: &str) -> bool {
+    path.ends_with(".jsonnet") || path.ends_with(".libsonnet")
 }
 
 /// Parses one manifest file. Never panics and never fails: what cannot be
@@ -229,6 +235,19 @@ pub fn parse_file_keeping(
         }
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    // lockstep does not render Jsonnet; Argo CD does, and applies what it
+    // makes: a C5C3 object there would reach the cluster unjudged.
+    if is_jsonnet(path) {
+        if let Some(at) = memchr::memmem::find(text.as_bytes(), b"c5c3.io") {
+            out.problems.push(Problem {
+                file,
+                line: line_of_offset(text.as_bytes(), at),
+                key: None,
+                message: "is Jsonnet that names a C5C3 group; Argo CD renders Jsonnet and applies what it makes, lockstep does not render it: keep C5C3 objects as plain YAML or JSON files".into(),
+            });
+        }
+        return out;
+    }
     // A Git LFS pointer reads as one plain string, not an object: skipped,
     // it would judge a manifest's removal, while Argo CD (`enableLfs`) and a
     // checkout with LFS apply the file LFS stores.
@@ -1169,6 +1188,21 @@ mod tests {
                 .message
                 .contains("\"k7\" appears twice")
         );
+    }
+
+    /// Jsonnet naming a C5C3 group is refused (Argo CD renders it and
+    /// applies what it makes); other Jsonnet is not ours, and no object.
+    #[test]
+    fn jsonnet_naming_our_groups_is_refused() {
+        let nova = "{\n  apiVersion: 'nova.openstack.c5c3.io/v1alpha1',\n  kind: 'Nova',\n}\n";
+        let p = parse_file("apps/nova.jsonnet", nova.as_bytes(), 1 << 20);
+        assert_eq!(p.problems.len(), 1, "{:?}", p.problems);
+        assert_eq!(p.problems[0].line, 2);
+        assert!(p.problems[0].message.starts_with("is Jsonnet"));
+        let lib = "{ replicas: 3 }\n";
+        let p = parse_file("lib/util.libsonnet", lib.as_bytes(), 1 << 20);
+        assert!(p.problems.is_empty() && p.documents.is_empty());
+        assert!(is_manifest_path("a/b.jsonnet") && is_manifest_path("a/b.libsonnet"));
     }
 
     /// A manifest committed through Git LFS is its pointer in Git: refused,

@@ -66,12 +66,11 @@ pub fn as_one_change(report: &CheckReport<impl Sized>) -> Vec<ObjectVerdict> {
     use crate::release::{Step, TaggedRelease, step};
     let mut net: std::collections::BTreeMap<crate::kind::Key, (ObjectVerdict, Option<String>)> =
         Default::default();
-    for c in report
-        .commits
-        .iter()
-        .filter(|c| c.verdict == Verdict::Accepted)
-    {
-        for o in c.objects.iter().filter(|o| o.verdict == Verdict::Accepted) {
+    // Held is accepted in Git (`check --live`: the hop waits for the one
+    // in flight); landed whole, it is applied at once all the same.
+    let taken = |v: Verdict| matches!(v, Verdict::Accepted | Verdict::Held);
+    for c in report.commits.iter().filter(|c| taken(c.verdict)) {
+        for o in c.objects.iter().filter(|o| taken(o.verdict)) {
             let Some(key) = o.key() else { continue };
             net.entry(key)
                 .and_modify(|(last, _)| *last = o.clone())
