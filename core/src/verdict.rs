@@ -104,3 +104,77 @@ pub fn as_one_change(report: &CheckReport<impl Sized>) -> Vec<ObjectVerdict> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::Transition;
+    use crate::kind::Kind;
+
+    fn nova(from: &str, to: &str, verdict: Verdict) -> ObjectVerdict {
+        ObjectVerdict {
+            kind: Some(Kind::Nova),
+            namespace: Some("compute".into()),
+            name: Some("nova".into()),
+            file: Arc::from("nova.yaml"),
+            line: 1,
+            projected_by: None,
+            from: Some(from.into()),
+            to: Some(to.into()),
+            from_image: None,
+            to_image: None,
+            transition: Transition::Upgrade,
+            verdict,
+            reason: None,
+            message: String::new(),
+        }
+    }
+
+    fn range(hops: Vec<ObjectVerdict>) -> CheckReport {
+        CheckReport {
+            verdict: Verdict::Accepted,
+            base: None,
+            head: "c".into(),
+            commits: hops
+                .into_iter()
+                .enumerate()
+                .map(|(i, o)| CommitReport {
+                    sha: format!("{i}"),
+                    summary: String::new(),
+                    verdict: Verdict::Accepted,
+                    objects: vec![o],
+                    skipped: Vec::new(),
+                    files_changed: 1,
+                })
+                .collect(),
+            memory: (),
+        }
+    }
+
+    /// Two hops in all are one skip when they land at once, a hop held on
+    /// the live state included; one hop in all, or a refused hop, is not.
+    #[test]
+    fn a_range_moving_an_object_two_releases_is_one_skip() {
+        for second in [Verdict::Accepted, Verdict::Held] {
+            let r = range(vec![
+                nova("2026.1", "2026.2", Verdict::Accepted),
+                nova("2026.2", "2027.1", second),
+            ]);
+            let whole = as_one_change(&r);
+            assert_eq!(whole.len(), 1, "{second:?}");
+            assert_eq!(whole[0].from.as_deref(), Some("2026.1"));
+            assert_eq!(whole[0].to.as_deref(), Some("2027.1"));
+            assert_eq!(whole[0].verdict, Verdict::Refused);
+        }
+        let one = range(vec![
+            nova("2026.1", "2026.2-p1", Verdict::Accepted),
+            nova("2026.2-p1", "2026.2-p2", Verdict::Accepted),
+        ]);
+        assert!(as_one_change(&one).is_empty());
+        let refused = range(vec![
+            nova("2026.1", "2026.2", Verdict::Accepted),
+            nova("2026.2", "2027.1", Verdict::Refused),
+        ]);
+        assert!(as_one_change(&refused).is_empty());
+    }
+}
