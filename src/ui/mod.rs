@@ -217,6 +217,8 @@ impl Publisher {
     /// Builds this pass's snapshot and, when it differs from the last one
     /// in anything a page shows, sends it (the SSE streams wake on a send).
     pub fn publish(&mut self, s: PassState<'_>) {
+        // Units gone from Git are forgotten, and the document text each kept.
+        self.labels.retain(|k, _| s.units.contains_key(k));
         let labels = &mut self.labels;
         let units = view::fleet(s.units, |k, r| {
             let Some(doc) = r
