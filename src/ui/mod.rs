@@ -457,6 +457,8 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 struct App {
     snap: watch::Receiver<Arc<Snapshot>>,
     auth: Arc<Auth>,
+    /// Event streams open at once ([`SSE_MAX`]).
+    streams: Arc<tokio::sync::Semaphore>,
 }
 
 /// The dashboard's routes over the daemon's snapshots.
@@ -464,6 +466,7 @@ pub fn router(snap: watch::Receiver<Arc<Snapshot>>, auth: Auth) -> Router {
     let app = App {
         snap,
         auth: Arc::new(auth),
+        streams: Arc::new(tokio::sync::Semaphore::new(SSE_MAX)),
     };
     Router::new()
         .route("/", get(fleet_page))
@@ -694,13 +697,32 @@ async fn style() -> Response {
 /// connection slot is never held for ever.
 const SSE_LIFETIME: Duration = Duration::from_secs(300);
 
+/// Event streams open at once. Each holds one of the server's connection
+/// slots for up to [`SSE_LIFETIME`]: without a bound of their own, a few
+/// hundred looping clients took every slot and every page was 503.
+const SSE_MAX: usize = 32;
+
 /// Server-Sent Events: `event: snapshot` with the pass number whenever a
 /// pass published a new snapshot; the page's script fetches itself again.
 async fn sse(State(app): State<App>) -> Response {
     use futures::StreamExt;
+    let Ok(permit) = app.streams.clone().try_acquire_owned() else {
+        // The page stays as it was, only not live (`src/ui/ui.js`).
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "30")],
+            "too many event streams open\n",
+        )
+            .into_response();
+    };
     let mut rx = app.snap.clone();
     let first = rx.borrow_and_update().seq;
-    let stream = async_stream(rx, first);
+    // The stream owns the permit: it is given back when the stream ends or
+    // the client goes.
+    let stream = async_stream(rx, first).map(move |e| {
+        let _held = &permit;
+        e
+    });
     let body = axum::body::Body::from_stream(stream.map(Ok::<_, std::convert::Infallible>));
     (
         [
@@ -962,6 +984,32 @@ mod tests {
         assert!(!a.allows(&h("Basic !!!")));
         assert!(!a.allows(&HeaderMap::new()));
         assert!(Auth::default().allows(&HeaderMap::new()));
+    }
+
+    /// At most `SSE_MAX` event streams are open at once; the next is 503,
+    /// and a stream given up frees its place.
+    #[tokio::test]
+    async fn event_streams_are_bounded() {
+        use tower::ServiceExt as _;
+        let (_p, rx) = Publisher::new("t", None);
+        let app = router(rx, Auth::default());
+        let open = || {
+            axum::http::Request::builder()
+                .uri("/events")
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let mut streams = Vec::new();
+        for _ in 0..SSE_MAX {
+            let res = app.clone().oneshot(open()).await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+            streams.push(res);
+        }
+        let res = app.clone().oneshot(open()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        streams.pop();
+        let res = app.clone().oneshot(open()).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
     }
 
     /// Bound to loopback, the dashboard answers only requests naming a
