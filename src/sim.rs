@@ -402,16 +402,10 @@ impl World {
         Ok(())
     }
 
-    /// A server-side apply on a ControlPlane: its webhook rejects downgrades
-    /// (skip-level bumps are admitted), then the operator re-asserts every
-    /// child's release and image.
-    pub fn apply_plane(
-        &mut self,
-        key: &Key,
-        release: &str,
-        children: &[(Key, ImageRef)],
-    ) -> Result<(), Rejected> {
-        let Some(p) = self.planes.get_mut(key) else {
+    /// What the ControlPlane webhook answers an apply of `release`, with
+    /// nothing changed (a dry run asks only this).
+    pub fn admits_plane(&self, key: &Key, release: &str) -> Result<(), Rejected> {
+        let Some(p) = self.planes.get(key) else {
             return Err(Rejected(format!("{key} not found")));
         };
         if let (Some(old), Some(new)) = (parse(&p.release), parse(release))
@@ -422,6 +416,22 @@ impl World {
                 p.release
             )));
         }
+        Ok(())
+    }
+
+    /// A server-side apply on a ControlPlane: its webhook rejects downgrades
+    /// (skip-level bumps are admitted), then the operator re-asserts every
+    /// child's release and image.
+    pub fn apply_plane(
+        &mut self,
+        key: &Key,
+        release: &str,
+        children: &[(Key, ImageRef)],
+    ) -> Result<(), Rejected> {
+        self.admits_plane(key, release)?;
+        let Some(p) = self.planes.get_mut(key) else {
+            return Err(Rejected(format!("{key} not found")));
+        };
         if p.release != release {
             p.release = release.to_owned();
             p.generation += 1;

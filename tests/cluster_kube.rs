@@ -213,6 +213,35 @@ async fn kube_cluster_against_a_real_api_server() {
         "{err}"
     );
 
+    // A dry run gets the same answer, and stores nothing when it is a yes:
+    // how a commit's objects are applied all or none.
+    let err = c
+        .dry_run(&ApplyRequest {
+            release: Some("2026.3".into()),
+            ..hop.clone()
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ClusterError::Invalid { ref message, .. } if message.contains("openStackRelease")),
+        "{err}"
+    );
+    let before = c.get(&nova).await.unwrap().unwrap();
+    c.dry_run(&ApplyRequest {
+        release: Some("2027.1".into()),
+        image: Some(img("nova", "2027.1")),
+        ..hop.clone()
+    })
+    .await
+    .expect("the CRD accepts the next hop");
+    let after = c.get(&nova).await.unwrap().unwrap();
+    assert_eq!(
+        after.generation, before.generation,
+        "a dry run stores nothing"
+    );
+    assert_eq!(after.release, before.release);
+    assert_eq!(after.resource_version, before.resource_version);
+
     // A second writer forces the release: lockstep reports the conflict, never forces back.
     let other = serde_json::json!({
         "apiVersion": "nova.openstack.c5c3.io/v1alpha1", "kind": "Nova",

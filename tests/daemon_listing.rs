@@ -64,6 +64,7 @@ impl Logged {
 impl Cluster for Logged {
     crate::forward_cluster!(
         apply,
+        dry_run,
         applied_object,
         jobs,
         deployments,

@@ -108,6 +108,9 @@ impl Cluster for Chaos {
             self.inner.apply(req).await
         })
     }
+    async fn dry_run(&self, req: &ApplyRequest) -> Result<(), ClusterError> {
+        call!(self, self.inner.dry_run(req).await)
+    }
     async fn jobs(&self, key: &Key) -> Result<Vec<JobInfo>, ClusterError> {
         call!(self, self.inner.jobs(key).await)
     }

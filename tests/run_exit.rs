@@ -517,16 +517,28 @@ struct Rejecting {
     reject: Option<Key>,
 }
 
-impl Cluster for Rejecting {
-    crate::forward_cluster!(all_but apply);
-    async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
+impl Rejecting {
+    fn admits(&self, req: &ApplyRequest) -> Result<(), ClusterError> {
         if self.reject.as_ref() == Some(&req.key) {
             return Err(ClusterError::Invalid {
                 key: req.key.clone(),
                 message: "admission webhook \"vnova.kb.io\" denied the request".into(),
             });
         }
+        Ok(())
+    }
+}
+
+impl Cluster for Rejecting {
+    crate::forward_cluster!(all_but apply dry_run);
+    async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
+        self.admits(req)?;
         self.inner.apply(req).await
+    }
+    /// Admission webhooks answer a dry run as they answer the apply.
+    async fn dry_run(&self, req: &ApplyRequest) -> Result<(), ClusterError> {
+        self.admits(req)?;
+        self.inner.dry_run(req).await
     }
 }
 
@@ -537,8 +549,24 @@ async fn bounded_run(
     world: World,
     reject: Option<Key>,
 ) -> (Vec<lockstep::daemon::NeedsPerson>, tempfile::TempDir) {
+    let (needs, dir, _) = bounded_run_after(world, reject, |_| {}).await;
+    (needs, dir)
+}
+
+/// [`bounded_run`] with commits of the test's own after the example
+/// fleet's, and the simulated cluster it ran on.
+async fn bounded_run_after(
+    world: World,
+    reject: Option<Key>,
+    more: impl FnOnce(&Path),
+) -> (
+    Vec<lockstep::daemon::NeedsPerson>,
+    tempfile::TempDir,
+    MemoryCluster,
+) {
     let dir = tempfile::tempdir().expect("tempdir");
     lockstep::demo::build_repository(dir.path()).expect("example fleet");
+    more(dir.path());
     let mem = MemoryCluster::new(world);
     let cluster = Rejecting {
         inner: mem.clone(),
@@ -570,7 +598,7 @@ async fn bounded_run(
     .expect("the bounded run stops");
     let forge = AnyForge::Notes(Notes::open(dir.path()).expect("notes"));
     assert!(deliver_now(&queue, &forge, &Metrics::new(), &RetryPolicy::default()).await);
-    (d.needs_person(), dir)
+    (d.needs_person(), dir, mem)
 }
 
 /// The notes of the commit with this subject.
@@ -621,6 +649,86 @@ async fn an_apply_the_cluster_rejects_ends_a_bounded_run_and_needs_a_person() {
         notes.contains("lockstep/default: failure — apply refused"),
         "{notes}"
     );
+}
+
+/// One commit moves the staging plane and the standalone Nova; the
+/// plane's admission webhook refuses it. Before, Nova was applied (its
+/// hop ran to 2027.1) and the plane was not: a cluster half at the commit,
+/// a state nobody wrote in Git. Now a dry run of both comes first, and
+/// neither is applied; both wait on a person, saying which object was
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_is_applied_all_or_none() {
+    let staging = Key::new(Kind::ControlPlane, "openstack-staging", "staging");
+    let nova = Key::new(Kind::Nova, "compute", "nova");
+    let edit = |dir: &Path| {
+        for (file, edits) in [
+            (
+                "clusters/staging/controlplane.yaml",
+                &[(
+                    "openStackRelease: \"2026.1\"",
+                    "openStackRelease: \"2026.2\"",
+                )][..],
+            ),
+            (
+                "standalone/compute/nova.yaml",
+                &[
+                    (
+                        "openStackRelease: \"2026.2\"",
+                        "openStackRelease: \"2027.1\"",
+                    ),
+                    ("tag: \"2026.2\"", "tag: \"2027.1\""),
+                ][..],
+            ),
+        ] {
+            let path = dir.join(file);
+            let mut text = std::fs::read_to_string(&path).expect("read");
+            for (from, to) in edits {
+                assert!(text.contains(from), "{file}: {from}");
+                text = text.replacen(from, to, 1);
+            }
+            std::fs::write(&path, text).expect("write");
+        }
+        git(dir, &["commit", "-qam", "Staging and nova on together"]);
+    };
+    let world = || World::new(Params::default());
+    let (needs, dir, mem) = bounded_run_after(world(), Some(staging.clone()), edit).await;
+    {
+        let w = mem.world().expect("world");
+        assert_eq!(
+            w.objects[&nova].release.as_deref(),
+            Some("2026.2"),
+            "Nova stays where the commit before left it"
+        );
+    }
+    let mut subjects: Vec<&str> = needs.iter().map(|n| n.subject.as_str()).collect();
+    subjects.sort();
+    assert_eq!(
+        subjects,
+        [
+            "ControlPlane openstack-staging/staging",
+            "Nova compute/nova"
+        ],
+        "{needs:?}"
+    );
+    for n in &needs {
+        assert!(
+            n.reason.contains("nothing of commit")
+                && n.reason
+                    .contains("a dry run of ControlPlane openstack-staging/staging was refused")
+                && n.reason.contains("vnova.kb.io"),
+            "{n}"
+        );
+    }
+    let notes = notes_of(dir.path(), "Staging and nova on together");
+    assert!(notes.contains("failure"), "{notes}");
+
+    // Nothing refused: both are applied (the dry run is no refusal of its own).
+    let (needs, _dir, mem) = bounded_run_after(world(), None, edit).await;
+    assert!(needs.is_empty(), "{needs:?}");
+    let w = mem.world().expect("world");
+    assert_eq!(w.objects[&nova].release.as_deref(), Some("2027.1"));
+    assert_eq!(w.planes[&staging].release, "2026.2");
 }
 
 /// An accepted hop whose document cannot be read back as JSON (a YAML

@@ -852,6 +852,7 @@ impl Cluster for Unreadable {
         applied_object,
         save_record,
         apply,
+        dry_run,
         jobs,
         deployments,
         events,

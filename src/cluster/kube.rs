@@ -492,6 +492,12 @@ impl Cluster for KubeCluster {
             .await
     }
 
+    async fn dry_run(&self, req: &ApplyRequest) -> Result<(), ClusterError> {
+        self.server_side_apply(req, PatchParams::apply(FIELD_MANAGER).dry_run())
+            .await
+            .map(drop)
+    }
+
     async fn reapply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
         self.server_side_apply(req, PatchParams::apply(FIELD_MANAGER).force())
             .await

@@ -188,6 +188,25 @@ impl Cluster for MemoryCluster {
         }))
     }
 
+    /// What [`Cluster::apply`] would refuse, nothing changed. A plane the
+    /// world lacks is one the apply creates from its document.
+    async fn dry_run(&self, req: &ApplyRequest) -> Result<(), ClusterError> {
+        let w = self.world()?;
+        let invalid = |message: String| ClusterError::Invalid {
+            key: req.key.clone(),
+            message,
+        };
+        if req.key.kind == Kind::ControlPlane {
+            if w.planes.contains_key(&req.key) {
+                w.admits_plane(&req.key, req.release.as_deref().unwrap_or_default())
+                    .map_err(|e| invalid(e.0))?;
+            }
+        } else if req.image.is_none() {
+            return Err(invalid("spec.image is required".into()));
+        }
+        Ok(())
+    }
+
     async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
         {
             let mut w = self.world_tracked()?;

@@ -277,6 +277,12 @@ pub trait Cluster: Send + Sync {
         req: &ApplyRequest,
     ) -> impl Future<Output = Result<ClusterObject, ClusterError>> + Send;
 
+    /// [`Cluster::apply`] as a dry run (`dryRun=All`): the schema, CEL
+    /// rules and admission webhooks answer, nothing is stored. How the
+    /// objects a commit starts together are applied all or none
+    /// (`docs/gate.md`, "A commit is applied whole").
+    fn dry_run(&self, req: &ApplyRequest) -> impl Future<Output = Result<(), ClusterError>> + Send;
+
     /// [`Cluster::apply`] of a step the cluster left (a drift, after its
     /// backoff), taking back the fields another manager took: an edit
     /// (`kubectl edit`, `kubectl set image`) owns what it changed, and an

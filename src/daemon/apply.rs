@@ -47,60 +47,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         i: usize,
         again: bool,
     ) -> Result<(), ApplyError> {
+        let (req, digest) = request(chain, i)?;
         let Some(step) = chain.steps.get(i) else {
             return Err(ApplyError::Document(format!(
                 "{} has no step {i}",
                 chain.unit
             )));
-        };
-        // The whole accepted document, or nothing: a smaller apply (release
-        // and image alone) would silently drop what server-side apply owns.
-        let document = step
-            .document
-            .as_ref()
-            .map_err(|e| ApplyError::Document(e.clone()))?;
-        // Kept as text since judgment (`rollout::Document`); text that does
-        // not read back is this step's error, never a smaller apply.
-        let digest = document.digest();
-        let mut document = document.parse().map_err(|e| {
-            ApplyError::Document(format!(
-                "the document of {} at {} does not read back: {e}",
-                chain.unit,
-                step.sha.get(..10).unwrap_or(&step.sha)
-            ))
-        })?;
-        // Which document the cluster runs, for the next pass and a
-        // restarted daemon: release and image alone cannot tell a
-        // reconfiguration (`rollout::APPLIED_ANNOTATION`). A copy in Git is
-        // replaced, never trusted.
-        if let Some(metadata) = document
-            .as_object_mut()
-            .map(|d| d.entry("metadata").or_insert_with(|| serde_json::json!({})))
-            .and_then(|m| m.as_object_mut())
-        {
-            let annotations = metadata
-                .entry("annotations")
-                .or_insert_with(|| serde_json::json!({}));
-            if !annotations.is_object() {
-                *annotations = serde_json::json!({});
-            }
-            if let Some(a) = annotations.as_object_mut() {
-                a.insert(
-                    crate::rollout::APPLIED_ANNOTATION.to_owned(),
-                    serde_json::Value::String(digest.clone()),
-                );
-            }
-        }
-        let image = step
-            .image
-            .as_deref()
-            .and_then(|r| ImageRef::parse_reference(r).ok());
-        let req = ApplyRequest {
-            key: chain.unit.clone(),
-            release: step.release.clone(),
-            image,
-            overrides: plane_overrides(&document),
-            document: Some(document),
         };
         let t = Instant::now();
         let r = if again {
@@ -132,6 +84,67 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         );
         Ok(())
     }
+}
+
+/// The server-side apply of step `i` of `chain`: the whole accepted
+/// document with lockstep's digest annotation, and that digest.
+pub(super) fn request(chain: &Chain, i: usize) -> Result<(ApplyRequest, String), ApplyError> {
+    let Some(step) = chain.steps.get(i) else {
+        return Err(ApplyError::Document(format!(
+            "{} has no step {i}",
+            chain.unit
+        )));
+    };
+    // The whole accepted document, or nothing: a smaller apply (release
+    // and image alone) would silently drop what server-side apply owns.
+    let document = step
+        .document
+        .as_ref()
+        .map_err(|e| ApplyError::Document(e.clone()))?;
+    // Kept as text since judgment (`rollout::Document`); text that does
+    // not read back is this step's error, never a smaller apply.
+    let digest = document.digest();
+    let mut document = document.parse().map_err(|e| {
+        ApplyError::Document(format!(
+            "the document of {} at {} does not read back: {e}",
+            chain.unit,
+            step.sha.get(..10).unwrap_or(&step.sha)
+        ))
+    })?;
+    // Which document the cluster runs, for the next pass and a
+    // restarted daemon: release and image alone cannot tell a
+    // reconfiguration (`rollout::APPLIED_ANNOTATION`). A copy in Git is
+    // replaced, never trusted.
+    if let Some(metadata) = document
+        .as_object_mut()
+        .map(|d| d.entry("metadata").or_insert_with(|| serde_json::json!({})))
+        .and_then(|m| m.as_object_mut())
+    {
+        let annotations = metadata
+            .entry("annotations")
+            .or_insert_with(|| serde_json::json!({}));
+        if !annotations.is_object() {
+            *annotations = serde_json::json!({});
+        }
+        if let Some(a) = annotations.as_object_mut() {
+            a.insert(
+                crate::rollout::APPLIED_ANNOTATION.to_owned(),
+                serde_json::Value::String(digest.clone()),
+            );
+        }
+    }
+    let image = step
+        .image
+        .as_deref()
+        .and_then(|r| ImageRef::parse_reference(r).ok());
+    let req = ApplyRequest {
+        key: chain.unit.clone(),
+        release: step.release.clone(),
+        image,
+        overrides: plane_overrides(&document),
+        document: Some(document),
+    };
+    Ok((req, digest))
 }
 
 /// A plane's `services.<svc>.image` overrides.

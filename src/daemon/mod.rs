@@ -301,6 +301,10 @@ pub struct Daemon<C: Cluster, R: Repo> {
     /// The `resourceVersion` at which a unit's read last saw each object:
     /// a watch event at that same version is no change (`mark_changed`).
     seen: HashMap<Key, Box<str>>,
+    /// This pass's dry runs of the objects each commit starts together,
+    /// by commit (`units::CommitRefused`): asked once a pass, by the first
+    /// of them to be applied, and answered to all of them.
+    dry_runs: HashMap<String, Result<(), units::CommitRefused>>,
     last_full: Option<Instant>,
     /// Whether a pass that reads every unit starts its listing beside the
     /// judgment. Cleared when a judgment failed with nothing ever judged
@@ -395,6 +399,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             unread: BTreeMap::new(),
             applies: HashMap::new(),
             seen: HashMap::new(),
+            dry_runs: HashMap::new(),
             last_full: None,
             list_early: true,
             plan_completed: BTreeMap::new(),

@@ -140,6 +140,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             self.last_full = Some(Instant::now());
         }
         let dirty = std::mem::take(&mut self.dirty);
+        self.dry_runs.clear();
         let mut changed = full;
         let quiet = !full
             && dirty.is_empty()
@@ -252,7 +253,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 let mut state = state;
                 self.note_gone(key, chain, &mut state);
                 let u = self
-                    .reconcile(chain, state, &judgment.gates, &judgment.windows, out)
+                    .reconcile(chain, state, judgment, snapshot, out)
                     .instrument(span)
                     .await;
                 if self.units.get(key) != Some(&u) {
@@ -335,19 +336,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         &mut self,
         chain: &Arc<Chain>,
         state: UnitState,
-        gates: &crate::preflight::Gates,
-        windows: &super::judge::PlanWindows,
+        judgment: &Judgment,
+        snapshot: Option<&Snapshot>,
         out: &mut PassOutcome,
     ) -> UnitReport {
-        let complete = |i: usize| {
-            chain.followed(i).iter().all(|(k, t)| {
-                state
-                    .objects
-                    .get(k)
-                    .is_some_and(|o| o.progress == Progress::Complete && o.spec_matches(k.kind, t))
-            })
-        };
-        let next = rollout::next(chain, &state, complete);
+        let (gates, windows) = (&*judgment.gates, &*judgment.windows);
+        let next = next_of(chain, &state);
         tracing::debug!(?next, steps = chain.steps.len(), objects = ?state.objects, spec = ?state.spec, "decided");
         // The step the last pass had in flight, when this one is past it:
         // its hop ended now (the journal's hop ends; decisions never read it).
@@ -448,13 +442,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 let last = seeded.as_ref();
                 // A fight past the repair budget is told to a person (it
                 // ends nothing by itself), its statuses untouched.
-                let fight = |a: &crate::repair::Applies| {
-                    (a.sha == step.sha && a.times > self.opts.repair.budget + 1).then(|| {
+                let (budget, max_backoff) = (self.opts.repair.budget, self.opts.repair.max_backoff);
+                let fight = move |a: &crate::repair::Applies| {
+                    (a.sha == step.sha && a.times > budget + 1).then(|| {
                         format!(
                             "{}: left Git's step outside Git {} times in a row (an edit, or another tool writing the same fields); lockstep applies it again after at most {}: find the other writer",
                             chain.unit,
                             a.times - 1,
-                            crate::follow::short(self.opts.repair.max_backoff)
+                            crate::follow::short(max_backoff)
                         )
                     })
                 };
@@ -481,6 +476,24 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 let again = last.is_some_and(|a| a.sha == step.sha);
                 let span = tracing::info_span!("apply", commit = %step.sha, to = step.release.as_deref().unwrap_or(""));
                 if !self.leads() {
+                    return report;
+                }
+                // The objects this step's commits start together are
+                // applied all or none: a dry run of each first (a new step
+                // only; the same step again is that object's alone).
+                if !again
+                    && let Err(refused) = self.commit_admits(&judgment.chains, step, snapshot).await
+                {
+                    if refused.retryable {
+                        tracing::warn!(reason = %refused.message, "a dry run of the commit's objects did not answer; next pass");
+                        out.busy = true;
+                    } else {
+                        self.tell_person(
+                            chain,
+                            &mut report,
+                            format!("apply refused: {}", refused.message),
+                        );
+                    }
                     return report;
                 }
                 match self.apply(chain, i, again).instrument(span).await {
@@ -538,20 +551,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         // Tried again next pass either way; a rejection waits
                         // on a person, so a bounded run can stop.
                         out.busy |= e.retryable();
-                        report.needs_person =
-                            (!e.retryable()).then(|| format!("apply refused: {e}"));
-                        if let Some(m) = &report.needs_person
-                            && self
-                                .units
-                                .get(&chain.unit)
-                                .and_then(|u| u.needs_person.as_ref())
-                                != Some(m)
-                        {
-                            self.record(Did::NeedsPerson {
-                                unit: chain.unit.clone(),
-                                object: chain.unit.clone(),
-                                message: m.clone(),
-                            });
+                        if !e.retryable() {
+                            self.tell_person(chain, &mut report, format!("apply refused: {e}"));
                         }
                         report.next = Next::Apply(i);
                     }
@@ -578,6 +579,110 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }
         }
         report
+    }
+
+    /// Tells a person why the unit's step was not applied (recorded once
+    /// while the words stay the same).
+    fn tell_person(&mut self, chain: &Chain, report: &mut UnitReport, message: String) {
+        if self
+            .units
+            .get(&chain.unit)
+            .and_then(|u| u.needs_person.as_ref())
+            != Some(&message)
+        {
+            self.record(Did::NeedsPerson {
+                unit: chain.unit.clone(),
+                object: chain.unit.clone(),
+                message: message.clone(),
+            });
+        }
+        report.needs_person = Some(message);
+    }
+
+    /// Whether the objects `step`'s commits start together may be applied:
+    /// for each commit that more than one unit's chain carries, every unit
+    /// whose next move is to apply a step holding that commit is read and
+    /// its apply tried as a dry run. One refusal, and none of them is
+    /// applied: a half-applied commit (Keystone moved, its Glance refused
+    /// by a webhook) is a state nobody wrote in Git. Asked once a pass per
+    /// commit, reading the units from the pass's listing when it has one.
+    /// A unit that waits (a window, a gate) is asked too: its
+    /// refusal would come later, with the others already applied. Objects
+    /// applied by earlier passes are not asked again.
+    async fn commit_admits(
+        &mut self,
+        chains: &BTreeMap<Key, Arc<Chain>>,
+        step: &rollout::Step,
+        snapshot: Option<&Snapshot>,
+    ) -> Result<(), CommitRefused> {
+        for commit in &step.commits {
+            let answer = match self.dry_runs.get(commit) {
+                Some(a) => a.clone(),
+                None => {
+                    let a = self.dry_run_commit(chains, commit, snapshot).await;
+                    self.dry_runs.insert(commit.clone(), a.clone());
+                    a
+                }
+            };
+            answer?;
+        }
+        Ok(())
+    }
+
+    async fn dry_run_commit(
+        &self,
+        chains: &BTreeMap<Key, Arc<Chain>>,
+        commit: &str,
+        snapshot: Option<&Snapshot>,
+    ) -> Result<(), CommitRefused> {
+        let carries = |s: &rollout::Step| s.commits.iter().any(|c| c == commit);
+        let members: Vec<&Arc<Chain>> = chains
+            .values()
+            .filter(|c| c.removed.is_none() && c.steps.iter().any(carries))
+            .collect();
+        if members.len() < 2 {
+            // One object: its own apply answers.
+            return Ok(());
+        }
+        let short = commit.get(..10).unwrap_or(commit);
+        let asked = futures::stream::iter(members)
+            .map(|chain| async move {
+                let (state, _) = self.read_unit(chain, snapshot).await.map_err(|e| {
+                    CommitRefused::of(short, &chain.unit, e.retryable(), &e.to_string())
+                })?;
+                let Next::Apply(j) = next_of(chain, &state) else {
+                    return Ok(());
+                };
+                if !chain.steps.get(j).is_some_and(carries) {
+                    return Ok(());
+                }
+                let (req, _) = super::apply::request(chain, j).map_err(|e| {
+                    CommitRefused::of(short, &chain.unit, e.retryable(), &e.to_string())
+                })?;
+                let t = Instant::now();
+                let r = self.cluster.dry_run(&req).await;
+                Metrics::observe(
+                    &self.metrics.cluster_seconds,
+                    "dry_run",
+                    r.is_ok(),
+                    t.elapsed(),
+                );
+                r.map_err(|e| CommitRefused::of(short, &chain.unit, e.retryable(), &e.to_string()))
+            })
+            .buffered(READS_IN_FLIGHT)
+            .collect::<Vec<_>>()
+            .await;
+        // A refusal outweighs a read that did not answer: it waits on a
+        // person either way.
+        let mut later = None;
+        for a in asked {
+            match a {
+                Ok(()) => {}
+                Err(r) if !r.retryable => return Err(r),
+                Err(r) => later = later.or(Some(r)),
+            }
+        }
+        later.map_or(Ok(()), Err)
     }
 
     /// Why step `i` may not be applied now: every maintenance window of a
@@ -823,6 +928,40 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         }
         Ok((state, versions))
     }
+}
+
+/// Why the objects a commit starts together were not applied: one of
+/// them was refused in a dry run, or could not be asked.
+#[derive(Clone, Debug)]
+pub(super) struct CommitRefused {
+    pub retryable: bool,
+    pub message: String,
+}
+
+impl CommitRefused {
+    fn of(commit: &str, unit: &Key, retryable: bool, why: &str) -> Self {
+        let message = if retryable {
+            format!("commit {commit}: {unit} could not be asked in a dry run: {why}")
+        } else {
+            format!(
+                "nothing of commit {commit} is applied: a dry run of {unit} was refused ({why}); lockstep applies the objects a commit changes all or none: fix it in Git"
+            )
+        };
+        CommitRefused { retryable, message }
+    }
+}
+
+/// The unit's next move, from what was read of it.
+fn next_of(chain: &Chain, state: &UnitState) -> Next {
+    let complete = |i: usize| {
+        chain.followed(i).iter().all(|(k, t)| {
+            state
+                .objects
+                .get(k)
+                .is_some_and(|o| o.progress == Progress::Complete && o.spec_matches(k.kind, t))
+        })
+    };
+    rollout::next(chain, state, complete)
 }
 
 /// Whether applying `step` moves an object already in the cluster to

@@ -9,6 +9,12 @@ macro_rules! forward_cluster {
     // Every call but `apply`: the usual shape of a wrapper that watches or
     // refuses what is sent to the cluster.
     (all_but apply) => {
+        $crate::forward_cluster!(all_but apply dry_run);
+        $crate::forward_cluster!(dry_run);
+    };
+    // A wrapper that refuses as an admission webhook would: a dry run is
+    // refused as the apply is.
+    (all_but apply dry_run) => {
         $crate::forward_cluster!(
             load_record,
             applied_object,
@@ -63,6 +69,14 @@ macro_rules! forward_cluster {
             req: &::lockstep::cluster::ApplyRequest,
         ) -> Result<::lockstep::cluster::ClusterObject, ::lockstep::cluster::ClusterError> {
             self.inner.apply(req).await
+        }
+    };
+    (@ dry_run) => {
+        async fn dry_run(
+            &self,
+            req: &::lockstep::cluster::ApplyRequest,
+        ) -> Result<(), ::lockstep::cluster::ClusterError> {
+            self.inner.dry_run(req).await
         }
     };
     (@ jobs) => {
