@@ -2,7 +2,9 @@
 //! environment, never printed, compared in constant time.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -10,8 +12,63 @@ use thiserror::Error;
 
 /// A secret value. `Debug` and `Display` print a placeholder, so a secret
 /// can sit in any struct that is logged without leaking.
+///
+/// One read from a file follows the file: a token rotated in a mounted
+/// Kubernetes Secret (the kubelet swaps a symbolic link), or rewritten by a
+/// person, is used from the next request on, without a restart. The file is
+/// looked at (its size, time and inode) at most once a second, and read
+/// again only when it changed; a new value that is not a valid secret (an
+/// empty file mid-write, a second line) is not taken: the old one stays,
+/// and a warning names the file. Clones share what they read.
 #[derive(Clone)]
-pub struct Secret(String);
+pub struct Secret(Arc<Inner>);
+
+struct Inner {
+    /// `None`: from the environment or the program, fixed.
+    file: Option<Followed>,
+    current: RwLock<Arc<str>>,
+}
+
+struct Followed {
+    path: PathBuf,
+    /// A token must be one line of visible characters ([`token`]).
+    one_line: bool,
+    recheck: Duration,
+    seen: Mutex<Seen>,
+}
+
+struct Seen {
+    checked: Instant,
+    stamp: Option<Stamp>,
+    /// The stamp whose refusal was last warned about: warned once.
+    warned: Option<Stamp>,
+}
+
+/// What tells a file changed without reading it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Stamp {
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+}
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        let m = std::fs::metadata(path).ok()?;
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(&m);
+        #[cfg(not(unix))]
+        let inode = 0;
+        Some(Stamp {
+            len: m.len(),
+            modified: m.modified().ok(),
+            inode,
+        })
+    }
+}
+
+/// How often a secret file is looked at for a new value.
+const RECHECK: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Error)]
 pub enum SecretError {
@@ -41,21 +98,26 @@ pub const DEFAULT_TOKEN_ENV: &str = "LOCKSTEP_TOKEN";
 /// with an HTTP library's error that names neither the file nor the cause.
 pub fn token(file: Option<&Path>, env: Option<&str>) -> Result<Option<Secret>, SecretError> {
     let (secret, from) = match (file, env) {
-        (Some(f), _) => (Secret::from_file(f)?, format!("file {}", f.display())),
+        (Some(f), _) => (Secret::follow(f, true)?, format!("file {}", f.display())),
         (None, Some(v)) => (Secret::from_env(v)?, format!("environment variable {v}")),
         (None, None) => match Secret::from_env(DEFAULT_TOKEN_ENV) {
             Ok(s) => (s, format!("environment variable {DEFAULT_TOKEN_ENV}")),
             Err(_) => return Ok(None),
         },
     };
-    let v = secret.expose();
+    one_line(&secret.expose(), from)?;
+    Ok(Some(secret))
+}
+
+/// A token goes into an HTTP header: one line of visible characters.
+fn one_line(v: &str, from: String) -> Result<(), SecretError> {
     if v.trim().is_empty() {
         return Err(SecretError::Blank(from));
     }
     if v.trim() != v || v.chars().any(char::is_control) {
         return Err(SecretError::NotOneLine(from));
     }
-    Ok(Some(secret))
+    Ok(())
 }
 
 /// The most a secret file may hold (a token, a webhook secret, a
@@ -64,54 +126,143 @@ pub const MAX_FILE_BYTES: usize = 64 * 1024;
 
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
+        Self::fixed(value.into())
     }
 
-    /// Reads a secret file (a mounted Kubernetes Secret, say); one trailing
-    /// newline is not part of the secret.
-    /// At most [`MAX_FILE_BYTES`] are read (`file::read_text`, the bounded
-    /// read every file a person names goes through): a path naming
-    /// `/dev/zero` (or a log file by mistake) is an error, not memory
-    /// without end.
+    fn fixed(value: String) -> Self {
+        Secret(Arc::new(Inner {
+            file: None,
+            current: RwLock::new(value.into()),
+        }))
+    }
+
+    /// Reads a secret file (a mounted Kubernetes Secret, say), and follows
+    /// it as it changes (`read_file` says how it is read).
     pub fn from_file(path: &Path) -> Result<Self, SecretError> {
-        use crate::yaml::ReadError;
-        let limit = crate::yaml::Limit {
-            bytes: MAX_FILE_BYTES,
-            what: "secret file",
-            raise: "a secret file holds one token or key",
-        };
-        let text = crate::file::read_text(path, &limit).map_err(|e| SecretError::File {
-            path: path.display().to_string(),
-            message: match e {
-                ReadError::Io(e) => e.to_string(),
-                ReadError::NotUtf8 { .. } => "not UTF-8 text".to_owned(),
-                e @ ReadError::TooLarge { .. } => e.to_string(),
-            },
-        })?;
-        let value = text.strip_suffix('\n').unwrap_or(&text);
-        let value = value.strip_suffix('\r').unwrap_or(value);
-        if value.is_empty() {
-            return Err(SecretError::EmptyFile(path.display().to_string()));
-        }
-        Ok(Self(value.to_owned()))
+        Self::follow(path, false)
     }
 
+    fn follow(path: &Path, one_line: bool) -> Result<Self, SecretError> {
+        Self::follow_every(path, one_line, RECHECK)
+    }
+
+    fn follow_every(path: &Path, one_line: bool, recheck: Duration) -> Result<Self, SecretError> {
+        let stamp = Stamp::of(path);
+        let value = read_file(path)?;
+        Ok(Secret(Arc::new(Inner {
+            file: Some(Followed {
+                path: path.to_owned(),
+                one_line,
+                recheck,
+                seen: Mutex::new(Seen {
+                    checked: Instant::now(),
+                    stamp,
+                    warned: None,
+                }),
+            }),
+            current: RwLock::new(value.into()),
+        })))
+    }
+}
+
+/// Reads a secret file; one trailing newline is not part of the secret.
+/// At most [`MAX_FILE_BYTES`] are read (`file::read_text`, the bounded read
+/// every file a person names goes through): a path naming `/dev/zero` (or a
+/// log file by mistake) is an error, not memory without end.
+fn read_file(path: &Path) -> Result<String, SecretError> {
+    use crate::yaml::ReadError;
+    let limit = crate::yaml::Limit {
+        bytes: MAX_FILE_BYTES,
+        what: "secret file",
+        raise: "a secret file holds one token or key",
+    };
+    let text = crate::file::read_text(path, &limit).map_err(|e| SecretError::File {
+        path: path.display().to_string(),
+        message: match e {
+            ReadError::Io(e) => e.to_string(),
+            ReadError::NotUtf8 { .. } => "not UTF-8 text".to_owned(),
+            e @ ReadError::TooLarge { .. } => e.to_string(),
+        },
+    })?;
+    let value = text.strip_suffix('\n').unwrap_or(&text);
+    let value = value.strip_suffix('\r').unwrap_or(value);
+    if value.is_empty() {
+        return Err(SecretError::EmptyFile(path.display().to_string()));
+    }
+    Ok(value.to_owned())
+}
+
+impl Secret {
     pub fn from_env(var: &str) -> Result<Self, SecretError> {
         match std::env::var(var) {
-            Ok(v) if !v.is_empty() => Ok(Self(v)),
+            Ok(v) if !v.is_empty() => Ok(Self::fixed(v)),
             _ => Err(SecretError::Env(var.to_owned())),
         }
     }
 
-    /// The value, for the one place that must send it (an HTTP header, an HMAC key).
-    pub fn expose(&self) -> &str {
-        &self.0
+    /// The value, for the one place that must send it (an HTTP header, an
+    /// HMAC key): the file's newest valid value.
+    pub fn expose(&self) -> Arc<str> {
+        self.refresh();
+        match self.0.current.read() {
+            Ok(v) => v.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Reads the file again when it changed since it was last looked at
+    /// (at most once per `recheck`).
+    fn refresh(&self) {
+        let Some(f) = &self.0.file else { return };
+        let Ok(mut seen) = f.seen.try_lock() else {
+            // Another request is looking: it takes what is new.
+            return;
+        };
+        if seen.checked.elapsed() < f.recheck {
+            return;
+        }
+        seen.checked = Instant::now();
+        let stamp = Stamp::of(&f.path);
+        if stamp == seen.stamp || stamp.is_none() {
+            // Unchanged, or gone for a moment (a Secret's link swapped):
+            // the value read last stands.
+            return;
+        }
+        let from = format!("file {}", f.path.display());
+        let read = read_file(&f.path).and_then(|v| {
+            if f.one_line {
+                one_line(&v, from.clone())?;
+            }
+            Ok(v)
+        });
+        match read {
+            Ok(v) => {
+                seen.stamp = stamp;
+                seen.warned = None;
+                let mut current = match self.0.current.write() {
+                    Ok(c) => c,
+                    Err(poisoned) => poisoned.into_inner(),
+                };
+                if **current != *v {
+                    tracing::info!(file = %crate::escape::Escaped(&f.path.display().to_string()), "a secret file changed: its new value is used from now on");
+                    *current = v.into();
+                }
+            }
+            Err(e) => {
+                // Not taken (a write half done, a second line): looked at
+                // again next time; said once per state of the file.
+                if seen.warned != stamp {
+                    seen.warned = stamp;
+                    tracing::warn!(error = %e, "a secret file changed to something that is not a secret; the value read before stays in use");
+                }
+            }
+        }
     }
 
     /// Constant-time comparison with what a client presented. Both sides are
     /// hashed first so that not even the length leaks through timing.
     pub fn matches(&self, presented: &[u8]) -> bool {
-        let a = Sha256::digest(self.0.as_bytes());
+        let a = Sha256::digest(self.expose().as_bytes());
         let b = Sha256::digest(presented);
         a.as_slice().ct_eq(b.as_slice()).into()
     }
@@ -148,7 +299,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("token");
         std::fs::write(&p, "abc\n").unwrap();
-        assert_eq!(Secret::from_file(&p).unwrap().expose(), "abc");
+        assert_eq!(&*Secret::from_file(&p).unwrap().expose(), "abc");
         std::fs::write(&p, "\n").unwrap();
         assert!(Secret::from_file(&p).is_err());
         let err = Secret::from_file(&dir.path().join("missing")).unwrap_err();
@@ -185,6 +336,41 @@ mod tests {
             e.to_string().contains("LOCKSTEP_TEST_NO_SUCH_VARIABLE"),
             "{e}"
         );
+    }
+
+    /// A followed file: a new value is taken once the file changed (a new
+    /// inode, a new size or time), one that is no secret is not, and
+    /// nothing is looked at more often than the recheck allows.
+    #[test]
+    fn a_secret_file_is_followed_as_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("token");
+        let write = |text: &str| {
+            let tmp = dir.path().join("token.tmp");
+            std::fs::write(&tmp, text).unwrap();
+            std::fs::rename(&tmp, &p).unwrap();
+        };
+        write("one\n");
+        let s = Secret::follow_every(&p, true, Duration::ZERO).unwrap();
+        let slow = Secret::follow_every(&p, true, Duration::from_secs(3600)).unwrap();
+        let clone = s.clone();
+        assert_eq!(&*s.expose(), "one");
+        write("two\n");
+        assert_eq!(&*s.expose(), "two");
+        assert_eq!(&*clone.expose(), "two", "clones share the value");
+        assert!(s.matches(b"two") && !s.matches(b"one"));
+        assert_eq!(&*slow.expose(), "one", "not looked at before its recheck");
+        // Half written, two lines, gone: the value before stays.
+        for bad in ["", "three\nfour\n", "  \n"] {
+            write(bad);
+            assert_eq!(&*s.expose(), "two", "{bad:?}");
+        }
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(&*s.expose(), "two");
+        write("five");
+        assert_eq!(&*s.expose(), "five");
+        // Fixed values do not move.
+        assert_eq!(&*Secret::new("x").expose(), "x");
     }
 
     /// `/dev/zero` (or any path named by mistake) is a bounded read and an

@@ -696,12 +696,13 @@ impl RemoteSpec {
     /// of anything that may be logged.
     fn scrub(&self, message: &str) -> String {
         let mut out = message.replace(&self.url, &self.parsed.display);
+        let token = self.auth.token.as_ref().map(|t| t.expose());
         let mut secrets: Vec<&str> = Vec::new();
         if let Some(p) = &self.parsed.password {
             secrets.push(p);
         }
-        if let Some(t) = &self.auth.token {
-            secrets.push(t.expose());
+        if let Some(t) = &token {
+            secrets.push(t);
         }
         for s in secrets {
             if !s.is_empty() {
@@ -766,7 +767,7 @@ impl RemoteSpec {
                 };
                 gave_token = true;
                 let user = self.auth.token_user.as_deref().unwrap_or("x-access-token");
-                return Cred::userpass_plaintext(user, token.expose());
+                return Cred::userpass_plaintext(user, &token.expose());
             }
             refused("credentials (no supported kind was asked for)")
         });

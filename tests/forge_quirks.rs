@@ -746,3 +746,76 @@ async fn pages_are_read_while_full_and_linked_and_ten_at_most() {
         server.verify().await;
     }
 }
+
+/// A token file rotated while lockstep runs (a mounted Kubernetes Secret
+/// the kubelet swaps, a person's rewrite) is used from the next request
+/// on: before, the token was read once at start, and every status after a
+/// rotation was refused 401 until a restart. A file rewritten into
+/// something that is no token (two lines) is not taken: the token read
+/// before stays.
+#[tokio::test]
+async fn a_rotated_token_file_is_used_without_a_restart() {
+    let server = MockServer::start().await;
+    let list = format!("/repos/octo/fleet/commits/{SHA}/statuses");
+    for token in ["ghp-old", "ghp-bad"] {
+        Mock::given(method("GET"))
+            .and(path(list.as_str()))
+            .and(header("Authorization", format!("Bearer {token}").as_str()))
+            .respond_with(
+                ResponseTemplate::new(401)
+                    .set_body_json(serde_json::json!({"message": "Bad credentials"})),
+            )
+            .mount(&server)
+            .await;
+    }
+    Mock::given(method("GET"))
+        .and(path(list.as_str()))
+        .and(header("Authorization", "Bearer ghp-new"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!([])))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(format!("/repos/octo/fleet/statuses/{SHA}")))
+        .and(header("Authorization", "Bearer ghp-new"))
+        .respond_with(ResponseTemplate::new(201))
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    // A Secret's mount: `token` links to `..data/token`, and `..data` to
+    // the current version's directory, swapped in one rename.
+    let dir = tempfile::tempdir().unwrap();
+    let mount = dir.path();
+    let version = |name: &str, token: &str| {
+        std::fs::create_dir(mount.join(name)).unwrap();
+        std::fs::write(mount.join(name).join("token"), token).unwrap();
+        std::os::unix::fs::symlink(name, mount.join("..data_tmp")).unwrap();
+        std::fs::rename(mount.join("..data_tmp"), mount.join("..data")).unwrap();
+    };
+    version("..v1", "ghp-old\n");
+    std::os::unix::fs::symlink("..data/token", mount.join("token")).unwrap();
+    let token = lockstep::secret::token(Some(&mount.join("token")), None)
+        .unwrap()
+        .unwrap();
+    let forge = GitHub::new(&server.uri(), "octo/fleet", Some(token)).unwrap();
+    let err = deliver(&forge, &fast(), SHA, &status("d"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("401"), "{err}");
+
+    // Rewritten into two lines: not a token, not taken.
+    version("..v2", "ghp-bad\nghp-new\n");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let err = deliver(&forge, &fast(), SHA, &status("d"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("401"), "{err}");
+    assert!(!err.to_string().contains("ghp-"), "{err}");
+
+    // Rotated: the next request carries the new token.
+    version("..v3", "ghp-new\n");
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    deliver(&forge, &fast(), SHA, &status("d"))
+        .await
+        .expect("delivered with the rotated token");
+}

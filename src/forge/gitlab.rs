@@ -47,7 +47,7 @@ impl GitLab {
             .request(method, join(&self.base, path))
             .header("Accept", "application/json");
         if let Some(t) = &self.token {
-            req = req.header("PRIVATE-TOKEN", t.expose());
+            req = req.header("PRIVATE-TOKEN", &*t.expose());
         }
         req
     }
