@@ -713,7 +713,7 @@ async fn a_commit_is_applied_all_or_none() {
     );
     for n in &needs {
         assert!(
-            n.reason.contains("nothing of commit")
+            n.reason.contains("the objects of commit")
                 && n.reason
                     .contains("a dry run of ControlPlane openstack-staging/staging was refused")
                 && n.reason.contains("vnova.kb.io"),

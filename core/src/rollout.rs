@@ -1012,6 +1012,10 @@ pub enum WaitOn {
     /// The cluster left a step this process applied, again: it is applied
     /// once more after the repair backoff (`repair::Applies`).
     Drift,
+    /// Another object of the same commit could not be asked in a dry run
+    /// (the API server did not answer): a commit's objects are applied all
+    /// or none (`docs/gate.md`, "A commit is applied whole").
+    Commit,
 }
 
 impl Wait {

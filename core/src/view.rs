@@ -226,6 +226,10 @@ pub fn unit_view(key: &Key, r: &UnitReport, labels: BTreeMap<String, String>) ->
                     "left Git's step, set right after a backoff",
                     "something outside Git changed the object back (an edit, another tool writing the same fields): find it; lockstep applies Git's step again after each backoff",
                 ),
+                WaitOn::Commit => (
+                    "waiting on the rest of its commit",
+                    "another object of the same commit could not be asked in a dry run (the API server did not answer for it): lockstep applies a commit's objects together once each is asked",
+                ),
             };
             (
                 Attention::Pending,

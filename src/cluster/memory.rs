@@ -191,7 +191,7 @@ impl Cluster for MemoryCluster {
     /// What [`Cluster::apply`] would refuse, nothing changed. A plane the
     /// world lacks is one the apply creates from its document.
     async fn dry_run(&self, req: &ApplyRequest) -> Result<(), ClusterError> {
-        let w = self.world()?;
+        let w = self.world_ro()?;
         let invalid = |message: String| ClusterError::Invalid {
             key: req.key.clone(),
             message,

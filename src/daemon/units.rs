@@ -482,11 +482,19 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 // applied all or none: a dry run of each first (a new step
                 // only; the same step again is that object's alone).
                 if !again
+                    && !step.abort
                     && let Err(refused) = self.commit_admits(&judgment.chains, step, snapshot).await
                 {
                     if refused.retryable {
                         tracing::warn!(reason = %refused.message, "a dry run of the commit's objects did not answer; next pass");
                         out.busy = true;
+                        // What a person was told stays told: a pass that
+                        // could not ask turns no failure back to pending.
+                        report.needs_person = self
+                            .units
+                            .get(&chain.unit)
+                            .and_then(|u| u.needs_person.clone());
+                        report.waiting = Some(Wait::new(WaitOn::Commit, refused.message));
                     } else {
                         self.tell_person(
                             chain,
@@ -494,6 +502,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                             format!("apply refused: {}", refused.message),
                         );
                     }
+                    return report;
+                }
+                // The dry runs took time: the lease may have gone since.
+                if !self.leads() {
                     return report;
                 }
                 match self.apply(chain, i, again).instrument(span).await {
@@ -552,6 +564,19 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                         // on a person, so a bounded run can stop.
                         out.busy |= e.retryable();
                         if !e.retryable() {
+                            // Refused after its dry run passed (the cluster
+                            // changed in between): the objects of its
+                            // commits not applied yet this pass wait too.
+                            let short = step.sha.get(..10).unwrap_or(&step.sha);
+                            let held = CommitRefused::refused(
+                                short,
+                                &chain.unit,
+                                &step.sha,
+                                &e.to_string(),
+                            );
+                            for c in &step.commits {
+                                self.dry_runs.insert(c.clone(), Err(held.clone()));
+                            }
                             self.tell_person(chain, &mut report, format!("apply refused: {e}"));
                         }
                         report.next = Next::Apply(i);
@@ -647,18 +672,51 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let short = commit.get(..10).unwrap_or(commit);
         let asked = futures::stream::iter(members)
             .map(|chain| async move {
-                let (state, _) = self.read_unit(chain, snapshot).await.map_err(|e| {
-                    CommitRefused::of(short, &chain.unit, e.retryable(), &e.to_string())
+                let unit = &chain.unit;
+                if !self.leads() {
+                    return Err(CommitRefused::later(
+                        short,
+                        unit,
+                        "this process no longer leads",
+                    ));
+                }
+                let (mut state, _) = self.read_unit(chain, snapshot).await.map_err(|e| {
+                    if e.retryable() {
+                        CommitRefused::later(short, unit, &e.to_string())
+                    } else {
+                        CommitRefused::unread(short, unit, &e.to_string())
+                    }
                 })?;
+                if state.spec.is_none() {
+                    // Decided as the unit's own pass decides it
+                    // (`note_gone`): deleted outside Git, it is re-created
+                    // where it was, or blocked.
+                    state.gone_from = self
+                        .gone
+                        .get(unit)
+                        .or_else(|| self.present.get(unit))
+                        .cloned();
+                }
                 let Next::Apply(j) = next_of(chain, &state) else {
                     return Ok(());
                 };
-                if !chain.steps.get(j).is_some_and(carries) {
+                let Some(step) = chain.steps.get(j).filter(|s| carries(s)) else {
+                    // On an earlier hop, or past the commit: asked when it
+                    // comes to it, or never again.
+                    return Ok(());
+                };
+                // An abort goes at once (it ends a hop in flight); a step
+                // already applied that the cluster left is that object's
+                // drift, set right on its own (`again`), never a reason to
+                // hold the others.
+                if step.abort
+                    || rollout::applied_before(step, &state)
+                    || self.applies.get(unit).is_some_and(|a| a.sha == step.sha)
+                {
                     return Ok(());
                 }
-                let (req, _) = super::apply::request(chain, j).map_err(|e| {
-                    CommitRefused::of(short, &chain.unit, e.retryable(), &e.to_string())
-                })?;
+                let (req, _) = super::apply::request(chain, j)
+                    .map_err(|e| CommitRefused::refused(short, unit, &step.sha, &e.to_string()))?;
                 let t = Instant::now();
                 let r = self.cluster.dry_run(&req).await;
                 Metrics::observe(
@@ -667,15 +725,20 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     r.is_ok(),
                     t.elapsed(),
                 );
-                r.map_err(|e| CommitRefused::of(short, &chain.unit, e.retryable(), &e.to_string()))
+                r.map_err(|e| {
+                    if e.retryable() {
+                        CommitRefused::later(short, unit, &e.to_string())
+                    } else {
+                        CommitRefused::refused(short, unit, &step.sha, &e.to_string())
+                    }
+                })
             })
-            .buffered(READS_IN_FLIGHT)
-            .collect::<Vec<_>>()
-            .await;
-        // A refusal outweighs a read that did not answer: it waits on a
-        // person either way.
+            .buffered(READS_IN_FLIGHT);
+        futures::pin_mut!(asked);
+        // The first refusal ends the asking; a refusal outweighs a read
+        // that did not answer (it waits on a person either way).
         let mut later = None;
-        for a in asked {
+        while let Some(a) = asked.next().await {
             match a {
                 Ok(()) => {}
                 Err(r) if !r.retryable => return Err(r),
@@ -939,15 +1002,39 @@ pub(super) struct CommitRefused {
 }
 
 impl CommitRefused {
-    fn of(commit: &str, unit: &Key, retryable: bool, why: &str) -> Self {
-        let message = if retryable {
-            format!("commit {commit}: {unit} could not be asked in a dry run: {why}")
+    /// A dry run (or what it would send) was refused: a person must act.
+    fn refused(commit: &str, unit: &Key, at: &str, why: &str) -> Self {
+        let at = if at.starts_with(commit) {
+            String::new()
         } else {
-            format!(
-                "nothing of commit {commit} is applied: a dry run of {unit} was refused ({why}); lockstep applies the objects a commit changes all or none: fix it in Git"
-            )
+            format!(" (its document at {})", at.get(..10).unwrap_or(at))
         };
-        CommitRefused { retryable, message }
+        CommitRefused {
+            retryable: false,
+            message: format!(
+                "the objects of commit {commit} wait: a dry run of {unit}{at} was refused ({why}); lockstep applies none of a commit's objects while one of them is refused: fix it in Git"
+            ),
+        }
+    }
+
+    /// An object of the commit cannot be read, and will not be by itself.
+    fn unread(commit: &str, unit: &Key, why: &str) -> Self {
+        CommitRefused {
+            retryable: false,
+            message: format!(
+                "the objects of commit {commit} wait: {unit} cannot be read ({why}); lockstep applies a commit's objects once each of them is asked in a dry run"
+            ),
+        }
+    }
+
+    /// Asked again next pass (the API server did not answer).
+    fn later(commit: &str, unit: &Key, why: &str) -> Self {
+        CommitRefused {
+            retryable: true,
+            message: format!(
+                "the objects of commit {commit} wait: {unit} could not be asked in a dry run ({why}); asked again next pass"
+            ),
+        }
     }
 }
 
