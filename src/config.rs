@@ -149,6 +149,12 @@ pub struct SourceConfig {
     /// Judge pull/merge request heads and post their status before merge.
     #[serde(default = "yes")]
     pub pull_requests: bool,
+    /// Pull requests reach the branch commit by commit (merged by rebase or
+    /// fast-forward): judge them so. By default a pull request is also
+    /// judged as the one change a merge commit or a squash makes of it, and
+    /// a chain of hops in it is refused on its head.
+    #[serde(default)]
+    pub lands_commit_by_commit: bool,
     /// Judge from this commit on (exclusive); default: the whole first-parent history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
@@ -168,6 +174,7 @@ impl Default for SourceConfig {
             known_hosts_file: None,
             poll_interval: default_poll(),
             pull_requests: true,
+            lands_commit_by_commit: false,
             since: None,
         }
     }

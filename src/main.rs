@@ -472,19 +472,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                 tracing::debug!(file = %names.path().unwrap_or(std::path::Path::new("")).display(), error = %e, "names index not saved");
             }
             if !lands_commit_by_commit {
-                let whole = lockstep::verdict::as_one_change(&report);
-                if let Some(last) = report.commits.last_mut()
-                    && !whole.is_empty()
-                {
-                    // The head's own verdict of such an object gives way
-                    // to the whole change's: one line per object.
-                    let keys: Vec<_> = whole.iter().filter_map(|o| o.key()).collect();
-                    last.objects
-                        .retain(|o| o.key().is_none_or(|k| !keys.contains(&k)));
-                    last.objects.extend(whole);
-                    last.verdict = Verdict::Refused;
-                    report.verdict = Verdict::Refused;
-                }
+                lockstep::verdict::land_whole(&mut report);
             }
             print(&report, output)?;
             if let Some(spec) = spec {

@@ -246,6 +246,7 @@ pub async fn run(config: Config, until_idle: bool) -> Result<Summary, ServiceErr
         since: config.source.since.clone(),
         poll: config.poll_interval(),
         pull_requests: config.source.pull_requests,
+        lands_commit_by_commit: config.source.lands_commit_by_commit,
         target_url: config.report.target_url.clone(),
         deadlines: stall_deadlines(
             crate::duration::positive(&config.cluster.stall_after)

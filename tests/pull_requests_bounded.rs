@@ -87,3 +87,67 @@ async fn a_pass_judges_a_bounded_number_of_pull_requests_newest_first() {
     assert_eq!(judged(&forge).await, (1..=40).collect::<Vec<_>>());
     assert_eq!(passes, 3, "sixteen a pass");
 }
+
+/// A pull request of two commits, each moving Nova one hop (2026.1 →
+/// 2026.2 → 2027.1), is what a merge commit or a squash lands as one
+/// change: a skip. Its head is refused, as `check` refuses it, saying so;
+/// before, the daemon gave each commit its own verdict and the request
+/// showed green, then its merge commit was refused on the branch. Where the
+/// branch takes pull requests commit by commit (`source.landsCommitByCommit`),
+/// both are accepted.
+#[tokio::test]
+async fn a_pull_request_is_judged_as_the_one_change_it_lands_as() {
+    for by_commit in [false, true] {
+        let repo = FleetRepo::new();
+        repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+        let main = repo.commit("nova at 2026.1");
+        repo.git(&["checkout", "-q", "-B", "pr", &main]);
+        repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+        let first = repo.commit("nova to 2026.2");
+        repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+        let head = repo.commit("nova to 2027.1");
+        repo.git(&["update-ref", "refs/pull/7/head", &head]);
+        repo.git(&["checkout", "-q", "main"]);
+        let mem = MemoryCluster::new(World::new(Params::default()));
+        let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+        let opts = Options {
+            cluster_name: "t".into(),
+            poll: Duration::from_millis(10),
+            lands_commit_by_commit: by_commit,
+            ..Options::default()
+        };
+        let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
+        let queue = StatusQueue::new(10_000);
+        let mut d = Daemon::new(
+            opts,
+            source,
+            mem.clone(),
+            clock,
+            queue.clone(),
+            Arc::new(Metrics::new()),
+        );
+        let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+        d.pass().await;
+        deliver_now(&queue, &forge, &Metrics::new(), &RetryPolicy::default()).await;
+        let said = async |sha: &str| -> String {
+            forge
+                .statuses(sha)
+                .await
+                .expect("notes")
+                .iter()
+                .map(|s| format!("{:?} {}", s.state, s.description))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let (first, head) = (said(&first).await, said(&head).await);
+        assert!(first.contains("success"), "{by_commit}: {first}");
+        if by_commit {
+            assert!(head.contains("success"), "{head}");
+        } else {
+            assert!(
+                head.contains("failure") && head.contains("2026.1→2027.1"),
+                "{head}"
+            );
+        }
+    }
+}

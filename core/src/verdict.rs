@@ -105,6 +105,26 @@ pub fn as_one_change(report: &CheckReport<impl Sized>) -> Vec<ObjectVerdict> {
     out
 }
 
+/// Adds [`as_one_change`]'s refusals to the head commit, which is what
+/// lands: the head's own verdict of such an object gives way to the whole
+/// change's, one line per object, and the head and the report are refused.
+/// `check` does it for its range, the daemon for a pull request's.
+pub fn land_whole<M>(report: &mut CheckReport<M>) {
+    let whole = as_one_change(report);
+    if whole.is_empty() {
+        return;
+    }
+    let Some(last) = report.commits.last_mut() else {
+        return;
+    };
+    let keys: Vec<_> = whole.iter().filter_map(|o| o.key()).collect();
+    last.objects
+        .retain(|o| o.key().is_none_or(|k| !keys.contains(&k)));
+    last.objects.extend(whole);
+    last.verdict = Verdict::Refused;
+    report.verdict = Verdict::Refused;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

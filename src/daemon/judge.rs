@@ -446,7 +446,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             };
             let r = self.judge_pull(path, opts).await;
             match r {
-                Ok(report) => {
+                Ok(mut report) => {
+                    // What the request becomes when it is merged or
+                    // squashed: one change, as `check` judges it.
+                    if !self.opts.lands_commit_by_commit {
+                        crate::verdict::land_whole(&mut report);
+                    }
                     if let Some(ui) = &mut self.ui {
                         ui.pull(n, &oid.to_string(), &report.commits);
                     }

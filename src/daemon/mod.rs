@@ -70,6 +70,9 @@ pub struct Options {
     pub since: Option<String>,
     pub poll: Duration,
     pub pull_requests: bool,
+    /// Pull requests land commit by commit (`source.landsCommitByCommit`):
+    /// not judged as one change besides.
+    pub lands_commit_by_commit: bool,
     pub target_url: Option<String>,
     pub deadlines: Deadlines,
     pub repair: RepairPolicy,
@@ -118,6 +121,7 @@ impl Default for Options {
             since: None,
             poll: Duration::from_secs(30),
             pull_requests: true,
+            lands_commit_by_commit: false,
             target_url: None,
             deadlines: Deadlines::default(),
             repair: RepairPolicy::default(),
