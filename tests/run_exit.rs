@@ -766,3 +766,109 @@ fn an_accepted_document_that_cannot_be_read_back_is_not_applied_in_part() {
     );
     assert!(stdout.contains("nothing applied"), "{stdout}");
 }
+
+/// The simulated cluster with a person fighting lockstep over Nova: after
+/// every apply of it, `kubectl set image` puts a hotfix tag back, and from
+/// then on an unforced apply of Nova (a dry run too) conflicts with that
+/// field manager, as it would on a real API server.
+#[derive(Clone)]
+struct Fighting {
+    inner: MemoryCluster,
+    nova: Key,
+    edited: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Cluster for Fighting {
+    crate::forward_cluster!(all_but apply dry_run);
+    async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
+        let r = self.inner.apply(req).await;
+        if req.key == self.nova && r.is_ok() {
+            let mut w = self.inner.world().expect("world");
+            if let Some(o) = w.objects.get_mut(&self.nova) {
+                o.image = lockstep::release::ImageRef::new(
+                    Some("ghcr.io/c5c3/nova"),
+                    Some("2027.1-hotfix"),
+                    None,
+                )
+                .expect("image");
+            }
+            self.edited.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        r
+    }
+    async fn dry_run(&self, req: &ApplyRequest) -> Result<(), ClusterError> {
+        if req.key == self.nova && self.edited.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(ClusterError::Conflict {
+                key: req.key.clone(),
+                message: "conflict with \"kubectl-set\": .spec.image.tag".into(),
+            });
+        }
+        self.inner.dry_run(req).await
+    }
+}
+
+/// An object of a commit that already ran its step, and that someone edits
+/// since, is that object's drift (set right on its own, and told to a
+/// person once it turns into a fight): it does not hold the other objects
+/// of the commit when they come to it later. Staging is on an earlier hop
+/// when Nova runs their common commit; by the time staging reaches it,
+/// Nova's dry run would conflict with the person's edit. Before, staging
+/// was held ("a dry run of Nova was refused") for as long as the fight went
+/// on; now staging's hop runs, and only Nova needs a person.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drifted_object_does_not_hold_the_rest_of_its_commit() {
+    const STAGING: &str = "clusters/staging/controlplane.yaml";
+    const NOVA: &str = "standalone/compute/nova.yaml";
+    let repo = common::FleetRepo::new();
+    repo.write(STAGING, common::staging("2026.1"));
+    repo.write(NOVA, common::nova("nova", "2026.2", "2026.2"));
+    repo.commit("staging at 2026.1, nova at 2026.2");
+    repo.write(STAGING, common::staging("2026.2"));
+    repo.commit("staging to 2026.2");
+    repo.write(STAGING, common::staging("2027.1"));
+    repo.write(NOVA, common::nova("nova", "2027.1", "2027.1"));
+    repo.commit("staging and nova to 2027.1");
+
+    let staging = Key::new(Kind::ControlPlane, "openstack-staging", "staging");
+    let nova = Key::new(Kind::Nova, "compute", "nova");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let cluster = Fighting {
+        inner: mem.clone(),
+        nova: nova.clone(),
+        edited: Default::default(),
+    };
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        poll: Duration::from_millis(10),
+        until_idle: true,
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
+    let mut d = Daemon::new(
+        opts,
+        source,
+        cluster,
+        clock,
+        StatusQueue::new(10_000),
+        Arc::new(Metrics::new()),
+    );
+    let (_tx, rx) = tokio::sync::mpsc::channel(1);
+    let (_leader_tx, leader) = tokio::sync::watch::channel(true);
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        d.run(rx, leader, std::future::pending::<()>()),
+    )
+    .await
+    .expect("the bounded run stops");
+    let needs = d.needs_person();
+    assert_eq!(
+        mem.world().expect("world").planes[&staging].release,
+        "2027.1",
+        "staging's hop ran: {needs:?}"
+    );
+    assert!(
+        needs.iter().all(|n| n.subject == "Nova compute/nova"),
+        "{needs:?}"
+    );
+    assert!(!needs.is_empty(), "the fight over Nova is told to a person");
+}
