@@ -1395,6 +1395,10 @@ fn selected(
         gitlink_selected(path, prefixes)
     } else if is_symlink && at_or_above_prefix(path, prefixes) {
         true
+    } else if crate::manifest::is_attributes(path) {
+        // It governs every file below its directory, judged or not.
+        let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+        dir.is_empty() || at_or_above_prefix(dir, prefixes) || under_prefixes(path, prefixes)
     } else {
         wanted(path) && under_prefixes(path, prefixes)
     }
@@ -1434,9 +1438,23 @@ fn check_tree(tree: &git2::Tree<'_>, dir: &str) -> Result<(), Error> {
     // One buffer for the names (a whole tree is thousands of entries).
     let mut names = Vec::new();
     let mut spans = Vec::with_capacity(tree.len());
+    // A mode Git never writes: libgit2 reads it by its execute bits
+    // (`120755` a plain executable file), git by its type bits (a link, a
+    // submodule), so lockstep would judge another entry than the one a
+    // checkout makes. `100664` is an old Git's plain file, read alike.
+    let mut odd_mode = None;
     for e in tree.iter() {
         let start = names.len();
         names.extend_from_slice(e.name_bytes());
+        let raw = e.filemode_raw();
+        if odd_mode.is_none()
+            && !matches!(
+                raw,
+                0o100644 | 0o100755 | 0o100664 | 0o120000 | 0o040000 | 0o160000
+            )
+        {
+            odd_mode = Some((start, names.len(), raw));
+        }
         spans.push((start, names.len(), e.filemode() == 0o040000));
     }
     let entries: Vec<(&[u8], bool)> = spans
@@ -1449,6 +1467,14 @@ fn check_tree(tree: &git2::Tree<'_>, dir: &str) -> Result<(), Error> {
             "{why}; Git never writes such a tree (`git fsck` reports it), and lockstep cannot be sure which file it would judge: rewrite the commit without it"
         ),
     };
+    if let Some((a, b, raw)) = odd_mode {
+        return Err(bad(
+            &names[a..b],
+            &format!(
+                "its mode {raw:o} is none Git writes (100644 or 100755 a file, 120000 a symbolic link, 040000 a directory, 160000 a submodule): Git and libgit2 read it as different kinds of entry"
+            ),
+        ));
+    }
     for (i, (name, is_dir)) in entries.iter().enumerate() {
         // A name lockstep never reads (a `résumé.txt` in Latin-1) may be
         // anything; a directory or a manifest must be read by one name.

@@ -34,15 +34,17 @@ pub fn first_divergence(text: &str) -> Option<(u32, String)> {
 
 /// Whether `bytes` hold anything [`in_line`] looks for: a CR, the lead
 /// byte of U+0085 or of U+2028/U+2029, `<<`, or a line starting with `---`
-/// or `...` (a document marker of any kind).
+/// or `...` (a document marker of any kind) or `%` (a directive).
 fn may_diverge(bytes: &[u8]) -> bool {
     use memchr::memmem::find;
     memchr::memchr3(b'\r', 0xC2, 0xE2, bytes).is_some()
         || find(bytes, b"<<").is_some()
         || bytes.starts_with(b"---")
         || bytes.starts_with(b"...")
+        || bytes.starts_with(b"%")
         || find(bytes, b"\n---").is_some()
         || find(bytes, b"\n...").is_some()
+        || find(bytes, b"\n%").is_some()
 }
 
 fn in_line(line: &str) -> Option<String> {
@@ -64,12 +66,23 @@ fn in_line(line: &str) -> Option<String> {
         }
     }
     if let Some(rest) = line.strip_prefix("---") {
-        let plain = rest.trim().is_empty()
-            || (rest.starts_with([' ', '\t']) && rest.trim_start().starts_with('#'));
+        // Spaces and tabs only: kubectl trims every Unicode space after
+        // `---` (a no-break space too) and splits there, where YAML reads
+        // `---` followed by such a space as text, not a document marker.
+        let blank = |c: char| c == ' ' || c == '\t';
+        let plain = rest.chars().all(blank)
+            || (rest.starts_with(blank) && rest.trim_start_matches(blank).starts_with('#'));
         if !plain {
             return Some(format!(
                 "`---{}`: kubectl splits documents at every line starting with `---` and reads what follows it otherwise than YAML; put `---` on a line of its own",
-                crate::escape::escape(&rest.chars().take(20).collect::<String>())
+                rest.chars()
+                    .take(20)
+                    .map(|c| if c.is_whitespace() && c != ' ' {
+                        format!("\\u{{{:x}}}", u32::from(c))
+                    } else {
+                        crate::escape::escape(&c.to_string()).into_owned()
+                    })
+                    .collect::<String>()
             ));
         }
     }
@@ -78,6 +91,11 @@ fn in_line(line: &str) -> Option<String> {
     {
         return Some(
             "a document end marker (`...`): kubectl passes the text after it to the YAML reader with the document before it, which drops it; separate documents with `---`".into(),
+        );
+    }
+    if line.starts_with('%') {
+        return Some(
+            "a directive (`%YAML`, `%TAG`): Kubernetes' YAML library refuses `%YAML 1.2` and reads tags otherwise, so kubectl, Argo CD and Flux would not apply the file as judged; remove the directive".into(),
         );
     }
     if merge_key(line) {
@@ -163,6 +181,15 @@ mod tests {
             ("spec: {a: 1, <<: *rel}\n", 1, "merge key"),
             ("- <<: *x\n", 1, "merge key"),
             ("{\"kind\": \"Nova\"}: x\n", 1, "kubectl reads it as JSON"),
+            // kubectl trims any Unicode space after `---` (Go's
+            // `strings.TrimSpace`) and splits there; YAML reads text.
+            ("!!null |\n---\u{a0}\nkind: Nova\n", 2, "`---\\u{a0}`"),
+            ("a: |\n---\u{3000}\n", 2, "on a line of its own"),
+            ("a: 1\n---\u{b}\n", 2, "on a line of its own"),
+            ("a: 1\n--- \u{a0}# x\n", 2, "on a line of its own"),
+            ("%YAML 1.2\n---\nkind: Nova\n", 1, "directive"),
+            ("a: 1\n...\n%TAG ! tag:x,2026:\n---\n", 2, "document end"),
+            ("a: 1\n---\n%TAG ! tag:x,2026:\n", 3, "directive"),
         ] {
             let Some((l, why)) = first_divergence(text) else {
                 panic!("{text:?}: not refused");

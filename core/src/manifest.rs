@@ -179,7 +179,51 @@ pub struct ParsedFile {
 /// to lockstep's readers; a `.json` file that is not an object is skipped
 /// like any other YAML that is not one).
 pub fn is_manifest_path(path: &str) -> bool {
-    path.ends_with(".yaml") || path.ends_with(".yml") || path.ends_with(".json") || is_jsonnet(path)
+    path.ends_with(".yaml")
+        || path.ends_with(".yml")
+        || path.ends_with(".json")
+        || is_jsonnet(path)
+        || is_attributes(path)
+}
+
+/// A `.gitattributes` file: read only to refuse the attributes that make
+/// a checkout's text differ from the committed text (`parse_file`). One
+/// governs the files below its directory, so it is read wherever it is at
+/// or above a judged path (`git::selected`).
+pub fn is_attributes(path: &str) -> bool {
+    path == ".gitattributes" || path.ends_with("/.gitattributes")
+}
+
+/// The first attribute of a `.gitattributes` text that makes git write
+/// other text at checkout than it committed: `working-tree-encoding`
+/// (re-encoded: a `¥` in Shift-JIS is the byte of `\`, and `\x2f` in a
+/// quoted apiVersion is `/` to kubectl) or `ident` (`$Id$` expanded). Set in
+/// a macro (`[attr]`) too. Its line and name.
+fn rewriting_attribute(text: &str) -> Option<(u32, &'static str)> {
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim_start();
+        if line.starts_with('#') {
+            continue;
+        }
+        // The pattern first (quoted, it may hold spaces), then attributes.
+        let attrs = if let Some(rest) = line.strip_prefix('"') {
+            rest.split_once('"').map_or("", |(_, a)| a)
+        } else {
+            line.split_once([' ', '\t']).map_or("", |(_, a)| a)
+        };
+        for a in attrs.split_ascii_whitespace() {
+            let name = a.split('=').next().unwrap_or(a);
+            let found = match name {
+                "working-tree-encoding" => Some("working-tree-encoding"),
+                "ident" => Some("ident"),
+                _ => None,
+            };
+            if let Some(f) = found {
+                return Some((u32::try_from(i + 1).unwrap_or(u32::MAX), f));
+            }
+        }
+    }
+    None
 }
 
 /// Jsonnet, which Argo CD's directory source renders and applies: read only
@@ -235,6 +279,19 @@ pub fn parse_file_keeping(
         }
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    if is_attributes(path) {
+        if let Some((line, name)) = rewriting_attribute(text) {
+            out.problems.push(Problem {
+                file,
+                line,
+                key: None,
+                message: format!(
+                    "sets `{name}`: git rewrites the files it names when it checks them out (re-encoded, or `$Id$` expanded), so kubectl, Argo CD and Flux read other text than lockstep judged; store the files as plain UTF-8 and remove the attribute"
+                ),
+            });
+        }
+        return out;
+    }
     // lockstep does not render Jsonnet; Argo CD does, and applies what it
     // makes: a C5C3 object there would reach the cluster unjudged.
     if is_jsonnet(path) {
@@ -431,6 +488,21 @@ fn read_document(file: &Arc<str>, doc: At<Node>, keep_source: bool, out: &mut Pa
         });
         return;
     };
+    // Flux's post-build substitution (`${var}`, `${var:=default}`) runs
+    // over every object before the apply: an identity spelled with it is
+    // another object to the cluster than to the gate (a foreign apiVersion
+    // here, a Nova there).
+    for (field, value) in [("apiVersion", api_version), ("kind", kind)] {
+        if value.contains("${") {
+            out.problems.push(Problem {
+                file: file.clone(),
+                line,
+                key: None,
+                message: substituted(field),
+            });
+            return;
+        }
+    }
     let kind = match Kind::recognise(api_version, kind) {
         // Not ours: ignored silently, like any other YAML in the repo; and
         // the operators' companion kinds, which carry no release.
@@ -458,6 +530,15 @@ fn read_document(file: &Arc<str>, doc: At<Node>, keep_source: bool, out: &mut Pa
         }
         Some(Recognised::Ours(k)) => k,
     };
+    if let Some((at, field)) = substituted_key(&doc.value, "", 0) {
+        out.problems.push(Problem {
+            file: file.clone(),
+            line: at,
+            key: None,
+            message: substituted(&field),
+        });
+        return;
+    }
     let mut ctx = Ctx {
         file,
         key: None,
@@ -475,6 +556,52 @@ fn read_document(file: &Arc<str>, doc: At<Node>, keep_source: bool, out: &mut Pa
         out.documents.push(document);
     }
     out.problems.extend(ctx.problems);
+}
+
+fn substituted(field: &str) -> String {
+    format!(
+        "`${{` in {field}: Flux's post-build substitution replaces it before the apply, so the cluster would get another object than the one judged; write it out"
+    )
+}
+
+/// The first place in a C5C3 document where Flux's substitution would
+/// change what the gate reads as the object's identity or shape: a key
+/// anywhere, or `metadata.name` and `metadata.namespace`. Other values
+/// are the operators' business (a release or an image written so does not
+/// parse and is refused as such).
+fn substituted_key(node: &Node, path: &str, depth: usize) -> Option<(u32, String)> {
+    let Node::Map(map) = node else {
+        if let Node::Seq(items) = node {
+            return items
+                .iter()
+                .find_map(|i| substituted_key(i, path, depth + 1));
+        }
+        return None;
+    };
+    for (k, v) in map {
+        let here = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
+        if k.contains("${") {
+            return Some((
+                to_line(v.line),
+                format!("the key {:?}", crate::escape::escape(&here)),
+            ));
+        }
+        if depth == 1
+            && path == "metadata"
+            && (k == "name" || k == "namespace")
+            && v.value.as_str().is_some_and(|s| s.contains("${"))
+        {
+            return Some((to_line(v.line), here));
+        }
+        if let Some(found) = substituted_key(&v.value, &here, depth + 1) {
+            return Some(found);
+        }
+    }
+    None
 }
 
 /// Why a mapping missing its `apiVersion` or `kind` (or holding one that is
@@ -1414,6 +1541,107 @@ spec:
     repository: ghcr.io/c5c3/glance
     tag: \"2026.1\"
 ";
+
+    /// Flux's post-build substitution rewrites `${…}` before the apply: in
+    /// an identity or a key of ours, the cluster would get another object
+    /// than the one judged (`nova.openstack.c5c3.io${x}/v1alpha1` a
+    /// foreign group here, a Nova there). Refused, with the line; in a
+    /// value it is the operators' business.
+    #[test]
+    fn flux_substitution_in_an_identity_or_a_key_is_refused() {
+        for (text, line, needle) in [
+            (
+                GLANCE.replace(
+                    "glance.openstack.c5c3.io/",
+                    "${group:=glance.openstack.c5c3.io}/",
+                ),
+                1,
+                "`${` in apiVersion",
+            ),
+            (
+                "apiVersion: v1\nkind: ${k:=ConfigMap}\n".to_owned(),
+                1,
+                "`${` in kind",
+            ),
+            (
+                GLANCE.replace("name: glance", "name: ${name:=glance}"),
+                4,
+                "metadata.name",
+            ),
+            (
+                GLANCE.replace("namespace: image", "namespace: img${suffix}"),
+                5,
+                "metadata.namespace",
+            ),
+            (
+                format!("{GLANCE}  ${{key}}: x\n"),
+                11,
+                "the key \"spec.${key}\"",
+            ),
+        ] {
+            let p = parse(&text);
+            assert!(p.documents.is_empty(), "{text}");
+            assert_eq!(p.problems.len(), 1, "{text}: {:?}", p.problems);
+            assert_eq!(p.problems[0].line, line, "{text}: {:?}", p.problems);
+            assert!(
+                p.problems[0].message.contains(needle),
+                "{text}: {:?}",
+                p.problems
+            );
+        }
+        // Values are left alone, and foreign objects' names and keys.
+        let region = format!("{GLANCE}  region: ${{REGION}}\n");
+        assert!(parse(&region).problems.is_empty());
+        let foreign =
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${n}\ndata:\n  ${k}: v\n";
+        assert!(parse(foreign).problems.is_empty());
+    }
+
+    /// A `.gitattributes` is read for the two attributes that make a
+    /// checkout differ from the commit, set anywhere (a macro too); others
+    /// (LFS for images, line endings, an unset `-ident`) are fine.
+    #[test]
+    fn attributes_that_rewrite_a_checkout_are_refused() {
+        for (text, line, name) in [
+            (
+                "*.yaml working-tree-encoding=SHIFT-JIS\n",
+                1,
+                "working-tree-encoding",
+            ),
+            ("# notes\n*.png filter=lfs\n*.yml text ident\n", 3, "ident"),
+            (
+                "[attr]enc working-tree-encoding=UTF-16\n*.yaml enc\n",
+                1,
+                "working-tree-encoding",
+            ),
+            ("\"a b.yaml\" ident\n", 1, "ident"),
+        ] {
+            let p = parse_file("clusters/.gitattributes", text.as_bytes(), 1 << 20);
+            assert_eq!(p.problems.len(), 1, "{text:?}");
+            assert_eq!(p.problems[0].line, line, "{text:?}");
+            assert!(
+                p.problems[0].message.contains(name),
+                "{text:?}: {:?}",
+                p.problems
+            );
+            assert!(p.documents.is_empty() && p.skipped.is_empty());
+        }
+        for text in [
+            "*.png filter=lfs diff=lfs merge=lfs -text\n",
+            "* text=auto eol=lf\n*.yaml -ident\n",
+            "# working-tree-encoding=SHIFT-JIS\n",
+            "",
+        ] {
+            let p = parse_file(".gitattributes", text.as_bytes(), 1 << 20);
+            assert!(
+                p.problems.is_empty() && p.skipped.is_empty(),
+                "{text:?}: {:?}",
+                p.problems
+            );
+        }
+        assert!(is_attributes(".gitattributes") && is_attributes("a/.gitattributes"));
+        assert!(!is_attributes("a.gitattributes"));
+    }
 
     #[test]
     fn reads_a_service_with_lines() {
