@@ -671,7 +671,9 @@ impl GitRepo {
 
     /// Manifest paths that differ between two trees (`None` = empty tree),
     /// restricted to `prefixes` when any are given. Cost grows with what
-    /// changed: libgit2 skips subtrees whose ids are equal.
+    /// changed: libgit2 skips subtrees whose ids are equal. Only for trees
+    /// already checked (`check_tree`): git2 panics on a mode Git never
+    /// writes; [`GitRepo::changed_files_walk`] checks every tree it reads.
     pub fn changed_files(
         &self,
         old: Option<Oid>,

@@ -31,8 +31,8 @@ struct Inner {
 
 struct Followed {
     path: PathBuf,
-    /// A token must be one line of visible characters ([`token`]).
-    one_line: bool,
+    /// What a new value must be to be taken.
+    shape: Shape,
     recheck: Duration,
     seen: Mutex<Seen>,
 }
@@ -67,6 +67,39 @@ impl Stamp {
     }
 }
 
+/// What a secret file must hold; checked at start and at every change.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Shape {
+    /// Any non-empty text (a webhook secret, a dashboard token).
+    Any,
+    /// One line of visible characters: it goes into an HTTP header ([`token`]).
+    Token,
+    /// One `user:password` line, both parts non-empty (a dashboard
+    /// basic-auth file): a line without the colon could never match what a
+    /// browser sends, and the dashboard would be locked with no word why.
+    UserPassword,
+}
+
+impl Shape {
+    fn check(self, v: &str, path: &Path) -> Result<(), SecretError> {
+        let from = || format!("file {}", path.display());
+        match self {
+            Shape::Any => Ok(()),
+            Shape::Token => one_line(v, from()),
+            Shape::UserPassword => {
+                let pair = !v.contains('\n')
+                    && v.split_once(':')
+                        .is_some_and(|(u, p)| !u.is_empty() && !p.is_empty());
+                if pair {
+                    Ok(())
+                } else {
+                    Err(SecretError::NotUserPassword(path.display().to_string()))
+                }
+            }
+        }
+    }
+}
+
 /// How often a secret file is looked at for a new value.
 const RECHECK: Duration = Duration::from_secs(1);
 
@@ -84,6 +117,8 @@ pub enum SecretError {
     NotOneLine(String),
     #[error("the token in {0} is only spaces")]
     Blank(String),
+    #[error("dashboard basic-auth file {0}: expected one line user:password")]
+    NotUserPassword(String),
 }
 
 /// The variable a Git host's token is read from when no file and no other
@@ -98,7 +133,10 @@ pub const DEFAULT_TOKEN_ENV: &str = "LOCKSTEP_TOKEN";
 /// with an HTTP library's error that names neither the file nor the cause.
 pub fn token(file: Option<&Path>, env: Option<&str>) -> Result<Option<Secret>, SecretError> {
     let (secret, from) = match (file, env) {
-        (Some(f), _) => (Secret::follow(f, true)?, format!("file {}", f.display())),
+        (Some(f), _) => (
+            Secret::follow(f, Shape::Token)?,
+            format!("file {}", f.display()),
+        ),
         (None, Some(v)) => (Secret::from_env(v)?, format!("environment variable {v}")),
         (None, None) => match Secret::from_env(DEFAULT_TOKEN_ENV) {
             Ok(s) => (s, format!("environment variable {DEFAULT_TOKEN_ENV}")),
@@ -139,20 +177,30 @@ impl Secret {
     /// Reads a secret file (a mounted Kubernetes Secret, say), and follows
     /// it as it changes (`read_file` says how it is read).
     pub fn from_file(path: &Path) -> Result<Self, SecretError> {
-        Self::follow(path, false)
+        Self::follow(path, Shape::Any)
     }
 
-    fn follow(path: &Path, one_line: bool) -> Result<Self, SecretError> {
-        Self::follow_every(path, one_line, RECHECK)
+    /// [`Secret::from_file`] of a dashboard basic-auth file: one
+    /// `user:password` line, at start and at every change.
+    pub fn user_password_file(path: &Path) -> Result<Self, SecretError> {
+        Self::follow(path, Shape::UserPassword)
     }
 
-    fn follow_every(path: &Path, one_line: bool, recheck: Duration) -> Result<Self, SecretError> {
+    fn follow(path: &Path, shape: Shape) -> Result<Self, SecretError> {
+        Self::follow_every(path, shape, RECHECK)
+    }
+
+    fn follow_every(path: &Path, shape: Shape, recheck: Duration) -> Result<Self, SecretError> {
         let stamp = Stamp::of(path);
         let value = read_file(path)?;
+        // The token's own check names the source (`token`); the others here.
+        if shape != Shape::Token {
+            shape.check(&value, path)?;
+        }
         Ok(Secret(Arc::new(Inner {
             file: Some(Followed {
                 path: path.to_owned(),
-                one_line,
+                shape,
                 recheck,
                 seen: Mutex::new(Seen {
                     checked: Instant::now(),
@@ -228,11 +276,13 @@ impl Secret {
             // the value read last stands.
             return;
         }
-        let from = format!("file {}", f.path.display());
+        // Read again only a regular file: a path made a FIFO (or a device)
+        // would block the request that looked, or never end.
+        if !std::fs::metadata(&f.path).is_ok_and(|m| m.is_file()) {
+            return;
+        }
         let read = read_file(&f.path).and_then(|v| {
-            if f.one_line {
-                one_line(&v, from.clone())?;
-            }
+            f.shape.check(&v, &f.path)?;
             Ok(v)
         });
         match read {
@@ -351,8 +401,8 @@ mod tests {
             std::fs::rename(&tmp, &p).unwrap();
         };
         write("one\n");
-        let s = Secret::follow_every(&p, true, Duration::ZERO).unwrap();
-        let slow = Secret::follow_every(&p, true, Duration::from_secs(3600)).unwrap();
+        let s = Secret::follow_every(&p, Shape::Token, Duration::ZERO).unwrap();
+        let slow = Secret::follow_every(&p, Shape::Token, Duration::from_secs(3600)).unwrap();
         let clone = s.clone();
         assert_eq!(&*s.expose(), "one");
         write("two\n");
@@ -371,6 +421,40 @@ mod tests {
         assert_eq!(&*s.expose(), "five");
         // Fixed values do not move.
         assert_eq!(&*Secret::new("x").expose(), "x");
+        // Made a FIFO: not opened (it would block the request that looked).
+        std::fs::remove_file(&p).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&p)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert_eq!(&*s.expose(), "five");
+    }
+
+    /// A dashboard basic-auth file is one `user:password` line at start and
+    /// at every change: a rotation to a line without the colon (or with an
+    /// empty user) is not taken.
+    #[test]
+    fn a_user_password_file_keeps_its_shape() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("basic");
+        std::fs::write(&p, "ann\n").unwrap();
+        let e = Secret::user_password_file(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("expected one line user:password") && !e.contains("ann"),
+            "{e}"
+        );
+        std::fs::write(&p, "ann:pw\n").unwrap();
+        let s = Secret::follow_every(&p, Shape::UserPassword, Duration::ZERO).unwrap();
+        for bad in [":\n", "ann\n", "ann:pw\nbob:pw\n"] {
+            let tmp = dir.path().join("tmp");
+            std::fs::write(&tmp, bad).unwrap();
+            std::fs::rename(&tmp, &p).unwrap();
+            assert_eq!(&*s.expose(), "ann:pw", "{bad:?}");
+        }
+        std::fs::write(dir.path().join("tmp"), "bob:pw2").unwrap();
+        std::fs::rename(dir.path().join("tmp"), &p).unwrap();
+        assert_eq!(&*s.expose(), "bob:pw2");
     }
 
     /// `/dev/zero` (or any path named by mistake) is a bounded read and an

@@ -543,23 +543,9 @@ async fn drive<C: Cluster + 'static, R: Repo + 'static>(
                 .ui
                 .basic_auth_file
                 .as_deref()
-                .map(|path| {
-                    let s = Secret::from_file(path)?;
-                    // A line without the colon could never match what a
-                    // browser sends: the dashboard would be locked with
-                    // no word why.
-                    let one_pair = !s.expose().contains('\n')
-                        && s.expose()
-                            .split_once(':')
-                            .is_some_and(|(u, p)| !u.is_empty() && !p.is_empty());
-                    if !one_pair {
-                        return Err(ServiceError::Other(format!(
-                            "dashboard basic-auth file {}: expected one line user:password",
-                            path.display()
-                        )));
-                    }
-                    Ok(s)
-                })
+                // One `user:password` line, at start and whenever the
+                // file changes (`Secret::user_password_file`).
+                .map(Secret::user_password_file)
                 .transpose()?,
         };
         let (publisher, snapshots) =

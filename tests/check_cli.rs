@@ -1725,7 +1725,7 @@ fn what_a_checkout_reads_otherwise_is_refused() {
                 ".gitattributes",
                 "*.yaml working-tree-encoding=SHIFT-JIS\n".into(),
             )),
-            "sets `working-tree-encoding`",
+            "names `working-tree-encoding`",
         ),
         (
             "clusters/prod/nova.yaml",
@@ -1771,47 +1771,7 @@ fn what_a_checkout_reads_otherwise_is_refused() {
     let repo = FleetRepo::new();
     repo.write("nova.yaml", nova_at("2026.1"));
     let first = repo.commit("fleet");
-    repo.write("notes.txt", nova_at("2027.1"));
-    repo.commit("notes");
-    let hash = |args: &[&str], input: &[u8]| -> String {
-        use std::io::Write;
-        let mut c = std::process::Command::new("git")
-            .args(args)
-            .current_dir(repo.path())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("git");
-        c.stdin
-            .take()
-            .expect("stdin")
-            .write_all(input)
-            .expect("write");
-        let out = c.wait_with_output().expect("git");
-        assert!(out.status.success(), "git {args:?}");
-        String::from_utf8(out.stdout)
-            .expect("utf8")
-            .trim()
-            .to_owned()
-    };
-    let link = hash(&["hash-object", "-w", "--stdin"], b"notes.txt");
-    let notes = repo.git(&["rev-parse", "HEAD:notes.txt"]).trim().to_owned();
-    let raw = |hex: &str| -> Vec<u8> {
-        (0..20)
-            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
-            .collect()
-    };
-    let mut tree = Vec::new();
-    tree.extend_from_slice(b"100644 notes.txt\0");
-    tree.extend(raw(&notes));
-    tree.extend_from_slice(b"120755 nova.yaml\0");
-    tree.extend(raw(&link));
-    let tree = hash(
-        &["hash-object", "-t", "tree", "-w", "--literally", "--stdin"],
-        &tree,
-    );
-    let head = hash(&["commit-tree", &tree, "-p", "HEAD", "-m", "odd mode"], b"");
-    repo.git(&["update-ref", "refs/heads/main", &head]);
+    repo.commit_odd_mode(&nova_at("2027.1"));
     let (code, json) = check_json(&repo, &["--base", &first]);
     assert_eq!(code, 1, "{json:#}");
     assert!(strings(&json).contains("its mode 120755"), "{json:#}");

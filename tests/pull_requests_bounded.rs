@@ -151,3 +151,48 @@ async fn a_pull_request_is_judged_as_the_one_change_it_lands_as() {
         }
     }
 }
+
+/// A commit whose tree holds a mode Git never writes (120755) reaches the
+/// daemon's branch: it is refused, and the pass goes on. Before, the
+/// daemon's check of whether the commit touched a plan went through
+/// libgit2's diff, whose mode git2 does not know: a panic in the pass, the
+/// judgment thrown away and the whole history judged again, every pass,
+/// for anyone who could push.
+#[tokio::test]
+async fn a_tree_git_never_writes_is_refused_without_taking_the_pass_down() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova at 2026.1");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        cluster_name: "t".into(),
+        poll: Duration::from_millis(10),
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
+    let queue = StatusQueue::new(10_000);
+    let mut d = Daemon::new(
+        opts,
+        source,
+        mem.clone(),
+        clock,
+        queue.clone(),
+        Arc::new(Metrics::new()),
+    );
+    d.pass().await;
+    // The new commit extends the judged history (the path that asks
+    // whether it touched a plan).
+    let odd = repo.commit_odd_mode(&nova("nova", "2027.1", "2027.1"));
+    d.pass().await;
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    deliver_now(&queue, &forge, &Metrics::new(), &RetryPolicy::default()).await;
+    let said: Vec<String> = forge
+        .statuses(&odd)
+        .await
+        .expect("notes")
+        .iter()
+        .map(|s| format!("{:?} {}", s.state, s.description))
+        .collect();
+    assert!(said.iter().any(|s| s.contains("failure")), "{said:?}");
+}

@@ -95,7 +95,7 @@ fn in_line(line: &str) -> Option<String> {
     }
     if line.starts_with('%') {
         return Some(
-            "a directive (`%YAML`, `%TAG`): Kubernetes' YAML library refuses `%YAML 1.2` and reads tags otherwise, so kubectl, Argo CD and Flux would not apply the file as judged; remove the directive".into(),
+            "a line starting with `%`: a directive (`%YAML`, `%TAG`) to Kubernetes' YAML library, even as the next line of a quoted value, and it refuses `%YAML 1.2` and reads tags otherwise, so kubectl, Argo CD and Flux would not apply the file as judged; remove the directive, or indent the line".into(),
         );
     }
     if merge_key(line) {

@@ -199,29 +199,26 @@ pub fn is_attributes(path: &str) -> bool {
 /// (re-encoded: a `¥` in Shift-JIS is the byte of `\`, and `\x2f` in a
 /// quoted apiVersion is `/` to kubectl) or `ident` (`$Id$` expanded). Set in
 /// a macro (`[attr]`) too. Its line and name.
-fn rewriting_attribute(text: &str) -> Option<(u32, &'static str)> {
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim_start();
-        if line.starts_with('#') {
-            continue;
+fn rewriting_attribute(bytes: &[u8]) -> Option<(u32, &'static str)> {
+    // Read more loosely than git does, never less: git splits words at
+    // spaces, tabs, CRs and line feeds, takes a pattern whose quote does
+    // not close as plain, and a line starting with a form feed or a
+    // no-break space before `#` for a pattern. So: no comment is skipped
+    // (a comment naming the attribute is refused too), every ASCII space
+    // and `"` splits words, and the encoding's name anywhere is enough.
+    let line_of = |at: usize| {
+        u32::try_from(bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1).unwrap_or(u32::MAX)
+    };
+    if let Some(at) = memchr::memmem::find(bytes, b"working-tree-encoding") {
+        return Some((line_of(at), "working-tree-encoding"));
+    }
+    let mut at = 0;
+    for word in bytes.split(|b| b.is_ascii_whitespace() || *b == b'"') {
+        let name = word.split(|&b| b == b'=').next().unwrap_or(word);
+        if name == b"ident" {
+            return Some((line_of(at), "ident"));
         }
-        // The pattern first (quoted, it may hold spaces), then attributes.
-        let attrs = if let Some(rest) = line.strip_prefix('"') {
-            rest.split_once('"').map_or("", |(_, a)| a)
-        } else {
-            line.split_once([' ', '\t']).map_or("", |(_, a)| a)
-        };
-        for a in attrs.split_ascii_whitespace() {
-            let name = a.split('=').next().unwrap_or(a);
-            let found = match name {
-                "working-tree-encoding" => Some("working-tree-encoding"),
-                "ident" => Some("ident"),
-                _ => None,
-            };
-            if let Some(f) = found {
-                return Some((u32::try_from(i + 1).unwrap_or(u32::MAX), f));
-            }
-        }
+        at += word.len() + 1;
     }
     None
 }
@@ -262,6 +259,20 @@ pub fn parse_file_keeping(
         });
         return out;
     }
+    // Read as bytes: git reads attributes in any encoding.
+    if is_attributes(path) {
+        if let Some((line, name)) = rewriting_attribute(bytes) {
+            out.problems.push(Problem {
+                file,
+                line,
+                key: None,
+                message: format!(
+                    "names `{name}`: git rewrites the files it sets it on when it checks them out (re-encoded, or `$Id$` expanded), so kubectl, Argo CD and Flux read other text than lockstep judged; store the files as plain UTF-8 and remove the attribute (lockstep refuses the name anywhere in the file, a comment too)"
+                ),
+            });
+        }
+        return out;
+    }
     let text = match std::str::from_utf8(bytes) {
         Ok(t) => t,
         Err(e) => {
@@ -279,19 +290,6 @@ pub fn parse_file_keeping(
         }
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    if is_attributes(path) {
-        if let Some((line, name)) = rewriting_attribute(text) {
-            out.problems.push(Problem {
-                file,
-                line,
-                key: None,
-                message: format!(
-                    "sets `{name}`: git rewrites the files it names when it checks them out (re-encoded, or `$Id$` expanded), so kubectl, Argo CD and Flux read other text than lockstep judged; store the files as plain UTF-8 and remove the attribute"
-                ),
-            });
-        }
-        return out;
-    }
     // lockstep does not render Jsonnet; Argo CD does, and applies what it
     // makes: a C5C3 object there would reach the cluster unjudged.
     if is_jsonnet(path) {
@@ -1615,6 +1613,24 @@ spec:
                 "working-tree-encoding",
             ),
             ("\"a b.yaml\" ident\n", 1, "ident"),
+            // Where git reads more than a first reading would (a review's
+            // three bypasses): a CR splits words, a quote that does not
+            // close is a plain pattern, a form feed or a no-break space
+            // before `#` makes a pattern, not a comment.
+            (
+                "*.yaml\rworking-tree-encoding=SHIFT-JIS\n",
+                1,
+                "working-tree-encoding",
+            ),
+            ("x\n*.yaml\rident\n", 2, "ident"),
+            ("\"*.yaml ident\n", 1, "ident"),
+            ("\u{c}#*.yaml ident\n", 1, "ident"),
+            ("\u{a0}#*.yaml ident\n", 1, "ident"),
+            (
+                "# working-tree-encoding=SHIFT-JIS\n",
+                1,
+                "working-tree-encoding",
+            ),
         ] {
             let p = parse_file("clusters/.gitattributes", text.as_bytes(), 1 << 20);
             assert_eq!(p.problems.len(), 1, "{text:?}");
@@ -1628,8 +1644,7 @@ spec:
         }
         for text in [
             "*.png filter=lfs diff=lfs merge=lfs -text\n",
-            "* text=auto eol=lf\n*.yaml -ident\n",
-            "# working-tree-encoding=SHIFT-JIS\n",
+            "* text=auto eol=lf\n*.yaml -ident\n# identity: none here\n",
             "",
         ] {
             let p = parse_file(".gitattributes", text.as_bytes(), 1 << 20);
@@ -1639,6 +1654,19 @@ spec:
                 p.problems
             );
         }
+        // Not UTF-8 (git reads attributes in any encoding): read all the same.
+        let latin1 = b"r\xe9sum\xe9.yaml ident\n";
+        let p = parse_file(".gitattributes", latin1, 1 << 20);
+        assert!(
+            p.problems.len() == 1 && p.problems[0].message.contains("`ident`"),
+            "{:?}",
+            p.problems
+        );
+        assert!(
+            parse_file(".gitattributes", b"r\xe9sum\xe9.txt -text\n", 1 << 20)
+                .problems
+                .is_empty()
+        );
         assert!(is_attributes(".gitattributes") && is_attributes("a/.gitattributes"));
         assert!(!is_attributes("a.gitattributes"));
     }

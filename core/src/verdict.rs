@@ -62,67 +62,98 @@ impl From<&Skip> for SkipReport {
 /// hop in all (its first accepted `from` to its last accepted `to`), to be
 /// added to the head commit, which is what lands.
 pub fn as_one_change(report: &CheckReport<impl Sized>) -> Vec<ObjectVerdict> {
-    use crate::gate::{Reason, Transition};
-    use crate::release::{Step, TaggedRelease, step};
-    let mut net: std::collections::BTreeMap<crate::kind::Key, (ObjectVerdict, Option<String>)> =
-        Default::default();
-    // Held is accepted in Git (`check --live`: the hop waits for the one
-    // in flight); landed whole, it is applied at once all the same.
-    let taken = |v: Verdict| matches!(v, Verdict::Accepted | Verdict::Held);
-    for c in report.commits.iter().filter(|c| taken(c.verdict)) {
-        for o in c.objects.iter().filter(|o| taken(o.verdict)) {
-            let Some(key) = o.key() else { continue };
-            net.entry(key)
-                .and_modify(|(last, _)| *last = o.clone())
-                .or_insert_with(|| (o.clone(), o.from.clone()));
-        }
+    let mut net = Net::default();
+    for c in &report.commits {
+        net.add(c);
     }
-    let mut out = Vec::new();
-    for (last, first_from) in net.into_values() {
-        let (Some(from), Some(to)) = (first_from.as_deref(), last.to.as_deref()) else {
-            continue;
-        };
-        let (Ok(a), Ok(b)) = (TaggedRelease::parse(from), TaggedRelease::parse(to)) else {
-            continue;
-        };
-        let (a, b) = (a.release, b.release);
-        if step(a, b) != Step::Skip {
-            continue;
-        }
-        let name = last.name.clone().unwrap_or_default();
-        out.push(ObjectVerdict {
-            from: Some(from.to_owned()),
-            transition: Transition::Skip,
-            verdict: Verdict::Refused,
-            reason: Some(Reason::UpgradePathInvalid),
-            message: format!(
-                "{name} {from}→{to} as one change skips {}: a merge commit, a squash, or Flux and Argo CD applying the head take it at once; land one hop per pull request, or pass --lands-commit-by-commit when lockstep applies this branch and the range is merged by rebase or fast-forward",
-                a.next()
-            ),
-            ..last
-        });
-    }
-    out
+    net.skips.into_values().collect()
 }
 
-/// Adds [`as_one_change`]'s refusals to the head commit, which is what
-/// lands: the head's own verdict of such an object gives way to the whole
-/// change's, one line per object, and the head and the report are refused.
-/// `check` does it for its range, the daemon for a pull request's.
-pub fn land_whole<M>(report: &mut CheckReport<M>) {
-    let whole = as_one_change(report);
-    if whole.is_empty() {
-        return;
+/// Each object's first accepted `from` and its last accepted verdict over
+/// the commits added so far, and those whose two ends are a skip.
+#[derive(Default)]
+struct Net {
+    ends: std::collections::BTreeMap<crate::kind::Key, (ObjectVerdict, Option<String>)>,
+    skips: std::collections::BTreeMap<crate::kind::Key, ObjectVerdict>,
+}
+
+impl Net {
+    fn add(&mut self, c: &CommitReport) {
+        // Held is accepted in Git (`check --live`: the hop waits for the
+        // one in flight); landed whole, it is applied at once all the same.
+        let taken = |v: Verdict| matches!(v, Verdict::Accepted | Verdict::Held);
+        if !taken(c.verdict) {
+            return;
+        }
+        for o in c.objects.iter().filter(|o| taken(o.verdict)) {
+            let Some(key) = o.key() else { continue };
+            let (last, first_from) = self
+                .ends
+                .entry(key.clone())
+                .and_modify(|(last, _)| *last = o.clone())
+                .or_insert_with(|| (o.clone(), o.from.clone()));
+            match skip(last, first_from.as_deref()) {
+                Some(refusal) => {
+                    self.skips.insert(key, refusal);
+                }
+                None => {
+                    self.skips.remove(&key);
+                }
+            }
+        }
     }
-    let Some(last) = report.commits.last_mut() else {
-        return;
-    };
-    let keys: Vec<_> = whole.iter().filter_map(|o| o.key()).collect();
-    last.objects
-        .retain(|o| o.key().is_none_or(|k| !keys.contains(&k)));
-    last.objects.extend(whole);
-    last.verdict = Verdict::Refused;
-    report.verdict = Verdict::Refused;
+}
+
+/// The refusal of an object whose release moves from `from` to its last
+/// verdict's `to` more than one hop, if it does.
+fn skip(last: &ObjectVerdict, from: Option<&str>) -> Option<ObjectVerdict> {
+    use crate::gate::{Reason, Transition};
+    use crate::release::{Step, TaggedRelease, step};
+    let (from, to) = (from?, last.to.as_deref()?);
+    let (a, b) = (
+        TaggedRelease::parse(from).ok()?.release,
+        TaggedRelease::parse(to).ok()?.release,
+    );
+    if step(a, b) != Step::Skip {
+        return None;
+    }
+    let name = last.name.clone().unwrap_or_default();
+    Some(ObjectVerdict {
+        from: Some(from.to_owned()),
+        transition: Transition::Skip,
+        verdict: Verdict::Refused,
+        reason: Some(Reason::UpgradePathInvalid),
+        message: format!(
+            "{name} {from}→{to} as one change skips {}: a merge commit, a squash, or Flux and Argo CD applying the head take it at once; land one hop per pull request, or pass --lands-commit-by-commit when lockstep applies this branch and the range is merged by rebase or fast-forward",
+            a.next()
+        ),
+        ..last.clone()
+    })
+}
+
+/// Gives each commit of a range the verdict of landing the range up to it
+/// as one change ([`as_one_change`] of that prefix): an object such a
+/// landing moves more than one hop is refused on the commit, its own
+/// verdict there giving way (one line per object), and the commit and the
+/// report are refused. The head's is what a merge or a squash of the whole
+/// range lands; an earlier commit's is what it lands as the head of a
+/// shorter pull request, so a commit's verdict depends on the commits
+/// before it only, never on which pull request it was judged in. `check`
+/// does it for its range, the daemon for a pull request's. One pass over
+/// the range.
+pub fn land_whole<M>(report: &mut CheckReport<M>) {
+    let mut net = Net::default();
+    for c in &mut report.commits {
+        net.add(c);
+        if net.skips.is_empty() {
+            continue;
+        }
+        c.objects
+            .retain(|o| o.key().is_none_or(|k| !net.skips.contains_key(&k)));
+        c.objects.extend(net.skips.values().cloned());
+        c.verdict = Verdict::Refused;
+        report.verdict = Verdict::Refused;
+    }
 }
 
 #[cfg(test)]
@@ -196,5 +227,49 @@ mod tests {
             nova("2026.2", "2027.1", Verdict::Refused),
         ]);
         assert!(as_one_change(&refused).is_empty());
+    }
+
+    /// Each commit is landed with the commits before it: a pull request of
+    /// A (→2026.2), B (→2027.1) and C (another object) refuses B and C, and
+    /// the shorter request A, B refuses B the same, so B's verdict does not
+    /// depend on which request it was judged in (a review found B green in
+    /// the longer one, posted over its refusal in the shorter).
+    #[test]
+    fn each_commit_lands_with_the_commits_before_it() {
+        let mut other = nova("2026.1", "2026.1-p1", Verdict::Accepted);
+        other.name = Some("cell".into());
+        let long = || {
+            range(vec![
+                nova("2026.1", "2026.2", Verdict::Accepted),
+                nova("2026.2", "2027.1", Verdict::Accepted),
+                other.clone(),
+            ])
+        };
+        let mut r = long();
+        land_whole(&mut r);
+        let verdicts: Vec<Verdict> = r.commits.iter().map(|c| c.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [Verdict::Accepted, Verdict::Refused, Verdict::Refused]
+        );
+        assert_eq!(r.verdict, Verdict::Refused);
+        // B's Nova line gives way to the one change's; C keeps its own line
+        // and carries the refusal too.
+        assert_eq!(r.commits[1].objects.len(), 1);
+        assert!(r.commits[1].objects[0].message.contains("as one change"));
+        assert_eq!(r.commits[2].objects.len(), 2);
+        let mut short = long();
+        short.commits.truncate(2);
+        land_whole(&mut short);
+        assert_eq!(short.commits[1].verdict, Verdict::Refused);
+        assert_eq!(
+            short.commits[1].objects[0].message,
+            r.commits[1].objects[0].message
+        );
+        // One hop in all: nothing changes.
+        let mut fine = range(vec![nova("2026.1", "2026.2", Verdict::Accepted), other]);
+        land_whole(&mut fine);
+        assert!(fine.commits.iter().all(|c| c.verdict == Verdict::Accepted));
+        assert_eq!(fine.verdict, Verdict::Accepted);
     }
 }

@@ -200,7 +200,10 @@ pub fn touched(repo: &GitRepo, sha: &str, prefixes: &[String]) -> bool {
         .flatten()
         .and_then(|p| repo.commit(p).ok())
         .map(|p| p.tree);
-    let Ok(changes) = repo.changed_files(parent, c.tree, prefixes, manifest::is_manifest_path)
+    // The checked walk: libgit2's diff panics on a tree mode Git never
+    // writes (git2's `DiffFile::mode`), and a commit refused for one must
+    // not take the pass down. A tree that does not read counts as touched.
+    let Ok(changes) = repo.changed_files_walk(parent, c.tree, prefixes, manifest::is_manifest_path)
     else {
         return true;
     };

@@ -167,6 +167,55 @@ impl FleetRepo {
         self
     }
 
+    /// Commits, on top of `main`, a tree Git would never write: `nova.yaml`
+    /// as mode 120755 pointing at `notes.txt` (git checks out a link,
+    /// libgit2 reads a file holding the string), beside `notes.txt`
+    /// holding `notes`. Returns the commit id.
+    pub fn commit_odd_mode(&self, notes: &str) -> String {
+        self.write("notes.txt", notes);
+        self.commit("notes");
+        let hash = |args: &[&str], input: &[u8]| -> String {
+            use std::io::Write;
+            let mut c = Command::new("git")
+                .args(args)
+                .current_dir(self.path())
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("git");
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(input)
+                .expect("write");
+            let out = c.wait_with_output().expect("git");
+            assert!(out.status.success(), "git {args:?}");
+            String::from_utf8(out.stdout)
+                .expect("utf8")
+                .trim()
+                .to_owned()
+        };
+        let link = hash(&["hash-object", "-w", "--stdin"], b"notes.txt");
+        let notes = self.git(&["rev-parse", "HEAD:notes.txt"]);
+        let raw = |hex: &str| -> Vec<u8> {
+            (0..20)
+                .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
+                .collect()
+        };
+        let mut tree = Vec::new();
+        tree.extend_from_slice(b"100644 notes.txt\0");
+        tree.extend(raw(&notes));
+        tree.extend_from_slice(b"120755 nova.yaml\0");
+        tree.extend(raw(&link));
+        let tree = hash(
+            &["hash-object", "-t", "tree", "-w", "--literally", "--stdin"],
+            &tree,
+        );
+        let head = hash(&["commit-tree", &tree, "-p", "HEAD", "-m", "odd mode"], b"");
+        self.git(&["update-ref", "refs/heads/main", &head]);
+        head
+    }
+
     /// Commits everything; returns the new commit id.
     pub fn commit(&self, message: &str) -> String {
         self.git(&["add", "-A"]);
