@@ -528,7 +528,7 @@ fn read_document(file: &Arc<str>, doc: At<Node>, keep_source: bool, out: &mut Pa
         }
         Some(Recognised::Ours(k)) => k,
     };
-    if let Some((at, field)) = substituted_key(&doc.value, "", 0) {
+    if let Some((at, field)) = substituted_key(&doc.value) {
         out.problems.push(Problem {
             file: file.clone(),
             line: at,
@@ -567,39 +567,53 @@ fn substituted(field: &str) -> String {
 /// anywhere, or `metadata.name` and `metadata.namespace`. Other values
 /// are the operators' business (a release or an image written so does not
 /// parse and is refused as such).
-fn substituted_key(node: &Node, path: &str, depth: usize) -> Option<(u32, String)> {
-    let Node::Map(map) = node else {
-        if let Node::Seq(items) = node {
-            return items
-                .iter()
-                .find_map(|i| substituted_key(i, path, depth + 1));
-        }
-        return None;
-    };
-    for (k, v) in map {
-        let here = if path.is_empty() {
-            k.clone()
-        } else {
-            format!("{path}.{k}")
-        };
-        if k.contains("${") {
-            return Some((
-                to_line(v.line),
-                format!("the key {:?}", crate::escape::escape(&here)),
-            ));
-        }
-        if depth == 1
-            && path == "metadata"
-            && (k == "name" || k == "namespace")
-            && v.value.as_str().is_some_and(|s| s.contains("${"))
-        {
-            return Some((to_line(v.line), here));
-        }
-        if let Some(found) = substituted_key(&v.value, &here, depth + 1) {
-            return Some(found);
+fn substituted_key(node: &Node) -> Option<(u32, String)> {
+    // Every node of every C5C3 document is walked: no allocation on the
+    // way, the path is built only for what is found.
+    fn walk(node: &Node, at: Level) -> Option<(u32, Vec<&str>)> {
+        match node {
+            Node::Map(map) => {
+                for (k, v) in map {
+                    let named = at == Level::Metadata
+                        && (k == "name" || k == "namespace")
+                        && v.value.as_str().is_some_and(|s| s.contains("${"));
+                    if k.contains("${") || named {
+                        return Some((to_line(v.line), vec![k.as_str()]));
+                    }
+                    let next = if at == Level::Root && k == "metadata" {
+                        Level::Metadata
+                    } else {
+                        Level::Other
+                    };
+                    if let Some((line, mut path)) = walk(&v.value, next) {
+                        path.push(k.as_str());
+                        return Some((line, path));
+                    }
+                }
+                None
+            }
+            Node::Seq(items) => items.iter().find_map(|i| walk(i, Level::Other)),
+            _ => None,
         }
     }
-    None
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Level {
+        Root,
+        Metadata,
+        Other,
+    }
+    let (line, mut path) = walk(node, Level::Root)?;
+    path.reverse();
+    let path = path.join(".");
+    let is_name = path == "metadata.name" || path == "metadata.namespace";
+    Some((
+        line,
+        if is_name {
+            path
+        } else {
+            format!("the key {:?}", crate::escape::escape(&path))
+        },
+    ))
 }
 
 /// Why a mapping missing its `apiVersion` or `kind` (or holding one that is
