@@ -407,6 +407,12 @@ fn decoded_keys(node: &Node) -> Option<(u32, String)> {
                 (map.len() > 32).then(|| std::collections::HashSet::with_capacity(map.len()));
             for (i, (k, v)) in map.iter().enumerate() {
                 let at = to_line(v.line);
+                if k == NULL_KEY {
+                    return Some((
+                        at,
+                        "a null key (`~`, `null` or none): Kubernetes' YAML library cannot turn it into JSON and refuses the whole file, so kubectl, Argo CD and Flux would apply none of it while lockstep judged it; quote the key or remove it".into(),
+                    ));
+                }
                 if k == "<<" {
                     return Some((
                         at,
@@ -1218,6 +1224,11 @@ struct KeyText(String);
 /// does anyway only makes its document unappliable, never another one).
 const COMPLEX_KEY: &str = "\u{0}<complex key>";
 
+/// What a null key (`~: x`, `null: x`, `? : x`) reads as. Kubernetes' YAML
+/// library cannot turn one into JSON and refuses the whole file
+/// (`decoded_keys`); a quoted `"null"` is a string and reads as `null`.
+const NULL_KEY: &str = "\u{0}<null key>";
+
 impl<'de> Deserialize<'de> for KeyText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Node::deserialize(d).map(|n| KeyText(key_text(n)))
@@ -1232,7 +1243,7 @@ pub(crate) fn key_text(node: Node) -> String {
         Node::Int(i) => i.to_string(),
         Node::Float(f) => f.to_string(),
         Node::Bool(b) => b.to_string(),
-        Node::Null => "null".to_owned(),
+        Node::Null => NULL_KEY.to_owned(),
         Node::Seq(_) | Node::Map(_) => COMPLEX_KEY.to_owned(),
     }
 }
@@ -1473,7 +1484,7 @@ mod tests {
             "{why}"
         );
         // Keys YAML reads as other scalars are kept as kubectl writes them.
-        let text = format!("{GLANCE}  odd: {{on: 1, 0x10: 2, null: 3, \"yes\": 4}}\n");
+        let text = format!("{GLANCE}  odd: {{on: 1, 0x10: 2, \"null\": 3, \"yes\": 4}}\n");
         let kept = parse_file_keeping("f.yaml", text.as_bytes(), DEFAULT_MAX_FILE_BYTES, true);
         let source: serde_json::Value =
             serde_json::from_str(kept.documents[0].source.clone().unwrap().unwrap().as_ref())
@@ -1481,6 +1492,32 @@ mod tests {
         assert_eq!(
             source["spec"]["odd"],
             serde_json::json!({"true": 1, "16": 2, "null": 3, "yes": 4})
+        );
+    }
+
+    /// kubectl cannot turn a null key into JSON and refuses the whole file
+    /// ("unsupported map key of type: <nil>", checked with kubectl 1.32):
+    /// judged, its objects would never reach the cluster, and the next hop
+    /// would land there as a skip. Refused in any document of the file; a
+    /// quoted `"null"` is a string.
+    #[test]
+    fn a_null_key_is_refused() {
+        for key in ["~: x", "null: x", "NULL: x", "?\n  : x", ": x"] {
+            let text = format!("{GLANCE}  {key}\n");
+            let p = parse(&text);
+            assert!(p.documents.is_empty(), "{key:?}");
+            assert!(
+                p.problems.len() == 1 && p.problems[0].message.contains("a null key"),
+                "{key:?}: {:?}",
+                p.problems
+            );
+        }
+        let foreign = format!("{GLANCE}---\napiVersion: v1\nkind: ConfigMap\ndata:\n  ~: x\n");
+        assert!(parse(&foreign).documents.is_empty());
+        assert!(
+            parse(&format!("{GLANCE}  \"null\": x\n"))
+                .problems
+                .is_empty()
         );
     }
 
