@@ -132,11 +132,9 @@ pub const DEFAULT_TOKEN_ENV: &str = "LOCKSTEP_TOKEN";
 /// second line pasted into the file would otherwise fail every request
 /// with an HTTP library's error that names neither the file nor the cause.
 pub fn token(file: Option<&Path>, env: Option<&str>) -> Result<Option<Secret>, SecretError> {
+    // A file is checked as it is read, at start and at every change.
     let (secret, from) = match (file, env) {
-        (Some(f), _) => (
-            Secret::follow(f, Shape::Token)?,
-            format!("file {}", f.display()),
-        ),
+        (Some(f), _) => return Secret::follow(f, Shape::Token).map(Some),
         (None, Some(v)) => (Secret::from_env(v)?, format!("environment variable {v}")),
         (None, None) => match Secret::from_env(DEFAULT_TOKEN_ENV) {
             Ok(s) => (s, format!("environment variable {DEFAULT_TOKEN_ENV}")),
@@ -193,10 +191,7 @@ impl Secret {
     fn follow_every(path: &Path, shape: Shape, recheck: Duration) -> Result<Self, SecretError> {
         let stamp = Stamp::of(path);
         let value = read_file(path)?;
-        // The token's own check names the source (`token`); the others here.
-        if shape != Shape::Token {
-            shape.check(&value, path)?;
-        }
+        shape.check(&value, path)?;
         Ok(Secret(Arc::new(Inner {
             file: Some(Followed {
                 path: path.to_owned(),

@@ -23,6 +23,32 @@ use lockstep::source::{Origin, Source};
 
 const NOVA: &str = "standalone/compute/nova.yaml";
 
+/// The options every test here starts from.
+fn options() -> Options {
+    Options {
+        cluster_name: "t".into(),
+        poll: Duration::from_millis(10),
+        ..Options::default()
+    }
+}
+
+/// A daemon on `repo`'s `main` over the simulated cluster, and its queue.
+fn daemon(repo: &FleetRepo, opts: Options) -> (Daemon<MemoryCluster, Source>, StatusQueue) {
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
+    let queue = StatusQueue::new(10_000);
+    let d = Daemon::new(
+        opts,
+        source,
+        mem,
+        clock,
+        queue.clone(),
+        Arc::new(Metrics::new()),
+    );
+    (d, queue)
+}
+
 #[tokio::test]
 async fn a_pass_judges_a_bounded_number_of_pull_requests_newest_first() {
     let repo = FleetRepo::new();
@@ -38,23 +64,7 @@ async fn a_pass_judges_a_bounded_number_of_pull_requests_newest_first() {
         heads.push(sha);
     }
     repo.git(&["checkout", "-q", "main"]);
-    let mem = MemoryCluster::new(World::new(Params::default()));
-    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
-    let opts = Options {
-        cluster_name: "t".into(),
-        poll: Duration::from_millis(10),
-        ..Options::default()
-    };
-    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
-    let queue = StatusQueue::new(10_000);
-    let mut d = Daemon::new(
-        opts,
-        source,
-        mem.clone(),
-        clock,
-        queue.clone(),
-        Arc::new(Metrics::new()),
-    );
+    let (mut d, queue) = daemon(&repo, options());
     let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
     let judged = async |forge: &AnyForge| -> Vec<usize> {
         let mut out = Vec::new();
@@ -108,23 +118,12 @@ async fn a_pull_request_is_judged_as_the_one_change_it_lands_as() {
         let head = repo.commit("nova to 2027.1");
         repo.git(&["update-ref", "refs/pull/7/head", &head]);
         repo.git(&["checkout", "-q", "main"]);
-        let mem = MemoryCluster::new(World::new(Params::default()));
-        let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
-        let opts = Options {
-            cluster_name: "t".into(),
-            poll: Duration::from_millis(10),
-            lands_commit_by_commit: by_commit,
-            ..Options::default()
-        };
-        let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
-        let queue = StatusQueue::new(10_000);
-        let mut d = Daemon::new(
-            opts,
-            source,
-            mem.clone(),
-            clock,
-            queue.clone(),
-            Arc::new(Metrics::new()),
+        let (mut d, queue) = daemon(
+            &repo,
+            Options {
+                lands_commit_by_commit: by_commit,
+                ..options()
+            },
         );
         let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
         d.pass().await;
@@ -163,23 +162,7 @@ async fn a_tree_git_never_writes_is_refused_without_taking_the_pass_down() {
     let repo = FleetRepo::new();
     repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
     repo.commit("nova at 2026.1");
-    let mem = MemoryCluster::new(World::new(Params::default()));
-    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
-    let opts = Options {
-        cluster_name: "t".into(),
-        poll: Duration::from_millis(10),
-        ..Options::default()
-    };
-    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
-    let queue = StatusQueue::new(10_000);
-    let mut d = Daemon::new(
-        opts,
-        source,
-        mem.clone(),
-        clock,
-        queue.clone(),
-        Arc::new(Metrics::new()),
-    );
+    let (mut d, queue) = daemon(&repo, options());
     d.pass().await;
     // The new commit extends the judged history (the path that asks
     // whether it touched a plan).

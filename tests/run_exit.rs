@@ -572,14 +572,28 @@ async fn bounded_run_after(
         inner: mem.clone(),
         reject,
     };
+    let (d, queue) = run_until_idle(dir.path(), &mem, cluster).await;
+    let forge = AnyForge::Notes(Notes::open(dir.path()).expect("notes"));
+    assert!(deliver_now(&queue, &forge, &Metrics::new(), &RetryPolicy::default()).await);
+    (d.needs_person(), dir, mem)
+}
+
+/// Runs the daemon with `--until-idle` on `dir`'s `main` over `cluster`
+/// (which wraps `mem`, seeded at the first commit); a run that never idles
+/// fails the test. Returns the daemon and its status queue.
+async fn run_until_idle<C: Cluster + 'static>(
+    dir: &Path,
+    mem: &MemoryCluster,
+    cluster: C,
+) -> (Daemon<C, Source>, StatusQueue) {
     let queue = StatusQueue::new(10_000);
-    let source = Source::open(Origin::Local(dir.path().to_owned()), "main").expect("source");
+    let source = Source::open(Origin::Local(dir.to_owned()), "main").expect("source");
     let opts = Options {
         poll: Duration::from_millis(10),
         until_idle: true,
         ..Options::default()
     };
-    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
+    let clock = lockstep::daemon::virtual_start(mem, &source, &opts).expect("seeded");
     let mut d = Daemon::new(
         opts,
         source,
@@ -596,9 +610,7 @@ async fn bounded_run_after(
     )
     .await
     .expect("the bounded run stops");
-    let forge = AnyForge::Notes(Notes::open(dir.path()).expect("notes"));
-    assert!(deliver_now(&queue, &forge, &Metrics::new(), &RetryPolicy::default()).await);
-    (d.needs_person(), dir, mem)
+    (d, queue)
 }
 
 /// The notes of the commit with this subject.
@@ -837,29 +849,7 @@ async fn a_drifted_object_does_not_hold_the_rest_of_its_commit() {
         nova: nova.clone(),
         edited: Default::default(),
     };
-    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
-    let opts = Options {
-        poll: Duration::from_millis(10),
-        until_idle: true,
-        ..Options::default()
-    };
-    let clock = lockstep::daemon::virtual_start(&mem, &source, &opts).expect("seeded");
-    let mut d = Daemon::new(
-        opts,
-        source,
-        cluster,
-        clock,
-        StatusQueue::new(10_000),
-        Arc::new(Metrics::new()),
-    );
-    let (_tx, rx) = tokio::sync::mpsc::channel(1);
-    let (_leader_tx, leader) = tokio::sync::watch::channel(true);
-    tokio::time::timeout(
-        Duration::from_secs(120),
-        d.run(rx, leader, std::future::pending::<()>()),
-    )
-    .await
-    .expect("the bounded run stops");
+    let (d, _queue) = run_until_idle(repo.path(), &mem, cluster).await;
     let needs = d.needs_person();
     assert_eq!(
         mem.world().expect("world").planes[&staging].release,
