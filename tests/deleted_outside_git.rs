@@ -54,6 +54,30 @@ fn daemon(
     )
 }
 
+/// The same daemon restarted: the simulated cluster is left as it is (not
+/// seeded from Git again, as a real cluster would not be).
+fn restarted(
+    repo: &FleetRepo,
+    mem: &MemoryCluster,
+    since: Option<String>,
+) -> Daemon<MemoryCluster, Source> {
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        cluster_name: "t".into(),
+        poll: Duration::from_millis(10),
+        since,
+        ..Options::default()
+    };
+    Daemon::new(
+        opts,
+        source,
+        mem.clone(),
+        Arc::new(lockstep::daemon::VirtualClock::new(mem.clone())),
+        StatusQueue::new(10_000),
+        Arc::new(Metrics::new()),
+    )
+}
+
 /// Passes and simulated minutes until neither has work left; the releases
 /// the cluster's Nova had along the way, repeats folded.
 async fn until_idle(d: &mut Daemon<MemoryCluster, Source>, mem: &MemoryCluster) -> Vec<String> {
@@ -160,4 +184,74 @@ async fn a_deleted_object_with_no_step_where_it_was_waits_for_a_person() {
         "{seen:?} {:?}",
         d.needs_person()
     );
+}
+
+/// The record of what was deleted outside Git, as the cluster keeps it.
+async fn recorded_deletions(mem: &MemoryCluster) -> String {
+    use lockstep::cluster::Cluster as _;
+    let name = lockstep::daemon::record::name("t");
+    let text = mem
+        .load_record(&name)
+        .await
+        .expect("the record reads")
+        .expect("a record");
+    lockstep::daemon::record::Record::parse(&text)
+        .expect("a record that parses")
+        .deleted
+        .iter()
+        .map(|d| format!("{}@{}", d.object, d.release))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[tokio::test]
+async fn a_deletion_seen_outlives_a_restart() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let given = repo.commit("nova at 2026.1");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let mut d = daemon(&repo, &mem, Some(given.clone()));
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova to 2026.2");
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+    repo.commit("nova to 2027.1");
+    d.pass().await;
+    deleted(&mem);
+    assert_eq!(until_idle(&mut d, &mem).await, ["absent"]);
+    assert_eq!(recorded_deletions(&mem).await, "Nova/compute/nova@2026.1");
+    // Someone restarts lockstep to "unstick" it. Before the record kept
+    // the deletion, the new process took the Nova for a fresh install and
+    // created it at 2027.1: its database migrated 2026.1 → 2027.1 at once.
+    drop(d);
+    let mut d = restarted(&repo, &mem, Some(given.clone()));
+    assert_eq!(
+        until_idle(&mut d, &mem).await,
+        ["absent"],
+        "created past its database's release after a restart"
+    );
+    let people = d.needs_person();
+    assert!(
+        people.iter().any(|p| p
+            .reason
+            .contains("deleted from the cluster outside Git at 2026.1")),
+        "{people:?}"
+    );
+    // A person re-creates it where it was: the record forgets it, and
+    // lockstep takes it on from there.
+    {
+        let mut w = mem.world().expect("world");
+        w.changed.insert(key());
+        w.install_steady(
+            key(),
+            Some("2026.1".into()),
+            lockstep::release::ImageRef::parse_reference("ghcr.io/c5c3/nova:2026.1")
+                .expect("image"),
+            None,
+        );
+    }
+    drop(d);
+    let mut d = restarted(&repo, &mem, Some(given));
+    let seen = until_idle(&mut d, &mem).await;
+    assert_eq!(seen.last().map(String::as_str), Some("2027.1"), "{seen:?}");
+    assert_eq!(recorded_deletions(&mem).await, "");
 }

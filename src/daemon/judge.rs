@@ -166,6 +166,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             Ok(r) => r,
             Err(e) => return Err((e, prev)),
         };
+        if !self.gone_loaded && self.leads() {
+            self.adopt_deleted(&record);
+        }
         let opts = CheckOptions {
             base: Some(self.opts.since.clone().unwrap_or_else(|| EMPTY_TREE.into())),
             head: head.to_string(),
@@ -193,6 +196,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let moved = record.watermark.as_deref() != Some(&head.to_string());
         if moved || !entries.is_empty() {
             record.watermark = Some(head.to_string());
+            // The objects deleted outside Git as this process keeps them
+            // (once it has read the record's).
+            let with_deleted = self.gone_loaded;
+            if with_deleted {
+                record.set_deleted(&self.gone);
+            }
             // On failure nothing is posted; the next pass loads the record
             // afresh and judges the same commits again.
             let (text, dropped) = match record.fit(entries.len()) {
@@ -224,6 +233,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     None,
                 ));
             }
+            if with_deleted {
+                self.gone_unsaved = false;
+            }
         }
         Ok((judged, n))
     }
@@ -235,7 +247,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// lockstep's applied annotation: the record is written before the
     /// first apply, so otherwise it was lost, and judging from Git alone
     /// could turn an abort around (`docs/gate.md`, "Verdicts don't move").
-    async fn load_record(&mut self) -> Result<super::record::Record, PassError> {
+    pub(super) async fn load_record(&mut self) -> Result<super::record::Record, PassError> {
         let name = super::record::name(&self.opts.cluster_name);
         let cluster_error = |e| PassError::Cluster {
             what: "lockstep's record of live verdicts".into(),

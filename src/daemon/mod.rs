@@ -267,8 +267,14 @@ pub struct Daemon<C: Cluster, R: Repo> {
     following: HashMap<follow::FollowId, follow::Following>,
     posted: HashMap<(String, String), (crate::forge::State, String)>,
     /// Units deleted outside Git, with the release they were at
-    /// (`units::note_gone`).
+    /// (`units::note_gone`), kept in lockstep's record as well
+    /// (`record::Record::deleted`).
     gone: HashMap<Key, String>,
+    /// Whether `gone` holds what the record kept, read since this process
+    /// last began to lead.
+    gone_loaded: bool,
+    /// Whether `gone` changed since it was last written to the record.
+    gone_unsaved: bool,
     /// Where each unit stood when last read present, while leading
     /// (`units::note_gone`).
     present: HashMap<Key, String>,
@@ -394,6 +400,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             posted: HashMap::new(),
             refused: HashMap::new(),
             gone: HashMap::new(),
+            gone_loaded: false,
+            gone_unsaved: false,
             present: HashMap::new(),
             leader: None,
             units: BTreeMap::new(),
@@ -702,8 +710,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     self.refused.clear();
                 }
                 // Another process moves the units meanwhile: where this one
-                // last saw them is no evidence of a deletion later.
+                // last saw them is no evidence of a deletion later. What
+                // the record keeps is read again when this one leads.
                 self.gone.clear();
+                self.gone_loaded = false;
+                self.gone_unsaved = false;
                 self.present.clear();
                 self.metrics.leader.set(0);
                 self.metrics.set_ready();

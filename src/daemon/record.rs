@@ -28,6 +28,12 @@ use crate::live::{Live, LiveStatus};
 /// The record format's version; a record of another version is refused.
 const VERSION: u32 = 1;
 
+/// The version of a record that holds objects deleted outside Git
+/// ([`Record::deleted`]). A record without any is written as version 1,
+/// which older builds read; one with some is refused by them by its
+/// version, not read as a damaged record (or, worse, without them).
+const VERSION_DELETED: u32 = 2;
+
 /// At most this many commits are kept; the oldest go first. Live verdicts
 /// are rare (aborts, held and refused hops while one is in flight); a
 /// pruned commit is far behind the head and is judged from Git alone.
@@ -68,6 +74,24 @@ pub struct Record {
     /// Commits whose verdict the live state decided, in the order judged.
     #[serde(default)]
     pub commits: Vec<Entry>,
+    /// Objects deleted from the cluster outside Git, with the release
+    /// each was at (`daemon::units`, `note_gone`): kept here so that a
+    /// restarted or newly elected daemon re-creates them there too, not
+    /// at Git's newest release (which would migrate their databases
+    /// across several releases at once). Sorted by object; never dropped
+    /// to fit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<Deleted>,
+}
+
+/// One object deleted outside Git.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deleted {
+    /// `kind/namespace/name`.
+    pub object: String,
+    /// The release it was at when it was last read present.
+    pub release: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -104,7 +128,7 @@ pub enum RecordError {
     )]
     Malformed(String),
     #[error(
-        "lockstep's record of live verdicts has version {0}, this lockstep reads version {VERSION}"
+        "lockstep's record of live verdicts has version {0}, this lockstep reads versions {VERSION} and {VERSION_DELETED} (a record written by a newer lockstep: run that one, or a newer one)"
     )]
     Version(u32),
     /// No record, but an object lockstep applied to: a first start cannot
@@ -114,6 +138,11 @@ pub enum RecordError {
         annotation = crate::rollout::APPLIED_ANNOTATION
     )]
     Lost { location: String, object: String },
+    /// The objects deleted outside Git alone exceed the bound.
+    #[error(
+        "{count} objects deleted from the cluster outside Git take {bytes} bytes in lockstep's record, more than the {MAX_BYTES} bytes it keeps per cluster name; lockstep keeps each until it is back in the cluster or removed from Git (re-created at Git's newest release, its database would be migrated across several releases at once). Re-create them where they were, or remove them from Git"
+    )]
+    TooManyDeleted { count: usize, bytes: usize },
     /// This pass's own entries alone exceed the bound.
     #[error(
         "the live verdicts of {commits} new commit(s), over {objects} objects, take {bytes} bytes in lockstep's record, more than the {MAX_BYTES} bytes it keeps per cluster name; lockstep gives no verdict it cannot record, so it judges no further (a commit that moves thousands of objects while a hop is in flight; docs/gate.md, \"Verdicts don't move\")"
@@ -152,7 +181,7 @@ impl Record {
     pub fn parse(text: &str) -> Result<Self, RecordError> {
         let inflated;
         let text = match serde_json::from_str::<Packed>(text) {
-            Ok(p) if p.version == VERSION => {
+            Ok(p) if p.version == VERSION || p.version == VERSION_DELETED => {
                 inflated = inflate(&p.gzip).map_err(RecordError::Malformed)?;
                 inflated.as_str()
             }
@@ -162,8 +191,19 @@ impl Record {
         let r: Record = serde_json::from_str(text).map_err(|e| {
             RecordError::Malformed(format!("line {}, column {}", e.line(), e.column()))
         })?;
-        if r.version != VERSION {
+        if r.version != VERSION && r.version != VERSION_DELETED {
             return Err(RecordError::Version(r.version));
+        }
+        for d in &r.deleted {
+            if key_of(&d.object).is_none()
+                || crate::release::TaggedRelease::parse(&d.release).is_err()
+            {
+                return Err(RecordError::Malformed(format!(
+                    "deleted object {} at {}: names no C5C3 kind, or no release",
+                    crate::escape::escape(&d.object),
+                    crate::escape::escape(&d.release)
+                )));
+            }
         }
         for e in &r.commits {
             for o in &e.objects {
@@ -192,7 +232,7 @@ impl Record {
             return plain;
         }
         serde_json::to_string(&Packed {
-            version: VERSION,
+            version: self.version,
             gzip: deflate(&plain),
         })
         .unwrap_or_default()
@@ -207,6 +247,11 @@ impl Record {
     /// keeps every pass from failing on a record the API server would
     /// refuse.
     pub fn fit(&mut self, keep: usize) -> Result<(String, usize), RecordError> {
+        self.version = if self.deleted.is_empty() {
+            VERSION
+        } else {
+            VERSION_DELETED
+        };
         let text = self.to_text();
         if text.len() <= MAX_BYTES {
             return Ok((text, 0));
@@ -217,7 +262,21 @@ impl Record {
             version: self.version,
             watermark: self.watermark.clone(),
             commits: self.commits[drop..].to_vec(),
+            deleted: self.deleted.clone(),
         };
+        if !self.deleted.is_empty() {
+            let alone = Record {
+                commits: Vec::new(),
+                ..without(self.commits.len())
+            };
+            let bytes = alone.to_text().len();
+            if bytes > MAX_BYTES {
+                return Err(RecordError::TooManyDeleted {
+                    count: self.deleted.len(),
+                    bytes,
+                });
+            }
+        }
         let bytes = without(most).to_text().len();
         if bytes > MAX_BYTES {
             return Err(RecordError::TooLarge {
@@ -239,6 +298,26 @@ impl Record {
         }
         self.commits.drain(..enough);
         Ok((self.to_text(), enough))
+    }
+
+    /// The objects deleted outside Git, as the daemon keeps them.
+    pub fn deleted(&self) -> HashMap<Key, String> {
+        self.deleted
+            .iter()
+            .filter_map(|d| Some((key_of(&d.object)?, d.release.clone())))
+            .collect()
+    }
+
+    /// Sets the objects deleted outside Git to `gone`.
+    pub fn set_deleted(&mut self, gone: &HashMap<Key, String>) {
+        self.deleted = gone
+            .iter()
+            .map(|(k, r)| Deleted {
+                object: key_text(k),
+                release: r.clone(),
+            })
+            .collect();
+        self.deleted.sort_by(|a, b| a.object.cmp(&b.object));
     }
 
     /// The recorded live state of every recorded commit, for the judge.
@@ -393,14 +472,80 @@ mod tests {
         for bad in [
             "",
             "{",
-            r#"{"version":2,"commits":[]}"#,
+            r#"{"version":3,"commits":[]}"#,
             r#"{"version":1,"commits":[],"extra":1}"#,
+            r#"{"version":2,"deleted":[{"object":"Pod/a/b","release":"2026.1"}]}"#,
+            r#"{"version":2,"deleted":[{"object":"Nova/a/b","release":"latest"}]}"#,
+            r#"{"version":2,"deleted":[{"object":"Nova/a/b"}]}"#,
             r#"{"version":1,"commits":[{"commit":"c","objects":[{"kind":"Pod","namespace":"a","name":"b"}]}]}"#,
         ] {
             let e = Record::parse(bad).unwrap_err().to_string();
             assert!(e.contains("record of live verdicts"), "{bad}: {e}");
             assert!(!e.contains("serde"), "{e}");
         }
+    }
+
+    #[test]
+    fn objects_deleted_outside_git_are_kept_and_mark_the_version() {
+        let mut gone = HashMap::new();
+        gone.insert(Key::new(Kind::Nova, "compute", "nova"), "2026.2".to_owned());
+        gone.insert(glance(), "2026.1".to_owned());
+        let mut r = busy(3, 2);
+        r.set_deleted(&gone);
+        let (text, _) = r.fit(0).unwrap();
+        assert!(text.starts_with(r#"{"version":2,"#), "{text}");
+        let back = Record::parse(&text).unwrap();
+        assert_eq!(back.deleted(), gone);
+        assert_eq!(back.deleted[0].object, "Glance/openstack/glance", "sorted");
+        // None left: version 1 again, which older builds read.
+        r.set_deleted(&HashMap::new());
+        let (text, _) = r.fit(0).unwrap();
+        assert!(text.starts_with(r#"{"version":1,"#), "{text}");
+        assert!(!text.contains("deleted"), "{text}");
+        // Gzip'd, the wrapper carries the version too.
+        let mut big = busy(40, 150);
+        big.set_deleted(&gone);
+        let (text, _) = big.fit(1).unwrap();
+        assert!(
+            text.starts_with(r#"{"version":2,"gzip""#),
+            "{}",
+            &text[..40]
+        );
+        assert_eq!(Record::parse(&text).unwrap().deleted(), gone);
+    }
+
+    #[test]
+    fn objects_deleted_outside_git_are_never_dropped_to_fit() {
+        let mut r = busy(400, 150);
+        let mut gone = HashMap::new();
+        for i in 0..50 {
+            gone.insert(
+                Key::new(Kind::Nova, "compute", format!("nova-{i}")),
+                "2026.1".to_owned(),
+            );
+        }
+        r.set_deleted(&gone);
+        let (text, dropped) = r.fit(1).unwrap();
+        assert!(dropped > 0 && text.len() <= MAX_BYTES);
+        assert_eq!(Record::parse(&text).unwrap().deleted().len(), 50);
+        // More than fits alone is refused, naming what to do.
+        let mut many = HashMap::new();
+        for i in 0..40_000u64 {
+            many.insert(
+                Key::new(
+                    Kind::Nova,
+                    format!("ns-{:x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                    format!("nova-{:x}", i.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)),
+                ),
+                "2026.1".to_owned(),
+            );
+        }
+        r.set_deleted(&many);
+        let e = r.fit(0).unwrap_err().to_string();
+        assert!(
+            e.contains("40000 objects deleted from the cluster outside Git"),
+            "{e}"
+        );
     }
 
     /// Commits of `objects` objects each, with the strings an operator
@@ -530,10 +675,10 @@ mod tests {
                 "{e}"
             );
         }
-        let e = Record::parse(&format!(r#"{{"version":2,"gzip":"{}"}}"#, deflate("{}")))
+        let e = Record::parse(&format!(r#"{{"version":3,"gzip":"{}"}}"#, deflate("{}")))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("has version 2"), "{e}");
+        assert!(e.contains("has version 3"), "{e}");
     }
 
     #[test]

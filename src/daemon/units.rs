@@ -128,9 +128,28 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         out: &mut PassOutcome,
     ) -> Walked {
         let chains = &judgment.chains;
+        // The objects deleted outside Git that the record keeps, before any
+        // unit is decided: a restarted or newly elected leader must not
+        // take such an object for a fresh install.
+        if !self.gone_loaded && self.leads() {
+            match self.load_record().await {
+                Ok(r) => self.adopt_deleted(&r),
+                Err(e) => {
+                    tracing::error!(error = %e, "reading lockstep's record failed; no unit is decided this pass");
+                    out.source_error = Some(e.to_string());
+                    return Walked {
+                        changed: false,
+                        quiet: true,
+                        read: 0,
+                    };
+                }
+            }
+        }
         self.unread.retain(|k, _| chains.contains_key(k));
         self.applies.retain(|k, _| chains.contains_key(k));
+        let kept = self.gone.len();
         self.gone.retain(|k, _| chains.contains_key(k));
+        self.gone_unsaved |= self.gone.len() != kept;
         self.present.retain(|k, _| chains.contains_key(k));
         if full {
             self.units.retain(|k, _| chains.contains_key(k));
@@ -269,10 +288,55 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         out.blocked = self.tally.blocked;
         debug_assert_eq!(self.tally, Tally::of(self.units.values()));
         self.metrics.units_blocked.set(out.blocked as i64);
+        self.save_deleted().await;
         Walked {
             changed,
             quiet,
             read,
+        }
+    }
+
+    /// Takes the objects deleted outside Git that `record` keeps, once per
+    /// leadership; what this process saw since is kept over them.
+    pub(super) fn adopt_deleted(&mut self, record: &super::record::Record) {
+        let kept = record.deleted();
+        let n = kept.len();
+        for (k, r) in kept {
+            self.gone.entry(k).or_insert(r);
+        }
+        self.gone_unsaved |= self.gone.len() != n;
+        self.gone_loaded = true;
+    }
+
+    /// Writes the objects deleted outside Git to the record when they
+    /// changed. On failure they stay in memory and are written next pass.
+    async fn save_deleted(&mut self) {
+        if !self.gone_unsaved || !self.gone_loaded {
+            return;
+        }
+        let name = super::record::name(&self.opts.cluster_name);
+        let text = match self.load_record().await {
+            Ok(mut r) => {
+                r.set_deleted(&self.gone);
+                r.fit(0).map(|(t, _)| t).map_err(super::PassError::from)
+            }
+            Err(e) => Err(e),
+        };
+        let saved = match text {
+            Ok(_) if !self.leads() => return,
+            Ok(t) => self
+                .cluster
+                .save_record(&name, &t)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match saved {
+            Ok(()) => self.gone_unsaved = false,
+            Err(e) => tracing::warn!(
+                error = %e,
+                "writing the objects deleted outside Git to lockstep's record failed; next pass"
+            ),
         }
     }
 
@@ -281,17 +345,20 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// it: `rollout::next` re-creates it there, not at Git's newest step
     /// (`UnitState::gone_from`). Where it stood is the lower of its spec's
     /// release and the release its operator reports installed (a spec
-    /// edited forward outside Git is not where its database is). Memory
-    /// only, and only from reads made while this process leads (`run`
-    /// forgets them when it stops leading): a restart forgets it.
+    /// edited forward outside Git is not where its database is). Seen only
+    /// from reads made while this process leads (`run` forgets where units
+    /// stood when it stops leading); a deletion seen is kept in lockstep's
+    /// record ([`Self::save_deleted`]), so a restart or another leader
+    /// keeps it too. A deletion made while no process led, of an object
+    /// never read present since, cannot be told from a first install.
     fn note_gone(&mut self, key: &Key, chain: &Chain, state: &mut UnitState) {
         if chain.removed.is_some() {
-            self.gone.remove(key);
+            self.gone_unsaved |= self.gone.remove(key).is_some();
             self.present.remove(key);
             return;
         }
         if let Some(spec) = &state.spec {
-            self.gone.remove(key);
+            self.gone_unsaved |= self.gone.remove(key).is_some();
             let installed = state.objects.get(key).and_then(|o| o.installed.as_deref());
             let lower = match (spec.release.as_deref(), installed) {
                 (Some(s), Some(i)) => {
@@ -325,6 +392,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         if let Some(was) = was {
             if !self.gone.contains_key(key) {
                 tracing::warn!(object = %key, release = %was, "the object was deleted outside Git");
+                self.gone_unsaved = true;
             }
             self.gone.insert(key.clone(), was.clone());
             state.gone_from = Some(was);
