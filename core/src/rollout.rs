@@ -722,10 +722,12 @@ pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) 
     // outside Git (`kubectl edit` to a later accepted release) matches a
     // later step, whose apply or follow would count the hops between as
     // done (their statuses success) and ask the operator to skip them.
+    // A plane's children each count: one still mid-hop below `from`
+    // (Nova migrating while Keystone finished) is a hop not finished.
     if let Next::Apply(i) | Next::Follow(i) = n
         && !chain.steps[i].abort
         && let Some(from) = chain.steps[i].from.as_deref().and_then(release_of)
-        && let Some(installed) = installed_of(chain, i, state)
+        && let Some(installed) = lowest_installed_of(chain, i, state)
         && installed < from
     {
         return Next::Blocked(format!(
@@ -746,6 +748,21 @@ fn installed_of(chain: &Chain, i: usize, state: &UnitState) -> Option<crate::rel
         .filter_map(|(k, _)| state.objects.get(k))
         .filter_map(|o| o.installed.as_deref().and_then(release_of))
         .max()
+}
+
+/// The lowest release the operator reports installed on step `i`'s own
+/// objects: the hop the cluster is furthest behind on.
+fn lowest_installed_of(
+    chain: &Chain,
+    i: usize,
+    state: &UnitState,
+) -> Option<crate::release::Release> {
+    chain
+        .followed(i)
+        .iter()
+        .filter_map(|(k, _)| state.objects.get(k))
+        .filter_map(|o| o.installed.as_deref().and_then(release_of))
+        .min()
 }
 
 /// How many steps of a removed unit the cluster is past, when it runs a
@@ -1828,6 +1845,96 @@ mod tests {
             next(&c, &state("2026.2", Some("2026.2-p1")), |_| true),
             Next::Done(1)
         );
+    }
+
+    /// A plane set forward outside Git (`kubectl edit` to Git's next
+    /// step) while one child is still mid-hop: applying or following the
+    /// next step would count the unfinished hop as done and ask the
+    /// operator for a second migration on top of the first.
+    #[test]
+    fn a_plane_set_forward_while_a_child_is_mid_hop_is_blocked() {
+        let plane = Key::new(Kind::ControlPlane, "openstack", "prod");
+        let ks = Key::new(Kind::Keystone, "openstack", "prod-keystone");
+        let nv = Key::new(Kind::Nova, "openstack", "prod-nova");
+        let target = |k: &Key, r: &str| Target {
+            release: Some(r.into()),
+            image: Some(format!(
+                "ghcr.io/c5c3/{}:{r}",
+                k.kind.as_str().to_lowercase()
+            )),
+        };
+        let step = |from: Option<&str>, to: &str| Step {
+            sha: to.into(),
+            commits: vec![to.into()],
+            earlier: Vec::new(),
+            file: Arc::from("p.yaml"),
+            from: from.map(str::to_owned),
+            release: Some(to.into()),
+            image: None,
+            children: [(ks.clone(), target(&ks, to)), (nv.clone(), target(&nv, to))]
+                .into_iter()
+                .collect(),
+            abort: false,
+            reconfigured: false,
+            document: Err(String::new()),
+        };
+        let c = Chain {
+            unit: plane.clone(),
+            from: None,
+            steps: vec![
+                step(None, "2026.1"),
+                step(Some("2026.1"), "2026.2"),
+                step(Some("2026.2"), "2027.1"),
+            ],
+            removed: None,
+        };
+        let child = |k: &Key, spec: &str, installed: &str, progress: Progress| {
+            (
+                k.clone(),
+                ObjectState {
+                    spec: target(k, spec),
+                    progress,
+                    installed: Some(installed.into()),
+                },
+            )
+        };
+        let migrating = || Progress::Phase {
+            phase: "Migrating".into(),
+            step: 2,
+        };
+        let state = |plane_at: &str, children: Vec<(Key, ObjectState)>| UnitState {
+            spec: Some(Target {
+                release: Some(plane_at.into()),
+                image: None,
+            }),
+            objects: children.into_iter().collect(),
+            projected_by: None,
+            applied: None,
+            gone_from: None,
+        };
+        // Keystone finished 2026.2, Nova is still migrating to it; the
+        // plane is edited to 2027.1 by hand.
+        let edited = state(
+            "2027.1",
+            vec![
+                child(&ks, "2026.2", "2026.2", Progress::Complete),
+                child(&nv, "2026.2", "2026.1", migrating()),
+            ],
+        );
+        let n = next(&c, &edited, |_| false);
+        assert!(
+            matches!(&n, Next::Blocked(m) if m.contains("2026.1 installed") && m.contains("never made")),
+            "{n:?}"
+        );
+        // Left at Git's step, the hop in flight is followed as before.
+        let at_step = state(
+            "2026.2",
+            vec![
+                child(&ks, "2026.2", "2026.2", Progress::Complete),
+                child(&nv, "2026.2", "2026.1", migrating()),
+            ],
+        );
+        assert_eq!(next(&c, &at_step, |_| false), Next::Follow(1));
     }
 
     #[test]
