@@ -76,6 +76,20 @@ impl RepairHistory {
     }
 }
 
+impl RepairHistory {
+    /// Takes what the object's record says when it says more was done
+    /// than this process knows of (another replica led and repaired
+    /// meanwhile, or the record became unreadable): the count never goes
+    /// down, and the backoff starts again from `record`'s `last` (now).
+    pub fn catch_up(&mut self, record: RepairHistory) {
+        if record.retries > self.retries || record.unreadable.is_some() {
+            self.retries = self.retries.max(record.retries);
+            self.last = record.last.or(self.last);
+            self.unreadable = record.unreadable.or(self.unreadable.take());
+        }
+    }
+}
+
 /// The annotation holding lockstep's [`RepairRecord`] on an object.
 pub const RECORD_ANNOTATION: &str = "lockstep.c5c3.io/repair";
 

@@ -904,3 +904,64 @@ async fn the_repair_metric_counts_what_was_done() {
     let (reruns, reports, deletes) = counts(repo.path(), glance_world(), false).await;
     assert_eq!((reruns, reports, deletes), (0, 1, 0));
 }
+
+/// Two replicas share the lease: while this one followed a failing hop,
+/// another led and repaired it until the budget was spent (its count on
+/// the object). This one, leading again, reads the count on every pass:
+/// it re-runs nothing more and never writes a lower count back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_count_another_leader_raised_is_taken_not_written_over() {
+    let dir = tempfile::tempdir().unwrap();
+    lockstep::demo::build_repository(dir.path()).unwrap();
+    let mem = MemoryCluster::new(failing_forever());
+    let chaos = Chaos::new(mem.clone());
+    let forge = AnyForge::Notes(Notes::open(dir.path()).unwrap());
+    let queue = StatusQueue::new(10_000);
+    let policy = RepairPolicy {
+        budget: 3,
+        ..RepairPolicy::default()
+    };
+    let mut d = daemon_with(dir.path(), &chaos, &queue, "test", policy);
+    let metrics = Metrics::new();
+    for _ in 0..20_000 {
+        if chaos.deletes.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        d.pass().await;
+        assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+        chaos.inner.step(Duration::from_secs(60)).unwrap();
+    }
+    assert_eq!(chaos.deletes.load(Ordering::SeqCst), 1, "one re-run");
+    // The other replica's two re-runs, as it records them.
+    let key = prod_nova(&mem);
+    let theirs = RepairRecord {
+        target: "2026.2".into(),
+        attempts: 3,
+        last: "2026-12-04T12:00:00Z".into(),
+    }
+    .to_json();
+    mem.world()
+        .unwrap()
+        .annotations
+        .entry(key.clone())
+        .or_default()
+        .insert(RECORD_ANNOTATION.into(), theirs.clone());
+    assert!(drive(&mut d, &chaos, &forge, &queue).await);
+    assert_eq!(
+        chaos.deletes.load(Ordering::SeqCst),
+        1,
+        "re-ran past the budget another leader spent"
+    );
+    assert_eq!(
+        mem.world().unwrap().annotation(&key, RECORD_ANNOTATION),
+        Some(theirs),
+        "the count went down"
+    );
+    assert!(
+        d.needs_person()
+            .iter()
+            .any(|n| n.reason.contains("budget is spent")),
+        "{:?}",
+        d.needs_person()
+    );
+}

@@ -133,19 +133,29 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     continue;
                 }
             };
-            if !self.following.contains_key(&id) {
-                // Repairs already made for this hop are in the object's
-                // repair record: a restart does not refill the budget, and a
-                // record that cannot be read spends it.
-                let history = RepairHistory::from_record(
-                    obs.status.repair_record.as_deref(),
-                    &record_target,
-                    self.opts.repair.budget,
-                    now,
-                );
-                if let Some(why) = &history.unreadable {
-                    tracing::warn!(object = %key, error = %why, "the repair record cannot be read: the retry budget counts as spent");
-                }
+            // Repairs already made for this hop are in the object's repair
+            // record: a restart does not refill the budget, and a record
+            // that cannot be read spends it. Read on every pass, not only
+            // when the hop is first followed: another replica may have led
+            // meanwhile and repaired (this process's count would be
+            // stale, and written back lower over theirs).
+            let history = RepairHistory::from_record(
+                obs.status.repair_record.as_deref(),
+                &record_target,
+                self.opts.repair.budget,
+                now,
+            );
+            if let Some(why) = &history.unreadable
+                && self
+                    .following
+                    .get(&id)
+                    .is_none_or(|f| f.history.unreadable.is_none())
+            {
+                tracing::warn!(object = %key, error = %why, "the repair record cannot be read: the retry budget counts as spent");
+            }
+            if let Some(f) = self.following.get_mut(&id) {
+                f.history.catch_up(history);
+            } else {
                 self.following.insert(
                     id.clone(),
                     Following {
