@@ -314,7 +314,32 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     .filter(|w| *w != head);
                 let upto = match watermark {
                     Some(w) if descends(w).await => w,
-                    _ => head,
+                    // History after the watermark was rewritten (or the
+                    // branch moved back): judged again from Git alone, a
+                    // recorded abort would read as a downgrade and the hop
+                    // it ended be applied again. Only forward history is
+                    // judged; a person makes it descend again.
+                    Some(w) => {
+                        let p = repo_path.clone();
+                        let behind = tokio::task::spawn_blocking(move || {
+                            GitRepo::open(&p)
+                                .ok()
+                                .and_then(|r| r.raw().graph_descendant_of(w, head).ok())
+                                .unwrap_or(false)
+                        })
+                        .await
+                        .unwrap_or(false);
+                        return Err((
+                            PassError::Rewritten {
+                                branch: crate::escape::escape(&self.opts.branch).into_owned(),
+                                head: head.to_string(),
+                                watermark: w.to_string(),
+                                behind,
+                            },
+                            other,
+                        ));
+                    }
+                    None => head,
                 };
                 let opts_upto = CheckOptions {
                     head: upto.to_string(),

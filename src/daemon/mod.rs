@@ -200,6 +200,23 @@ pub enum PassError {
         "cannot judge with the live status of {key}: {message}; lockstep judges nothing against a status no operator writes (docs/gate.md, \"Live rules in the daemon\")"
     )]
     LiveUnreadable { key: String, message: String },
+    /// The branch head does not descend from the record's watermark, the
+    /// last head judged for this cluster (`docs/gate.md`, "A rewritten
+    /// branch").
+    #[error(
+        "{}",
+        if *behind {
+            format!("the head of {branch}, {head}, is behind {watermark}, the last commit lockstep judged for this cluster: the branch was reset back, or this copy of it is stale. lockstep judges and applies only forward history; it goes on with what it judged. Push {watermark} back and make the change as new commits on top of it (git revert), or wait for the next fetch (docs/gate.md, \"A rewritten branch\")")
+        } else {
+            format!("the history of {branch} was rewritten: its head {head} does not descend from {watermark}, the last commit lockstep judged for this cluster. Judged again from Git alone, a recorded abort would read as a downgrade and the hop it ended be applied again, so lockstep judges only forward history and goes on with what it judged. Push {watermark} back and make the change as new commits on top of it (git revert), or push a commit whose first parent is {watermark} and whose tree is the new head's, judged as one change: git commit-tree {head}^{{tree}} -p {watermark} -p {head} (docs/gate.md, \"A rewritten branch\")")
+        }
+    )]
+    Rewritten {
+        branch: String,
+        head: String,
+        watermark: String,
+        behind: bool,
+    },
     /// The lease was lost during the pass: the new leader records and
     /// judges from here.
     #[error("the lease was lost during the pass; the new leader judges")]

@@ -1,0 +1,140 @@
+//! A branch whose history is rewritten after lockstep judged it (a rebase,
+//! a force-push, a reset). Judged again from Git alone, a recorded abort
+//! would read as a downgrade and the hop it ended be applied again, and the
+//! new commits would never be judged against the live state: lockstep
+//! judges only forward history, goes on with what it judged, and says how
+//! to make the history descend again. The real engine over the simulated
+//! operator, on a real repository.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{FleetRepo, nova};
+use lockstep::cluster::memory::MemoryCluster;
+use lockstep::daemon::{Daemon, Options, PassOutcome};
+use lockstep::forge::delivery::StatusQueue;
+use lockstep::kind::{Key, Kind};
+use lockstep::metrics::Metrics;
+use lockstep::sim::{Params, World};
+use lockstep::source::{Origin, Source};
+
+const NOVA: &str = "standalone/compute/nova.yaml";
+
+fn key() -> Key {
+    Key::new(Kind::Nova, "compute", "nova")
+}
+
+fn daemon(repo: &FleetRepo, mem: &MemoryCluster) -> Daemon<MemoryCluster, Source> {
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        cluster_name: "t".into(),
+        poll: Duration::from_millis(10),
+        ..Options::default()
+    };
+    let clock = lockstep::daemon::virtual_start(mem, &source, &opts).expect("seeded");
+    Daemon::new(
+        opts,
+        source,
+        mem.clone(),
+        clock,
+        StatusQueue::new(10_000),
+        Arc::new(Metrics::new()),
+    )
+}
+
+fn release(mem: &MemoryCluster) -> String {
+    mem.world()
+        .expect("world")
+        .objects
+        .get(&key())
+        .and_then(|o| o.release.clone())
+        .unwrap_or_else(|| "absent".into())
+}
+
+/// Passes and simulated minutes until neither has work left (or `limit`
+/// passes); the last pass's outcome.
+async fn until_idle(
+    d: &mut Daemon<MemoryCluster, Source>,
+    mem: &MemoryCluster,
+    limit: usize,
+) -> PassOutcome {
+    let mut out = PassOutcome::default();
+    for _ in 0..limit {
+        out = d.pass().await;
+        let busy = mem.step(Duration::from_secs(60)).expect("step");
+        if !out.busy && !busy && out.source_error.is_none() {
+            break;
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_rewritten_history_is_not_judged_again_from_git_alone() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let first = repo.commit("nova at 2026.1");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    let judged = repo.commit("nova to 2026.2");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let mut d = daemon(&repo, &mem);
+    let out = until_idle(&mut d, &mem, 2_000).await;
+    assert_eq!(out.source_error, None);
+    assert_eq!(release(&mem), "2026.2");
+
+    // Rebased: the same hop under another id, and a next hop on top.
+    repo.git(&["reset", "-q", "--hard", &first]);
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova to 2026.2 (reworded)");
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+    let rewritten = repo.commit("nova to 2027.1");
+    let out = until_idle(&mut d, &mem, 20).await;
+    let e = out.source_error.expect("the rewrite is an error");
+    assert!(
+        e.contains("was rewritten") && e.contains(&judged) && e.contains(&rewritten),
+        "{e}"
+    );
+    assert!(e.contains("git commit-tree"), "says what to do: {e}");
+    assert_eq!(release(&mem), "2026.2", "nothing of the rewrite is applied");
+
+    // A restarted daemon reads the same watermark from the record.
+    drop(d);
+    let mut d = daemon(&repo, &mem);
+    let out = until_idle(&mut d, &mem, 20).await;
+    assert!(
+        out.source_error
+            .as_deref()
+            .is_some_and(|e| e.contains("was rewritten")),
+        "{out:?}"
+    );
+    assert_eq!(release(&mem), "2026.2");
+
+    // Reset back behind what was judged: said as such.
+    repo.git(&["reset", "-q", "--hard", &first]);
+    let out = until_idle(&mut d, &mem, 20).await;
+    let e = out.source_error.expect("a reset back is an error");
+    assert!(e.contains("is behind") && e.contains(&judged), "{e}");
+    assert_eq!(release(&mem), "2026.2", "nothing older is applied");
+
+    // The way on: the new tree as one change on top of what was judged.
+    let tree = format!("{rewritten}^{{tree}}");
+    let merged = repo
+        .git(&[
+            "commit-tree",
+            &tree,
+            "-p",
+            &judged,
+            "-p",
+            &rewritten,
+            "-m",
+            "the rewrite, as one change",
+        ])
+        .trim()
+        .to_owned();
+    repo.git(&["reset", "-q", "--hard", &merged]);
+    let out = until_idle(&mut d, &mem, 2_000).await;
+    assert_eq!(out.source_error, None);
+    assert_eq!(release(&mem), "2027.1");
+}
