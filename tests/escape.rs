@@ -129,7 +129,7 @@ fn check_escapes_text_keeps_json_raw_and_notes_stay_one_line_each() {
         let lines: Vec<&str> = n.lines().collect();
         assert_eq!(lines.len(), 1, "one context, one line: {n:?}");
         assert!(
-            lines[0].starts_with("lockstep/prod: failure — refused: "),
+            lines[0].starts_with("lockstep/prod/review: failure — refused: "),
             "{n:?}"
         );
         assert!(!n.chars().any(hostile), "{n:?}");

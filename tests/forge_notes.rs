@@ -45,12 +45,12 @@ fn verdicts_become_notes_readable_by_git() {
     let skip = notes(repo.path(), "HEAD~1");
     assert_eq!(
         skip,
-        "lockstep/eu-de-1: failure — refused: nova 2026.1→2027.1 skips 2026.2 (UpgradePathInvalid)"
+        "lockstep/eu-de-1/review: failure — refused: nova 2026.1→2027.1 skips 2026.2 (UpgradePathInvalid)"
     );
     let hop = notes(repo.path(), "HEAD");
     assert_eq!(
         hop,
-        "lockstep/eu-de-1: success — accepted: nova 2026.1→2026.2 upgrade"
+        "lockstep/eu-de-1/review: success — accepted: nova 2026.1→2026.2 upgrade"
     );
 
     // The same verdicts again are not written twice.
@@ -73,7 +73,10 @@ fn verdicts_become_notes_readable_by_git() {
     assert_eq!(out.status.code(), Some(1));
     let both = notes(repo.path(), "HEAD");
     assert_eq!(both.lines().count(), 2, "{both}");
-    assert!(both.contains("lockstep/eu-de-1: success") && both.contains("lockstep/us-1: success"));
+    assert!(
+        both.contains("lockstep/eu-de-1/review: success")
+            && both.contains("lockstep/us-1/review: success")
+    );
 }
 
 /// A new bare repository at `path`.
@@ -121,7 +124,7 @@ fn notes_are_pushed_to_the_remote() {
     let err = check_pushing(&repo, &["--push-notes"]);
     let text = notes_in(&up);
     assert!(
-        text.contains("lockstep/default: success — accepted: nova 2026.1 installed"),
+        text.contains("lockstep/default/review: success — accepted: nova 2026.1 installed"),
         "{text}"
     );
     assert!(
@@ -150,14 +153,14 @@ fn notes_go_to_a_relative_remote_as_git_push_takes_it() {
     repo.git(&["remote", "add", "origin", "./up.git"]);
     repo.git(&["push", "-q", "-u", "origin", "main"]);
     check_pushing(&repo, &["--push-notes", "origin"]);
-    assert!(notes_in(&up).contains("lockstep/default: success"));
+    assert!(notes_in(&up).contains("lockstep/default/review: success"));
 
     // A push URL, relative too, is where they go (fetched from there as
     // well when the push is refused), not the fetch URL.
     repo.git(&["config", "remote.origin.pushurl", "pushed.git"]);
     repo.git(&["push", "-q", "origin", "main"]);
     check_pushing(&repo, &["--cluster", "second", "--push-notes", "origin"]);
-    assert!(notes_in(&pushed).contains("lockstep/second: success"));
+    assert!(notes_in(&pushed).contains("lockstep/second/review: success"));
     assert!(!notes_in(&up).contains("lockstep/second"));
 }
 

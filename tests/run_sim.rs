@@ -294,7 +294,7 @@ fn story_problems(fleet: &Fleet, statuses: impl Fn(&str) -> Statuses) -> Vec<Str
 
 /// After the story: nova's hop to 2027.1 (`push_nova_hop`) applied and
 /// followed to completion, and the pull request that jumps staging to
-/// 2027.1 refused.
+/// 2027.1 refused (under `lockstep/<cluster>/review`).
 fn hop_applied_and_pull_refused(hop: &Statuses, pull: &Statuses) -> bool {
     let commit_ctx = format!("lockstep/{CLUSTER}");
     hop.get(&commit_ctx)
@@ -303,8 +303,10 @@ fn hop_applied_and_pull_refused(hop: &Statuses, pull: &Statuses) -> bool {
             .get(&format!("{commit_ctx}/compute/nova"))
             .is_some_and(|(s, d)| s == "success" && d.ends_with(": complete"))
         && pull
-            .get(&commit_ctx)
+            .get(&format!("{commit_ctx}/review"))
             .is_some_and(|(s, d)| s == "failure" && d.contains("skips 2026.2 (UpgradePathInvalid)"))
+        // A pull request's verdict is a review, not the branch's progress.
+        && !pull.contains_key(&commit_ctx)
 }
 
 // ---------------------------------------------------------------------------

@@ -456,14 +456,14 @@ async fn a_held_pull_request_turns_once_the_hop_it_waits_for_completes() {
     d.pass().await;
     assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
     let history = status_history(&repo);
-    let states = &history[&(pr.clone(), "lockstep/t".to_owned())];
+    let states = &history[&(pr.clone(), "lockstep/t/review".to_owned())];
     assert_eq!(states, &["pending"], "held while the hop is in flight");
     let note = repo.git(&["notes", "--ref", "lockstep", "show", &pr]);
     assert!(note.contains("held: nova"), "{note}");
 
     until_idle(&mut d, &mem, &queue, &forge).await;
     let history = status_history(&repo);
-    let states = &history[&(pr.clone(), "lockstep/t".to_owned())];
+    let states = &history[&(pr.clone(), "lockstep/t/review".to_owned())];
     assert_eq!(states, &["pending", "success"], "{history:#?}");
     let note = repo.git(&["notes", "--ref", "lockstep", "show", &pr]);
     assert!(note.contains("accepted: nova 2026.2→2027.1"), "{note}");
@@ -1104,4 +1104,64 @@ async fn a_keystone_that_fails_for_good_ends_a_bounded_run() {
         ["pending", "failure"]
     );
     assert_eq!(horizon_states(&history, &hop), ["pending"], "{history:#?}");
+}
+
+/// A pull request's verdict goes under `lockstep/<cluster>/review`. Merged
+/// by fast-forward, its head commit is the branch's own: the branch's
+/// status on it starts pending and reads success only once the hop is
+/// applied and complete. Under one context, the request's success stood
+/// on the commit through the whole hop (a pending never goes over a
+/// success), success before the apply.
+#[tokio::test]
+async fn a_fast_forwarded_pull_request_is_pending_on_the_branch_until_applied() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova at 2026.1");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let (queue, forge) = notes_of(&repo);
+    let mut d = simulated(&repo, &mem, mem.clone(), &queue);
+    until_idle(&mut d, &mem, &queue, &forge).await;
+
+    repo.git(&["checkout", "-q", "-b", "pr"]);
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    let pr = repo.commit("nova to 2026.2");
+    repo.git(&["update-ref", "refs/pull/7/head", &pr]);
+    repo.git(&["checkout", "-q", "main"]);
+    let metrics = Metrics::new();
+    d.pass().await;
+    assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+    let history = status_history(&repo);
+    assert_eq!(
+        history.get(&(pr.clone(), "lockstep/t/review".to_owned())),
+        Some(&vec!["success".to_owned()]),
+        "{history:#?}"
+    );
+    assert!(!history.contains_key(&(pr.clone(), "lockstep/t".to_owned())));
+
+    // Merged by fast-forward: the reviewed commit is the branch's head.
+    repo.git(&["merge", "-q", "--ff-only", "pr"]);
+    d.pass().await;
+    assert!(deliver_now(&queue, &forge, &metrics, &RetryPolicy::default()).await);
+    let history = status_history(&repo);
+    assert_eq!(
+        history.get(&(pr.clone(), "lockstep/t".to_owned())),
+        Some(&vec!["pending".to_owned()]),
+        "the hop is applied and in flight: {history:#?}"
+    );
+    until_idle(&mut d, &mem, &queue, &forge).await;
+    let history = status_history(&repo);
+    assert_eq!(
+        history.get(&(pr.clone(), "lockstep/t".to_owned())),
+        Some(&vec!["pending".to_owned(), "success".to_owned()]),
+        "{history:#?}"
+    );
+    let note = repo.git(&["notes", "--ref", "lockstep", "show", &pr]);
+    assert!(
+        note.contains("lockstep/t: success — applied: nova 2026.1→2026.2"),
+        "{note}"
+    );
+    assert!(
+        note.contains("lockstep/t/review: success — accepted: nova 2026.1→2026.2"),
+        "{note}"
+    );
 }

@@ -494,7 +494,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     }
                     for c in &report.commits {
                         tracing::info!(pull = n, commit = %c.sha, verdict = ?c.verdict, "pull request judged");
-                        let s = describe::daemon_status(
+                        let s = describe::pull_status(
                             &self.opts.cluster_name,
                             c,
                             self.opts.target_url.as_deref(),
@@ -504,7 +504,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     // A held request is judged again every pass: its status
                     // turns once the hop it waits for completes. Held is an
                     // object's verdict (its commit is accepted, as a person
-                    // reads it: `describe::daemon_status`).
+                    // reads it: `describe::pull_status`).
                     let held = report
                         .commits
                         .iter()

@@ -60,9 +60,11 @@ pub enum Outcome {
     AlreadyThere,
     /// The commit's newest status in this context is already success, and
     /// this one is pending: a success never goes back to pending (a restart
-    /// judging again, a pull request's verdict on a commit a fast-forward
-    /// merge then brought to the branch). A failure is still posted: it is
-    /// what a person must see.
+    /// judging again). A failure is still posted: it is what a person must
+    /// see. (A pull request's verdict goes under a context of its own,
+    /// `lockstep/<cluster>/review`, so a fast-forward merge that brings the
+    /// reviewed commit to the branch starts the branch's own status at
+    /// pending.)
     Settled,
 }
 

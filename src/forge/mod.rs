@@ -336,8 +336,8 @@ pub fn repo_from_url(url: &str) -> Option<String> {
     (path.contains('/') && !path.is_empty()).then(|| path.to_owned())
 }
 
-/// Posts the verdict of every judged commit under `lockstep/<cluster>`,
-/// oldest first (so a pull request's head ends up with its own verdict).
+/// Posts the verdict of every judged commit under
+/// `lockstep/<cluster>/review` (`Context::review`), oldest first (so a pull request's head ends up with its own verdict).
 pub async fn publish<F: Forge>(
     forge: &F,
     policy: &delivery::RetryPolicy,
@@ -347,7 +347,7 @@ pub async fn publish<F: Forge>(
 ) -> Result<Vec<(String, delivery::Outcome)>, ForgeError> {
     let mut out = Vec::new();
     for c in &report.commits {
-        let status = describe::commit_status(cluster, c, target_url);
+        let status = describe::review_status(cluster, c, target_url);
         let outcome = delivery::deliver(forge, policy, &c.sha, &status).await?;
         out.push((c.sha.clone(), outcome));
     }

@@ -40,6 +40,24 @@ pub fn commit_status(cluster: &str, commit: &CommitReport, target_url: Option<&s
     }
 }
 
+/// A change's verdict before it lands, under `lockstep/<cluster>/review`
+/// ([`Context::review`]): what `check --report` posts.
+pub fn review_status(cluster: &str, commit: &CommitReport, target_url: Option<&str>) -> Status {
+    Status {
+        context: Context::review(cluster).to_string(),
+        ..commit_status(cluster, commit, target_url)
+    }
+}
+
+/// A pull request's verdict as the daemon posts it on the request's
+/// commits: [`daemon_status`] under `lockstep/<cluster>/review`.
+pub fn pull_status(cluster: &str, commit: &CommitReport, target_url: Option<&str>) -> Status {
+    Status {
+        context: Context::review(cluster).to_string(),
+        ..daemon_status(cluster, commit, target_url)
+    }
+}
+
 /// The verdict status as the daemon posts it: a held commit is pending
 /// and names what it waits for (the daemon applies it, or judges the pull
 /// request again, once that completes). A one-shot `check --report` posts

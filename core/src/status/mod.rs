@@ -75,6 +75,16 @@ impl Context {
         Self(format!("lockstep/{cluster}"))
     }
 
+    /// `lockstep/<cluster>/review`: the gate's verdict on a change before
+    /// it lands (a pull request's head, a `check --report` range). Apart
+    /// from [`Self::commit`], which the daemon holds pending on a branch
+    /// commit until what it carries is applied: a fast-forward merge
+    /// brings the reviewed commit itself to the branch, and a review's
+    /// success there would read as done before the apply.
+    pub fn review(cluster: &str) -> Self {
+        Self(format!("lockstep/{cluster}/review"))
+    }
+
     /// `lockstep/<cluster>/<namespace>/<name>`: one object's upgrade progress.
     pub fn object(cluster: &str, namespace: &str, name: &str) -> Self {
         Self(format!("lockstep/{cluster}/{namespace}/{name}"))
