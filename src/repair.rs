@@ -376,14 +376,17 @@ pub async fn execute<C: crate::cluster::Cluster>(
             // be stale while the operator, or a person with `lockstep
             // retry`, already runs the Job again, and deleting a running
             // migration is never a repair (nor a re-run to count).
-            if !job_failed(cluster, key, name).await? {
+            let Some(uid) = failed_job_uid(cluster, key, name).await? else {
                 tracing::debug!(object = %key, job = %name, "repair forward waits: the Job the condition names has not failed (running again, or gone)");
                 return Ok(false);
-            }
+            };
             // Counted before the Job is deleted: a crash between the two
             // leaves the budget one re-run shorter, never longer.
             count(cluster, key, history, *attempt, target, now, wall).await?;
-            let deleted = cluster.delete_job(namespace, name).await?;
+            // Only the Job read failed: one created again under its name
+            // meanwhile (a person's `lockstep retry`, the operator after a
+            // hash change) runs, and is not deleted.
+            let deleted = cluster.delete_job(namespace, name, uid.as_deref()).await?;
             let message = format!(
                 "deleted failed Job {name} (attempt {attempt}) so the operator runs it again"
             );
@@ -455,16 +458,19 @@ async fn count<C: crate::cluster::Cluster>(
 /// test before any deletion, by the daemon's repair and by `lockstep
 /// retry`. A `DatabaseReady` condition can be stale while the Job already
 /// runs again, and deleting a running migration is never a repair.
-async fn job_failed<C: crate::cluster::Cluster>(
+/// `Some(uid)` when the Job `name` of `key` has failed (the uid, when the
+/// cluster gives one); `None` when it runs again or is gone.
+async fn failed_job_uid<C: crate::cluster::Cluster>(
     cluster: &C,
     key: &Key,
     name: &str,
-) -> Result<bool, crate::cluster::ClusterError> {
+) -> Result<Option<Option<String>>, crate::cluster::ClusterError> {
     Ok(cluster
         .jobs(key)
         .await?
-        .iter()
-        .any(|j| j.name == name && j.failed))
+        .into_iter()
+        .find(|j| j.name == name && j.failed)
+        .map(|j| j.uid))
 }
 
 /// What `lockstep retry` did.
@@ -500,12 +506,19 @@ pub async fn retry<C: crate::cluster::Cluster>(
             "{key}: no failed phase Job to re-run: {why}"
         )));
     };
-    if !job_failed(cluster, key, &job).await? {
+    let Some(uid) = failed_job_uid(cluster, key, &job).await? else {
+        return Ok(Retried::Nothing(format!(
+            "{key}: {job} is not a failed Job (already re-running, or deleted by someone else)"
+        )));
+    };
+    if !cluster
+        .delete_job(&key.namespace, &job, uid.as_deref())
+        .await?
+    {
         return Ok(Retried::Nothing(format!(
             "{key}: {job} is not a failed Job (already re-running, or deleted by someone else)"
         )));
     }
-    cluster.delete_job(&key.namespace, &job).await?;
     cluster
         .record_event(
             key,

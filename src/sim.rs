@@ -107,6 +107,9 @@ pub struct Job {
     pub created: Duration,
     pub done_at: Duration,
     pub failed_tries: u32,
+    /// Its `metadata.uid`: a Job deleted and created again under the same
+    /// name is another Job.
+    pub uid: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -156,6 +159,8 @@ pub struct World {
     pub objects: BTreeMap<Key, Object>,
     pub planes: BTreeMap<Key, Plane>,
     pub jobs: BTreeMap<(String, String), Job>,
+    /// The last Job uid given out.
+    pub uids: u64,
     pub events: Vec<Event>,
     /// Objects' annotations that are not the operator's (lockstep's repair
     /// record); the operator never touches them.
@@ -321,6 +326,7 @@ impl World {
             "AllReady",
             "All sub-conditions are ready",
         );
+        let uid = self.fresh_uid();
         self.jobs.insert(
             (key.namespace.clone(), format!("{}-db-sync", key.name)),
             Job {
@@ -330,6 +336,7 @@ impl World {
                 state: JobState::Complete,
                 created: self.now,
                 done_at: self.now,
+                uid,
                 failed_tries: 0,
             },
         );
@@ -451,9 +458,25 @@ impl World {
         Ok(())
     }
 
+    /// A uid no Job had before.
+    fn fresh_uid(&mut self) -> u64 {
+        self.uids += 1;
+        self.uids
+    }
+
     /// Deleting a Job (background propagation): the operator re-creates it.
     pub fn delete_job(&mut self, namespace: &str, name: &str) -> bool {
-        match self.jobs.remove(&(namespace.to_owned(), name.to_owned())) {
+        self.delete_job_if(namespace, name, None)
+    }
+
+    /// Deleting the Job `name` only while its uid is `uid` (a delete's
+    /// precondition): false when it is gone or another Job has the name.
+    pub fn delete_job_if(&mut self, namespace: &str, name: &str, uid: Option<u64>) -> bool {
+        let id = (namespace.to_owned(), name.to_owned());
+        if uid.is_some_and(|u| self.jobs.get(&id).is_some_and(|j| j.uid != u)) {
+            return false;
+        }
+        match self.jobs.remove(&id) {
             Some(j) => {
                 self.due.insert(j.owner);
                 true
@@ -691,6 +714,7 @@ impl World {
             t += self.params.failed_try;
         }
         let done_at = if failed >= limit { t } else { t + base };
+        let uid = self.fresh_uid();
         self.jobs.insert(
             (
                 key.namespace.clone(),
@@ -704,6 +728,7 @@ impl World {
                 created: self.now,
                 done_at,
                 failed_tries: failed,
+                uid,
             },
         );
     }

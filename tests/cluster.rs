@@ -104,9 +104,51 @@ async fn memory_cluster_applies_follows_and_repairs() {
         .map(|j| j.name.as_str())
         .collect();
     assert_eq!(failed, ["nova-db-expand"]);
-    assert!(c.delete_job("compute", "nova-db-expand").await.unwrap());
+    let uid = jobs
+        .iter()
+        .find(|j| j.name == "nova-db-expand")
+        .and_then(|j| j.uid.clone())
+        .expect("a uid");
+    // Deleted and created again under its name (a person's retry): the
+    // delete of the Job read failed leaves the new one running.
+    let failed_job = c
+        .world()
+        .unwrap()
+        .job("compute", "nova-db-expand")
+        .cloned()
+        .unwrap();
+    let mut rerun = failed_job.clone();
+    rerun.uid = 10_000;
+    rerun.state = lockstep::sim::JobState::Running;
+    c.world()
+        .unwrap()
+        .jobs
+        .insert(("compute".into(), "nova-db-expand".into()), rerun);
     assert!(
-        !c.delete_job("compute", "nova-db-expand").await.unwrap(),
+        !c.delete_job("compute", "nova-db-expand", Some(&uid))
+            .await
+            .unwrap(),
+        "the running Job was deleted"
+    );
+    assert!(
+        c.world()
+            .unwrap()
+            .job("compute", "nova-db-expand")
+            .is_some()
+    );
+    c.world()
+        .unwrap()
+        .jobs
+        .insert(("compute".into(), "nova-db-expand".into()), failed_job);
+    assert!(
+        c.delete_job("compute", "nova-db-expand", Some(&uid))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !c.delete_job("compute", "nova-db-expand", None)
+            .await
+            .unwrap(),
         "already gone"
     );
     c.record_event(
@@ -341,5 +383,9 @@ async fn kube_schema_refusals_and_missing_objects() {
         None,
         "a deleted CR reads as absent"
     );
-    assert!(!c.delete_job("compute", "nova-db-expand").await.unwrap());
+    assert!(
+        !c.delete_job("compute", "nova-db-expand", None)
+            .await
+            .unwrap()
+    );
 }

@@ -389,9 +389,35 @@ async fn kube_cluster_against_a_real_api_server() {
                 .as_deref()
                 .is_some_and(|m| m.contains("backoff limit"))
     );
-    assert!(c.delete_job("compute", "nova-db-expand").await.unwrap());
+    // A delete names the Job it read failed by uid: another Job under the
+    // name (created again meanwhile) is not deleted, and that is no error.
     assert!(
-        !c.delete_job("compute", "nova-db-expand").await.unwrap(),
+        !c.delete_job(
+            "compute",
+            "nova-db-expand",
+            Some("00000000-0000-4000-8000-000000000000")
+        )
+        .await
+        .unwrap(),
+        "another Job's uid deleted this one"
+    );
+    assert!(
+        c.jobs(&nova)
+            .await
+            .unwrap()
+            .iter()
+            .any(|j| j.name == "nova-db-expand"),
+        "the Job is still there"
+    );
+    assert!(
+        c.delete_job("compute", "nova-db-expand", expand.uid.as_deref())
+            .await
+            .unwrap()
+    );
+    assert!(
+        !c.delete_job("compute", "nova-db-expand", None)
+            .await
+            .unwrap(),
         "a Job deleted by someone else is no error"
     );
 

@@ -123,10 +123,15 @@ impl Cluster for Chaos {
     fn watch(&self) -> futures::stream::BoxStream<'static, Key> {
         self.inner.watch()
     }
-    async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
+    async fn delete_job(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+    ) -> Result<bool, ClusterError> {
         call!(self, {
             self.deletes.fetch_add(1, Ordering::SeqCst);
-            self.inner.delete_job(namespace, name).await
+            self.inner.delete_job(namespace, name, uid).await
         })
     }
     async fn set_repair_record(&self, key: &Key, record: &str) -> Result<(), ClusterError> {

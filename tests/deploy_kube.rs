@@ -420,7 +420,7 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
         "{events:?}"
     );
     assert!(
-        c.delete_job("compute", "nova-db-expand")
+        c.delete_job("compute", "nova-db-expand", None)
             .await
             .expect("a Job is deleted")
     );

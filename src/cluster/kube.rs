@@ -530,6 +530,7 @@ impl Cluster for KubeCluster {
                     .and_then(|c| c.message.clone());
                 Some(JobInfo {
                     name,
+                    uid: j.metadata.uid.clone(),
                     complete: is("Complete"),
                     failed: is("Failed"),
                     message,
@@ -666,11 +667,24 @@ impl Cluster for KubeCluster {
             .collect())
     }
 
-    async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
+    async fn delete_job(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+    ) -> Result<bool, ClusterError> {
         let api: Api<Job> = Api::namespaced(self.client.clone(), namespace);
-        match api.delete(name, &DeleteParams::background()).await {
+        let params = DeleteParams {
+            preconditions: uid.map(|u| kube::api::Preconditions {
+                uid: Some(u.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(name, &params).await {
             Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            // Gone, or another Job under the name (the precondition).
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
             Err(e) => Err(classify(&Key::new(Kind::ControlPlane, namespace, name), e)),
         }
     }

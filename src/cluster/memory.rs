@@ -295,6 +295,7 @@ impl Cluster for MemoryCluster {
             .filter(|((ns, _), j)| *ns == key.namespace && j.owner == *key)
             .map(|((_, name), j)| JobInfo {
                 name: name.clone(),
+                uid: Some(j.uid.to_string()),
                 complete: j.state == JobState::Complete,
                 failed: j.state == JobState::Failed,
                 message: (j.state == JobState::Failed).then(|| {
@@ -345,8 +346,21 @@ impl Cluster for MemoryCluster {
             .collect())
     }
 
-    async fn delete_job(&self, namespace: &str, name: &str) -> Result<bool, ClusterError> {
-        Ok(self.world_tracked()?.delete_job(namespace, name))
+    async fn delete_job(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+    ) -> Result<bool, ClusterError> {
+        let mut w = self.world_tracked()?;
+        Ok(match uid {
+            // A uid this world never gave is no Job of it.
+            Some(u) => match u.parse() {
+                Ok(u) => w.delete_job_if(namespace, name, Some(u)),
+                Err(_) => false,
+            },
+            None => w.delete_job(namespace, name),
+        })
     }
 
     async fn set_repair_record(&self, key: &Key, record: &str) -> Result<(), ClusterError> {

@@ -41,6 +41,9 @@ pub struct ClusterObject {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobInfo {
     pub name: String,
+    /// Its `metadata.uid`: a delete is made only of the Job that was read
+    /// failed, not of one created again under its name meanwhile.
+    pub uid: Option<String>,
     pub complete: bool,
     pub failed: bool,
     /// The failure's message, when Kubernetes gives one.
@@ -339,11 +342,13 @@ pub trait Cluster: Send + Sync {
         self.watch().map(|k| (k, None)).boxed()
     }
 
-    /// Deletes a Job with background propagation; false when it was already gone.
+    /// Deletes a Job with background propagation; false when it was already
+    /// gone, or (with `uid`, a precondition) another Job has its name now.
     fn delete_job(
         &self,
         namespace: &str,
         name: &str,
+        uid: Option<&str>,
     ) -> impl Future<Output = Result<bool, ClusterError>> + Send;
 
     /// lockstep's own record in the cluster under `name` (the verdicts the

@@ -114,8 +114,9 @@ macro_rules! forward_cluster {
             &self,
             namespace: &str,
             name: &str,
+            uid: Option<&str>,
         ) -> Result<bool, ::lockstep::cluster::ClusterError> {
-            self.inner.delete_job(namespace, name).await
+            self.inner.delete_job(namespace, name, uid).await
         }
     };
     (@ set_repair_record) => {
