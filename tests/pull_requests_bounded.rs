@@ -179,3 +179,56 @@ async fn a_tree_git_never_writes_is_refused_without_taking_the_pass_down() {
         .collect();
     assert!(said.iter().any(|s| s.contains("failure")), "{said:?}");
 }
+
+/// The branch's tip is refused (a skip pushed straight to main): pull
+/// requests on top of it land on the last accepted state, Nova at 2026.1.
+/// Judged from the tip, a request re-tagging the refused 2027.1 read as a
+/// patch (green, and refused once merged), and the fix, 2026.2, as a
+/// downgrade (red: the fix could not pass a required check).
+#[tokio::test]
+async fn a_pull_request_on_a_refused_tip_is_judged_from_the_last_accepted_state() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova at 2026.1");
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+    let tip = repo.commit("nova to 2027.1, a skip");
+    let request = |n: u32, release: &str, tag: &str| -> String {
+        repo.git(&["checkout", "-q", "-B", &format!("pr{n}"), &tip]);
+        repo.write(NOVA, nova("nova", release, tag));
+        let sha = repo.commit(&format!("nova {tag}"));
+        repo.git(&["update-ref", &format!("refs/pull/{n}/head"), &sha]);
+        sha
+    };
+    let patch = request(1, "2027.1", "2027.1-p1");
+    let fix = request(2, "2026.2", "2026.2");
+    repo.git(&["checkout", "-q", "main"]);
+    let (mut d, queue) = daemon(&repo, options());
+    let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
+    d.pass().await;
+    deliver_now(&queue, &forge, &Metrics::new(), &RetryPolicy::default()).await;
+    let said = async |sha: &str| -> Vec<(String, String)> {
+        forge
+            .statuses(sha)
+            .await
+            .expect("notes")
+            .into_iter()
+            .map(|s| (s.context, format!("{} {}", s.state, s.description)))
+            .collect()
+    };
+    let patch = said(&patch).await;
+    assert!(
+        patch.len() == 1
+            && patch[0].0 == "lockstep/t/review"
+            && patch[0].1.starts_with("failure")
+            && patch[0].1.contains("2026.1→2027.1"),
+        "{patch:?}"
+    );
+    let fix = said(&fix).await;
+    assert!(
+        fix.len() == 1 && fix[0].1.starts_with("success") && fix[0].1.contains("2026.1→2026.2"),
+        "{fix:?}"
+    );
+    // The tip's own status is the branch's: no review is posted on it.
+    let tip = said(&tip).await;
+    assert!(tip.iter().all(|(c, _)| c == "lockstep/t"), "{tip:?}");
+}

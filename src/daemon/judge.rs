@@ -446,6 +446,27 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             .as_ref()
             .filter(|j| j.head == head)
             .map(|j| j.report.memory.clone());
+        // A request lands on the branch's last accepted state, not on a
+        // refused tip: judged from the tip, a request building on a refused
+        // skip would read as a patch and go green (and be refused once
+        // merged), and the fix would read as a downgrade. So it is judged
+        // from the last commit accepted, with the refused commits after it
+        // as part of what it lands; their statuses are the branch's, and
+        // are not posted here.
+        let (base, branch_through) = match self.judged.as_ref().filter(|j| j.head == head) {
+            Some(j)
+                if j.report
+                    .commits
+                    .last()
+                    .is_some_and(|c| c.verdict == Verdict::Refused) =>
+            {
+                match newest_not_refused(&j.report) {
+                    Some(c) => (c.sha.clone(), Some(head.to_string())),
+                    None => (head.to_string(), None),
+                }
+            }
+            _ => (head.to_string(), None),
+        };
         if let Some(ui) = &mut self.ui {
             ui.keep_pulls(pulls.iter().map(|(n, _)| *n));
         }
@@ -468,7 +489,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         due.truncate(PULLS_PER_PASS);
         for (n, oid) in due {
             let opts = CheckOptions {
-                base: Some(head.to_string()),
+                base: Some(base.clone()),
                 head: oid.to_string(),
                 prefixes: self.opts.paths.clone(),
                 live: None,
@@ -488,6 +509,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     // squashed: one change, as `check` judges it.
                     if !self.opts.lands_commit_by_commit {
                         crate::verdict::land_whole(&mut report);
+                    }
+                    if let Some(tip) = &branch_through
+                        && let Some(at) = report.commits.iter().position(|c| c.sha == *tip)
+                    {
+                        report.commits.drain(..=at);
                     }
                     if let Some(ui) = &mut self.ui {
                         ui.pull(n, &oid.to_string(), &report.commits);
