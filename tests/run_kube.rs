@@ -1066,7 +1066,7 @@ async fn a_wedged_glance_is_aborted_through_git_and_a_contract_is_not() {
     git(repo, &["update-ref", "refs/pull/1/head", &next]).unwrap();
     fleet
         .wait("the pull request held", Duration::from_secs(20), async |_| {
-            note(repo, &next, &commit_ctx).is_some_and(|(s, d)| {
+            note(repo, &next, &format!("{commit_ctx}/review")).is_some_and(|(s, d)| {
                 s == "pending"
                     && d == "held: glance 2026.2→2027.1 waits for the upgrade to 2026.2 in flight (UpgradeInProgress)"
             })
