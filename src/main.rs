@@ -630,7 +630,7 @@ fn post_statuses(
     ))?;
     for (sha, outcome) in &posted {
         errln!(
-            "lockstep: status lockstep/{} on {}: {}",
+            "lockstep: status lockstep/{}/review on {}: {}",
             args.cluster,
             &sha[..sha.len().min(10)],
             match outcome {

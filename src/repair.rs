@@ -387,6 +387,12 @@ pub async fn execute<C: crate::cluster::Cluster>(
             // meanwhile (a person's `lockstep retry`, the operator after a
             // hash change) runs, and is not deleted.
             let deleted = cluster.delete_job(namespace, name, uid.as_deref()).await?;
+            if !deleted {
+                // Counted all the same: the budget is one re-run shorter,
+                // never longer. No Event: nothing was deleted.
+                tracing::info!(object = %key, job = %name, attempt, "repair forward: the failed Job was gone, or another Job of its name runs, before it was deleted; nothing deleted");
+                return Ok(false);
+            }
             let message = format!(
                 "deleted failed Job {name} (attempt {attempt}) so the operator runs it again"
             );

@@ -190,7 +190,7 @@ async fn github_statuses_against_the_published_description() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
-        err.contains("status lockstep/eu-de-1 on") && err.contains("posted"),
+        err.contains("status lockstep/eu-de-1/review on") && err.contains("posted"),
         "{err}"
     );
 }

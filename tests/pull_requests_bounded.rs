@@ -191,16 +191,24 @@ async fn a_pull_request_on_a_refused_tip_is_judged_from_the_last_accepted_state(
     repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
     repo.commit("nova at 2026.1");
     repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
-    let tip = repo.commit("nova to 2027.1, a skip");
-    let request = |n: u32, release: &str, tag: &str| -> String {
-        repo.git(&["checkout", "-q", "-B", &format!("pr{n}"), &tip]);
+    let skip = repo.commit("nova to 2027.1, a skip");
+    repo.write(
+        "standalone/compute/notes.yaml",
+        "# a second refused commit follows\n",
+    );
+    repo.write(NOVA, nova("nova", "2027.2", "2027.2"));
+    let tip = repo.commit("nova to 2027.2, a skip again");
+    let request = |n: u32, on: &str, release: &str, tag: &str| -> String {
+        repo.git(&["checkout", "-q", "-B", &format!("pr{n}"), on]);
         repo.write(NOVA, nova("nova", release, tag));
         let sha = repo.commit(&format!("nova {tag}"));
         repo.git(&["update-ref", &format!("refs/pull/{n}/head"), &sha]);
         sha
     };
-    let patch = request(1, "2027.1", "2027.1-p1");
-    let fix = request(2, "2026.2", "2026.2");
+    let patch = request(1, &tip, "2027.2", "2027.2-p1");
+    let fix = request(2, &tip, "2026.2", "2026.2");
+    // Forked before the tip, at the first refused commit.
+    let early_fix = request(3, &skip, "2026.2", "2026.2");
     repo.git(&["checkout", "-q", "main"]);
     let (mut d, queue) = daemon(&repo, options());
     let forge = AnyForge::Notes(Notes::open(repo.path()).expect("notes"));
@@ -220,15 +228,20 @@ async fn a_pull_request_on_a_refused_tip_is_judged_from_the_last_accepted_state(
         patch.len() == 1
             && patch[0].0 == "lockstep/t/review"
             && patch[0].1.starts_with("failure")
-            && patch[0].1.contains("2026.1→2027.1"),
+            && patch[0].1.contains("2026.1→2027.2"),
         "{patch:?}"
     );
-    let fix = said(&fix).await;
-    assert!(
-        fix.len() == 1 && fix[0].1.starts_with("success") && fix[0].1.contains("2026.1→2026.2"),
-        "{fix:?}"
-    );
-    // The tip's own status is the branch's: no review is posted on it.
-    let tip = said(&tip).await;
-    assert!(tip.iter().all(|(c, _)| c == "lockstep/t"), "{tip:?}");
+    for fix in [&fix, &early_fix] {
+        let fix = said(fix).await;
+        assert!(
+            fix.len() == 1 && fix[0].1.starts_with("success") && fix[0].1.contains("2026.1→2026.2"),
+            "{fix:?}"
+        );
+    }
+    // The refused commits' own statuses are the branch's: no review is
+    // posted on them.
+    for sha in [&skip, &tip] {
+        let on = said(sha).await;
+        assert!(on.iter().all(|(c, _)| c == "lockstep/t"), "{on:?}");
+    }
 }

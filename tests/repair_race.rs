@@ -115,4 +115,9 @@ async fn a_job_created_again_while_the_repair_counts_is_not_deleted() {
         .job("compute", "nova-db-expand")
         .expect("the re-run was deleted");
     assert_eq!(job.state, JobState::Running);
+    assert!(
+        !w.events.iter().any(|e| e.reason == "RepairJobDeleted"),
+        "an Event says a Job was deleted: {:?}",
+        w.events
+    );
 }

@@ -99,7 +99,9 @@ async fn a_rewritten_history_is_not_judged_again_from_git_alone() {
     assert!(e.contains("git commit-tree"), "says what to do: {e}");
     assert_eq!(release(&mem), "2026.2", "nothing of the rewrite is applied");
 
-    // A restarted daemon reads the same watermark from the record.
+    // A restarted daemon reads the same watermark from the record, and
+    // still walks the units as judged up to it (a hop in flight is
+    // followed and repaired while the branch waits for a person).
     drop(d);
     let mut d = daemon(&repo, &mem);
     let out = until_idle(&mut d, &mem, 20).await;
@@ -110,6 +112,14 @@ async fn a_rewritten_history_is_not_judged_again_from_git_alone() {
         "{out:?}"
     );
     assert_eq!(release(&mem), "2026.2");
+    let unit = d
+        .unit_reports()
+        .get(&key())
+        .expect("the units are walked after a restart");
+    assert_eq!(
+        unit.chain.steps.last().and_then(|s| s.release.as_deref()),
+        Some("2026.2")
+    );
 
     // Reset back behind what was judged: said as such.
     repo.git(&["reset", "-q", "--hard", &first]);
@@ -137,4 +147,37 @@ async fn a_rewritten_history_is_not_judged_again_from_git_alone() {
     let out = until_idle(&mut d, &mem, 2_000).await;
     assert_eq!(out.source_error, None);
     assert_eq!(release(&mem), "2027.1");
+}
+
+/// Two replicas: this one judged up to P, the other led meanwhile and
+/// judged on to W (the record's watermark). The branch is then rewritten
+/// from P. This one, leading again, must not extend its own old judgment
+/// from P over the rewrite: the watermark decides what is forward.
+#[tokio::test]
+async fn a_replica_leading_again_does_not_extend_its_old_judgment_over_a_rewrite() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let first = repo.commit("nova at 2026.1");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let mut a = daemon(&repo, &mem);
+    assert_eq!(until_idle(&mut a, &mem, 2_000).await.source_error, None);
+
+    // The other replica leads and takes Nova to 2026.2.
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    let judged = repo.commit("nova to 2026.2");
+    let mut b = daemon(&repo, &mem);
+    assert_eq!(until_idle(&mut b, &mem, 2_000).await.source_error, None);
+    assert_eq!(release(&mem), "2026.2");
+    drop(b);
+
+    // Rewritten from P (this replica's last judged head), and a hop on.
+    repo.git(&["reset", "-q", "--hard", &first]);
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova to 2026.2 (reworded)");
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+    repo.commit("nova to 2027.1");
+    let out = until_idle(&mut a, &mem, 20).await;
+    let e = out.source_error.expect("the rewrite is an error");
+    assert!(e.contains("was rewritten") && e.contains(&judged), "{e}");
+    assert_eq!(release(&mem), "2026.2", "the rewrite was applied");
 }

@@ -198,7 +198,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             record.watermark = Some(head.to_string());
             // The objects deleted outside Git as this process keeps them
             // (once it has read the record's).
-            let with_deleted = self.gone_loaded;
+            let mut with_deleted = self.gone_loaded;
+            let stored = record.deleted.clone();
             if with_deleted {
                 record.set_deleted(&self.gone);
             }
@@ -206,6 +207,18 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             // afresh and judges the same commits again.
             let (text, dropped) = match record.fit(entries.len()) {
                 Ok(t) => t,
+                // More deleted objects than the record holds: the judgment
+                // goes on with those it held (the units step says the rest
+                // cannot be kept), so that the units are still walked and
+                // each re-created one leaves the list.
+                Err(super::record::RecordError::TooManyDeleted { .. }) if with_deleted => {
+                    with_deleted = false;
+                    record.deleted = stored;
+                    match record.fit(entries.len()) {
+                        Ok(t) => t,
+                        Err(e) => return Err((e.into(), None)),
+                    }
+                }
                 Err(e) => return Err((e.into(), None)),
             };
             if dropped > 0 {
@@ -303,9 +316,18 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // Where the judgment starts from: the last judgment when the branch
         // moved forward; else (a first pass, or history rewritten) Git and
         // the record up to the watermark, when the head descends from it.
+        // A judgment this process made before another led (and moved the
+        // watermark on) is not extended: the commits after it are judged
+        // again from Git and the record, as the other leader recorded them.
+        let current = |p: &Judged| {
+            record
+                .watermark
+                .as_deref()
+                .is_none_or(|w| w == p.head.to_string())
+        };
         let prev = match prev {
             Some(p) if p.head == head => return Ok((p, 0, Vec::new())),
-            Some(p) if descends(p.head).await => p,
+            Some(p) if current(&p) && descends(p.head).await => p,
             other => {
                 let watermark = record
                     .watermark
@@ -321,23 +343,48 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     // judged; a person makes it descend again.
                     Some(w) => {
                         let p = repo_path.clone();
-                        let behind = tokio::task::spawn_blocking(move || {
-                            GitRepo::open(&p)
-                                .ok()
+                        let (behind, held) = tokio::task::spawn_blocking(move || {
+                            let r = GitRepo::open(&p).ok();
+                            let held = r.as_ref().is_some_and(|r| r.raw().find_commit(w).is_ok());
+                            let behind = r
                                 .and_then(|r| r.raw().graph_descendant_of(w, head).ok())
-                                .unwrap_or(false)
+                                .unwrap_or(false);
+                            (behind, held)
                         })
                         .await
-                        .unwrap_or(false);
-                        return Err((
-                            PassError::Rewritten {
-                                branch: crate::escape::escape(&self.opts.branch).into_owned(),
-                                head: head.to_string(),
-                                watermark: w.to_string(),
-                                behind,
-                            },
-                            other,
-                        ));
+                        .unwrap_or((false, false));
+                        let error = PassError::Rewritten {
+                            branch: crate::escape::escape(&self.opts.branch).into_owned(),
+                            head: head.to_string(),
+                            watermark: w.to_string(),
+                            behind,
+                            held,
+                        };
+                        // What was judged up to the watermark (from Git and
+                        // the record) goes on: hops in flight are followed
+                        // and repaired, after a restart too, while nothing
+                        // of the rewrite is judged.
+                        let kept = match other {
+                            Some(p) if p.head == w => Some(p),
+                            other if held => {
+                                let opts_w = CheckOptions {
+                                    head: w.to_string(),
+                                    ..opts.clone()
+                                };
+                                let p = repo_path.clone();
+                                match tokio::task::spawn_blocking(move || {
+                                    judge_blocking(&p, w, other, &opts_w, None)
+                                })
+                                .await
+                                {
+                                    Ok(Ok((j, _, _))) => Some(j),
+                                    Ok(Err((_, prev))) => prev,
+                                    Err(_) => None,
+                                }
+                            }
+                            other => other,
+                        };
+                        return Err((error, kept));
                     }
                     None => head,
                 };
@@ -453,19 +500,45 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // from the last commit accepted, with the refused commits after it
         // as part of what it lands; their statuses are the branch's, and
         // are not posted here.
-        let (base, branch_through) = match self.judged.as_ref().filter(|j| j.head == head) {
+        // The floors do not move on a refused commit: the branch's memory
+        // at its head is the memory at the last accepted commit, and is
+        // handed on as such (no look back through history per request).
+        let mut memory = memory;
+        let mut refused_tail: std::collections::HashSet<String> = Default::default();
+        let base = match self.judged.as_ref().filter(|j| j.head == head) {
             Some(j)
                 if j.report
                     .commits
                     .last()
                     .is_some_and(|c| c.verdict == Verdict::Refused) =>
             {
-                match newest_not_refused(&j.report) {
-                    Some(c) => (c.sha.clone(), Some(head.to_string())),
-                    None => (head.to_string(), None),
+                let accepted = newest_not_refused(&j.report);
+                let from = accepted.map_or(0, |a| {
+                    j.report
+                        .commits
+                        .iter()
+                        .rposition(|c| c.sha == a.sha)
+                        .map_or(0, |i| i + 1)
+                });
+                refused_tail.extend(j.report.commits[from..].iter().map(|c| c.sha.clone()));
+                match accepted {
+                    Some(c) => {
+                        if let (Some(m), Ok(at)) = (&memory, Oid::from_str(&c.sha)) {
+                            memory = Some(Arc::new(history::Memory {
+                                at: Some(at),
+                                floors: m.floors.clone(),
+                            }));
+                        }
+                        c.sha.clone()
+                    }
+                    None => j
+                        .report
+                        .base
+                        .clone()
+                        .unwrap_or_else(|| EMPTY_TREE.to_owned()),
                 }
             }
-            _ => (head.to_string(), None),
+            _ => head.to_string(),
         };
         if let Some(ui) = &mut self.ui {
             ui.keep_pulls(pulls.iter().map(|(n, _)| *n));
@@ -510,10 +583,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     if !self.opts.lands_commit_by_commit {
                         crate::verdict::land_whole(&mut report);
                     }
-                    if let Some(tip) = &branch_through
-                        && let Some(at) = report.commits.iter().position(|c| c.sha == *tip)
-                    {
-                        report.commits.drain(..=at);
+                    if !refused_tail.is_empty() {
+                        report.commits.retain(|c| !refused_tail.contains(&c.sha));
                     }
                     if let Some(ui) = &mut self.ui {
                         ui.pull(n, &oid.to_string(), &report.commits);

@@ -208,7 +208,7 @@ pub enum PassError {
         if *behind {
             format!("the head of {branch}, {head}, is behind {watermark}, the last commit lockstep judged for this cluster: the branch was reset back, or this copy of it is stale. lockstep judges and applies only forward history; it goes on with what it judged. Push {watermark} back and make the change as new commits on top of it (git revert), or wait for the next fetch (docs/gate.md, \"A rewritten branch\")")
         } else {
-            format!("the history of {branch} was rewritten: its head {head} does not descend from {watermark}, the last commit lockstep judged for this cluster. Judged again from Git alone, a recorded abort would read as a downgrade and the hop it ended be applied again, so lockstep judges only forward history and goes on with what it judged. Push {watermark} back and make the change as new commits on top of it (git revert), or push a commit whose first parent is {watermark} and whose tree is the new head's, judged as one change: git commit-tree {head}^{{tree}} -p {watermark} -p {head} (docs/gate.md, \"A rewritten branch\")")
+            format!("the history of {branch} was rewritten: its head {head} does not descend from {watermark}, the last commit lockstep judged for this cluster{}. Judged again from Git alone, a recorded abort would read as a downgrade and the hop it ended be applied again, so lockstep judges only forward history and goes on with what it judged. Push {watermark} back and make the change as new commits on top of it (git revert), or push a commit whose first parent is {watermark} and whose tree is the new head's, judged as one change: git commit-tree {head}^{{tree}} -p {watermark} -p {head} (docs/gate.md, \"A rewritten branch\")", if *held { "" } else { " (and which this copy of the repository does not hold: nothing judged is followed until it is pushed back)" })
         }
     )]
     Rewritten {
@@ -216,6 +216,9 @@ pub enum PassError {
         head: String,
         watermark: String,
         behind: bool,
+        /// Whether the repository holds the watermark's commit (then what
+        /// was judged up to it is followed).
+        held: bool,
     },
     /// The lease was lost during the pass: the new leader records and
     /// judges from here.

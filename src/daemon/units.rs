@@ -271,6 +271,13 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 self.unread.remove(key);
                 let mut state = state;
                 self.note_gone(key, chain, &mut state);
+                // A deletion is written down before anything is decided on
+                // it: a crash or a lost lease after a re-creation decided
+                // here must not leave the next leader without it.
+                if state.gone_from.is_some() && self.gone_unsaved && !self.save_deleted().await {
+                    self.dirty.insert(key.clone());
+                    continue;
+                }
                 let u = self
                     .reconcile(chain, state, judgment, snapshot, out)
                     .instrument(span)
@@ -288,7 +295,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         out.blocked = self.tally.blocked;
         debug_assert_eq!(self.tally, Tally::of(self.units.values()));
         self.metrics.units_blocked.set(out.blocked as i64);
-        self.save_deleted().await;
+        let _ = self.save_deleted().await;
         Walked {
             changed,
             quiet,
@@ -310,9 +317,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
 
     /// Writes the objects deleted outside Git to the record when they
     /// changed. On failure they stay in memory and are written next pass.
-    async fn save_deleted(&mut self) {
+    /// Returns whether the record holds them (false: not written).
+    async fn save_deleted(&mut self) -> bool {
         if !self.gone_unsaved || !self.gone_loaded {
-            return;
+            return true;
         }
         let name = super::record::name(&self.opts.cluster_name);
         let text = match self.load_record().await {
@@ -323,7 +331,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             Err(e) => Err(e),
         };
         let saved = match text {
-            Ok(_) if !self.leads() => return,
+            Ok(_) if !self.leads() => return false,
             Ok(t) => self
                 .cluster
                 .save_record(&name, &t)
@@ -332,11 +340,17 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             Err(e) => Err(e.to_string()),
         };
         match saved {
-            Ok(()) => self.gone_unsaved = false,
-            Err(e) => tracing::warn!(
-                error = %e,
-                "writing the objects deleted outside Git to lockstep's record failed; next pass"
-            ),
+            Ok(()) => {
+                self.gone_unsaved = false;
+                true
+            }
+            Err(e) => {
+                tracing::error!(
+                    error = %e,
+                    "writing the objects deleted outside Git to lockstep's record failed; such objects are not re-created until it is written"
+                );
+                false
+            }
         }
     }
 
@@ -359,20 +373,26 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         }
         if let Some(spec) = &state.spec {
             self.gone_unsaved |= self.gone.remove(key).is_some();
-            let installed = state.objects.get(key).and_then(|o| o.installed.as_deref());
-            let lower = match (spec.release.as_deref(), installed) {
-                (Some(s), Some(i)) => {
-                    let r = |x: &str| {
-                        crate::release::TaggedRelease::parse(x)
-                            .ok()
-                            .map(|t| t.release)
-                    };
-                    match (r(s), r(i)) {
-                        (Some(a), Some(b)) if b < a => Some(i),
-                        _ => Some(s),
-                    }
-                }
-                (s, i) => s.or(i),
+            // Only a release that parses is kept (the record refuses any
+            // other): a spec edited to something that is no release says
+            // nothing of where the database is, the installed release does.
+            let r = |x: &str| {
+                crate::release::TaggedRelease::parse(x)
+                    .ok()
+                    .map(|t| t.release)
+            };
+            let installed = state
+                .objects
+                .get(key)
+                .and_then(|o| o.installed.as_deref())
+                .filter(|i| r(i).is_some());
+            let spec_release = spec.release.as_deref().filter(|s| r(s).is_some());
+            let lower = match (spec_release, installed) {
+                (Some(s), Some(i)) => match (r(s), r(i)) {
+                    (Some(a), Some(b)) if b < a => Some(i),
+                    _ => Some(s),
+                },
+                (s, i) => i.or(s),
             };
             match lower {
                 Some(r) => {
