@@ -255,3 +255,92 @@ async fn a_deletion_seen_outlives_a_restart() {
     assert_eq!(seen.last().map(String::as_str), Some("2027.1"), "{seen:?}");
     assert_eq!(recorded_deletions(&mem).await, "");
 }
+
+/// The simulated cluster; every apply also notes what lockstep's record
+/// says was deleted at that moment.
+#[derive(Clone)]
+struct RecordAtApply {
+    inner: MemoryCluster,
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl lockstep::cluster::Cluster for RecordAtApply {
+    crate::forward_cluster!(all_but apply);
+    async fn apply(
+        &self,
+        req: &lockstep::cluster::ApplyRequest,
+    ) -> Result<lockstep::cluster::ClusterObject, lockstep::cluster::ClusterError> {
+        let recorded = recorded_deletions(&self.inner).await;
+        self.seen
+            .lock()
+            .expect("seen")
+            .push(format!("{} {:?} [{recorded}]", req.key, req.release));
+        self.inner.apply(req).await
+    }
+}
+
+/// A deletion is in the record before the re-creation it decides is
+/// applied: a crash right after the apply leaves the next leader the same
+/// evidence.
+#[tokio::test]
+async fn a_deletion_is_recorded_before_its_re_creation_is_applied() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova at 2026.1");
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova to 2026.2");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let mut d = daemon(&repo, &mem, None);
+    until_idle(&mut d, &mem).await;
+    drop(d);
+    deleted(&mem);
+    let cluster = RecordAtApply {
+        inner: mem.clone(),
+        seen: Arc::default(),
+    };
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        cluster_name: "t".into(),
+        poll: Duration::from_millis(10),
+        ..Options::default()
+    };
+    // The process that sees the deletion knew the object before it.
+    let mut d = Daemon::new(
+        opts,
+        source,
+        cluster.clone(),
+        Arc::new(lockstep::daemon::VirtualClock::new(mem.clone())),
+        StatusQueue::new(10_000),
+        Arc::new(Metrics::new()),
+    );
+    {
+        let mut w = mem.world().expect("world");
+        w.install_steady(
+            key(),
+            Some("2026.2".into()),
+            lockstep::release::ImageRef::parse_reference("ghcr.io/c5c3/nova:2026.2")
+                .expect("image"),
+            None,
+        );
+    }
+    d.pass().await;
+    deleted(&mem);
+    // (This harness's passes do not read the watch: a new commit has the
+    // unit read again.)
+    repo.write(NOVA, nova("nova", "2027.1", "2027.1"));
+    repo.commit("nova to 2027.1");
+    for _ in 0..500 {
+        let out = d.pass().await;
+        let busy = mem.step(Duration::from_secs(60)).expect("step");
+        if !out.busy && !busy {
+            break;
+        }
+    }
+    let seen = cluster.seen.lock().expect("seen").clone();
+    assert_eq!(
+        seen.first().map(String::as_str),
+        Some("Nova compute/nova Some(\"2026.2\") [Nova/compute/nova@2026.2]"),
+        "re-created at 2026.2 with the deletion recorded first: {seen:?}"
+    );
+    assert_eq!(recorded_deletions(&mem).await, "", "forgotten once back");
+}

@@ -227,7 +227,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 }
                 break;
             }
-            let states: Vec<_> = futures::stream::iter(batch)
+            let mut states: Vec<_> = futures::stream::iter(batch)
                 .map(|(key, chain)| {
                     let span = tracing::info_span!("unit", object = %key);
                     self.read_unit(chain, snapshot).instrument(span)
@@ -235,6 +235,20 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 .buffered(READS_IN_FLIGHT)
                 .collect()
                 .await;
+            // Deletions are written down before anything is decided on
+            // them, once per batch: a crash or a lost lease after a
+            // re-creation decided here must not leave the next leader
+            // without them (and a namespace deleted at once is a few
+            // writes, not one per object).
+            let mut deletions_kept = true;
+            if self.leads() {
+                for ((key, chain), state) in batch.iter().zip(states.iter_mut()) {
+                    if let Ok((state, _)) = state {
+                        self.note_gone(key, chain, state);
+                    }
+                }
+                deletions_kept = self.save_deleted().await;
+            }
             for ((key, chain), state) in batch.iter().zip(states) {
                 if !self.leads() {
                     // The lease was lost mid-pass: the new leader decides
@@ -269,12 +283,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     }
                 };
                 self.unread.remove(key);
-                let mut state = state;
-                self.note_gone(key, chain, &mut state);
-                // A deletion is written down before anything is decided on
-                // it: a crash or a lost lease after a re-creation decided
-                // here must not leave the next leader without it.
-                if state.gone_from.is_some() && self.gone_unsaved && !self.save_deleted().await {
+                if state.gone_from.is_some() && !deletions_kept {
                     self.dirty.insert(key.clone());
                     continue;
                 }
