@@ -121,6 +121,43 @@ async fn a_rewritten_history_is_not_judged_again_from_git_alone() {
         Some("2026.2")
     );
 
+    // A bounded run (`run --until-idle`) stops on it, telling a person,
+    // rather than passing for ever.
+    drop(d);
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        cluster_name: "t".into(),
+        poll: Duration::from_millis(10),
+        until_idle: true,
+        ..Options::default()
+    };
+    let mut bounded = Daemon::new(
+        opts,
+        source,
+        mem.clone(),
+        Arc::new(lockstep::daemon::VirtualClock::new(mem.clone())),
+        StatusQueue::new(10_000),
+        Arc::new(Metrics::new()),
+    );
+    let (_triggers, rx) = tokio::sync::mpsc::channel(1);
+    let (_lease, leader) = tokio::sync::watch::channel(true);
+    let last = tokio::time::timeout(
+        Duration::from_secs(60),
+        bounded.run(rx, leader, std::future::pending()),
+    )
+    .await
+    .expect("the bounded run stops");
+    assert!(last.waits_on_person, "{last:?}");
+    let people = bounded.needs_person();
+    assert!(
+        people
+            .iter()
+            .any(|p| p.subject == "the branch main" && p.reason.contains("was rewritten")),
+        "{people:?}"
+    );
+    drop(bounded);
+    let mut d = daemon(&repo, &mem);
+
     // Reset back behind what was judged: said as such.
     repo.git(&["reset", "-q", "--hard", &first]);
     let out = until_idle(&mut d, &mem, 20).await;

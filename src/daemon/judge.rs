@@ -92,12 +92,15 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 Ok((j, new)) => {
                     self.count_verdicts(&j.report, new);
                     self.judged = Some(j);
+                    self.judge_error = None;
                     fresh = new > 0;
                 }
                 Err((e, prev)) => {
                     tracing::error!(error = %e, head = %head, "judging failed");
                     self.judged = prev;
                     out.source_error = Some(e.to_string());
+                    out.waits_on_person = e.needs_person();
+                    self.judge_error = e.needs_person().then(|| e.to_string());
                 }
             }
         }
@@ -378,11 +381,13 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                                 .await
                                 {
                                     Ok(Ok((j, _, _))) => Some(j),
-                                    Ok(Err((_, prev))) => prev,
+                                    Ok(Err((_, prev))) => prev.filter(|p| p.head == w),
                                     Err(_) => None,
                                 }
                             }
-                            other => other,
+                            // Not held: nothing judged is walked (an older
+                            // judgment would undo what was judged after it).
+                            _ => None,
                         };
                         return Err((error, kept));
                     }

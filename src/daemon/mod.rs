@@ -226,6 +226,17 @@ pub enum PassError {
     NotLeader,
 }
 
+impl PassError {
+    /// Whether only a person ends this error (passes alone never will).
+    pub fn needs_person(&self) -> bool {
+        match self {
+            PassError::Rewritten { .. } => true,
+            PassError::Record(e) => !matches!(e, record::RecordError::TooManyDeleted { .. }),
+            _ => false,
+        }
+    }
+}
+
 impl From<crate::source::SourceError> for PassError {
     fn from(e: crate::source::SourceError) -> Self {
         PassError::Source(Box::new(e))
@@ -249,6 +260,9 @@ pub struct PassOutcome {
     /// The source could not be refreshed or judged (the last good state
     /// was used): a [`PassError`], displayed for reporting.
     pub source_error: Option<String>,
+    /// That error waits on a person (a rewritten branch, a lost record),
+    /// not on time: a bounded run stops and says so.
+    pub waits_on_person: bool,
 }
 
 /// Something a person must act on when a bounded run (`--until-idle`)
@@ -295,6 +309,11 @@ pub struct Daemon<C: Cluster, R: Repo> {
     gone_loaded: bool,
     /// Whether `gone` changed since it was last written to the record.
     gone_unsaved: bool,
+    /// The deleted objects the record holds, as last read or written.
+    gone_recorded: HashSet<Key>,
+    /// How many deleted objects there were when the record last could not
+    /// hold them all: not tried again until there are fewer.
+    gone_overflow: Option<usize>,
     /// Where each unit stood when last read present, while leading
     /// (`units::note_gone`).
     present: HashMap<Key, String>,
@@ -307,6 +326,12 @@ pub struct Daemon<C: Cluster, R: Repo> {
     leader: Option<tokio::sync::watch::Receiver<bool>>,
     /// Statuses the Git host refused, said again after a backoff.
     refused: HashMap<(String, String), statuses::Refused>,
+    /// Units deleted outside Git whose deletion the record could not take:
+    /// not decided until it does (a person is told).
+    unrecorded: std::collections::BTreeSet<Key>,
+    /// The last judging error that only a person ends
+    /// ([`PassError::needs_person`]), cleared by the next judgment.
+    judge_error: Option<String>,
     /// The last report of every unit: a quiet pass reuses them.
     units: BTreeMap<Key, UnitReport>,
     /// Counts over `units`, kept as reports change, so that a quiet pass
@@ -422,8 +447,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             gone: HashMap::new(),
             gone_loaded: false,
             gone_unsaved: false,
+            gone_recorded: HashSet::new(),
+            gone_overflow: None,
             present: HashMap::new(),
             leader: None,
+            judge_error: None,
+            unrecorded: std::collections::BTreeSet::new(),
             units: BTreeMap::new(),
             tally: units::Tally::default(),
             walked: None,
@@ -521,6 +550,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 reason,
             });
         }
+        for key in &self.unrecorded {
+            out.push(NeedsPerson {
+                subject: key.to_string(),
+                reason: "deleted from the cluster outside Git, and lockstep's record of such deletions could not be written (see the log): it is not re-created until it is; re-create it by hand where its database is, or remove it from Git".into(),
+            });
+        }
         for (key, (_, why)) in &self.unread {
             out.push(NeedsPerson {
                 subject: key.to_string(),
@@ -539,6 +574,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     reason: description.clone(),
                 });
             }
+        }
+        if let Some(why) = &self.judge_error {
+            out.push(NeedsPerson {
+                subject: format!("the branch {}", crate::escape::escape(&self.opts.branch)),
+                reason: why.clone(),
+            });
         }
         if let Some(j) = &self.judged {
             let head = j.head.to_string();
@@ -735,13 +776,26 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 self.gone.clear();
                 self.gone_loaded = false;
                 self.gone_unsaved = false;
+                self.gone_recorded.clear();
+                self.gone_overflow = None;
+                self.unrecorded.clear();
                 self.present.clear();
+                // And judges: what this one judged is not extended nor
+                // walked again when it leads next (the other may have
+                // judged on, recorded, or seen the branch rewritten); it
+                // is judged again from Git and the record.
+                self.judged = None;
+                self.walked = None;
                 self.metrics.leader.set(0);
                 self.metrics.set_ready();
             }
             let world = self.clock.between_passes(last.busy);
             let world_busy = world.unwrap_or(false);
-            if self.opts.until_idle && !last.busy && !world_busy && last.source_error.is_none() {
+            if self.opts.until_idle
+                && !last.busy
+                && !world_busy
+                && (last.source_error.is_none() || last.waits_on_person)
+            {
                 break;
             }
             if world.is_some() && (world_busy || last.busy) {

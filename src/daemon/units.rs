@@ -146,6 +146,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }
         }
         self.unread.retain(|k, _| chains.contains_key(k));
+        self.unrecorded.retain(|k| chains.contains_key(k));
         self.applies.retain(|k, _| chains.contains_key(k));
         let kept = self.gone.len();
         self.gone.retain(|k, _| chains.contains_key(k));
@@ -283,10 +284,16 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     }
                 };
                 self.unread.remove(key);
-                if state.gone_from.is_some() && !deletions_kept {
+                // Decided only once the record holds the deletion (one it
+                // already held is decided as usual: a re-creation is how
+                // the list gets shorter).
+                if state.gone_from.is_some() && !deletions_kept && !self.gone_recorded.contains(key)
+                {
                     self.dirty.insert(key.clone());
+                    self.unrecorded.insert(key.clone());
                     continue;
                 }
+                self.unrecorded.remove(key);
                 let u = self
                     .reconcile(chain, state, judgment, snapshot, out)
                     .instrument(span)
@@ -317,6 +324,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     pub(super) fn adopt_deleted(&mut self, record: &super::record::Record) {
         let kept = record.deleted();
         let n = kept.len();
+        self.gone_recorded = kept.keys().cloned().collect();
         for (k, r) in kept {
             self.gone.entry(k).or_insert(r);
         }
@@ -331,11 +339,24 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         if !self.gone_unsaved || !self.gone_loaded {
             return true;
         }
+        // Past the record's bound: not tried again (a read, two gzips and
+        // an error every pass) until some are back or gone from Git.
+        if self.gone_overflow.is_some_and(|n| self.gone.len() >= n) {
+            return false;
+        }
         let name = super::record::name(&self.opts.cluster_name);
         let text = match self.load_record().await {
             Ok(mut r) => {
                 r.set_deleted(&self.gone);
-                r.fit(0).map(|(t, _)| t).map_err(super::PassError::from)
+                match r.fit(0) {
+                    Ok((t, _)) => Ok(t),
+                    Err(e) => {
+                        if matches!(e, super::record::RecordError::TooManyDeleted { .. }) {
+                            self.gone_overflow = Some(self.gone.len());
+                        }
+                        Err(super::PassError::from(e))
+                    }
+                }
             }
             Err(e) => Err(e),
         };
@@ -351,6 +372,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         match saved {
             Ok(()) => {
                 self.gone_unsaved = false;
+                self.gone_overflow = None;
+                self.gone_recorded = self.gone.keys().cloned().collect();
                 true
             }
             Err(e) => {
