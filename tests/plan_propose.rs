@@ -908,7 +908,7 @@ async fn a_real_gitea_a_wave_is_proposed_merged_there_applied_and_the_next_propo
     assert!(
         statuses
             .iter()
-            .any(|s| s["context"] == "lockstep/sim" && s["status"] == "success"),
+            .any(|s| s["context"] == "lockstep/sim/review" && s["status"] == "success"),
         "the proposal's head judged on Gitea: {statuses:#?}"
     );
     assert_eq!(
