@@ -61,6 +61,16 @@ fn restarted(
     mem: &MemoryCluster,
     since: Option<String>,
 ) -> Daemon<MemoryCluster, Source> {
+    restarted_on(repo, mem.clone(), mem, since)
+}
+
+/// [`restarted`], talking to `cluster` (a wrapper around `mem`).
+fn restarted_on<C: lockstep::cluster::Cluster + 'static>(
+    repo: &FleetRepo,
+    cluster: C,
+    mem: &MemoryCluster,
+    since: Option<String>,
+) -> Daemon<C, Source> {
     let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
     let opts = Options {
         cluster_name: "t".into(),
@@ -71,7 +81,7 @@ fn restarted(
     Daemon::new(
         opts,
         source,
-        mem.clone(),
+        cluster,
         Arc::new(lockstep::daemon::VirtualClock::new(mem.clone())),
         StatusQueue::new(10_000),
         Arc::new(Metrics::new()),
@@ -298,21 +308,8 @@ async fn a_deletion_is_recorded_before_its_re_creation_is_applied() {
         inner: mem.clone(),
         seen: Arc::default(),
     };
-    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
-    let opts = Options {
-        cluster_name: "t".into(),
-        poll: Duration::from_millis(10),
-        ..Options::default()
-    };
     // The process that sees the deletion knew the object before it.
-    let mut d = Daemon::new(
-        opts,
-        source,
-        cluster.clone(),
-        Arc::new(lockstep::daemon::VirtualClock::new(mem.clone())),
-        StatusQueue::new(10_000),
-        Arc::new(Metrics::new()),
-    );
+    let mut d = restarted_on(&repo, cluster.clone(), &mem, None);
     {
         let mut w = mem.world().expect("world");
         w.install_steady(

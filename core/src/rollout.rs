@@ -727,7 +727,7 @@ pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) 
     if let Next::Apply(i) | Next::Follow(i) = n
         && !chain.steps[i].abort
         && let Some(from) = chain.steps[i].from.as_deref().and_then(release_of)
-        && let Some(installed) = lowest_installed_of(chain, i, state)
+        && let Some(installed) = installed_on(chain, i, state).min()
         && installed < from
     {
         return Next::Blocked(format!(
@@ -739,30 +739,23 @@ pub fn next(chain: &Chain, state: &UnitState, complete: impl Fn(usize) -> bool) 
     n
 }
 
-/// The highest release the operator reports installed on step `i`'s own
-/// objects (a plane's children, or the service itself).
-fn installed_of(chain: &Chain, i: usize, state: &UnitState) -> Option<crate::release::Release> {
-    chain
-        .followed(i)
-        .iter()
-        .filter_map(|(k, _)| state.objects.get(k))
-        .filter_map(|o| o.installed.as_deref().and_then(release_of))
-        .max()
-}
-
-/// The lowest release the operator reports installed on step `i`'s own
-/// objects: the hop the cluster is furthest behind on.
-fn lowest_installed_of(
+/// The releases the operator reports installed on step `i`'s own objects
+/// (a plane's children, or the service itself).
+fn installed_on(
     chain: &Chain,
     i: usize,
     state: &UnitState,
-) -> Option<crate::release::Release> {
+) -> impl Iterator<Item = crate::release::Release> {
     chain
         .followed(i)
-        .iter()
-        .filter_map(|(k, _)| state.objects.get(k))
+        .into_iter()
+        .filter_map(|(k, _)| state.objects.get(&k))
         .filter_map(|o| o.installed.as_deref().and_then(release_of))
-        .min()
+}
+
+/// The highest of them: where the cluster is furthest on.
+fn installed_of(chain: &Chain, i: usize, state: &UnitState) -> Option<crate::release::Release> {
+    installed_on(chain, i, state).max()
 }
 
 /// How many steps of a removed unit the cluster is past, when it runs a

@@ -169,7 +169,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             Ok(r) => r,
             Err(e) => return Err((e, prev)),
         };
-        if !self.gone_loaded && self.leads() {
+        if self.gone_recorded.is_none() && self.leads() {
             self.adopt_deleted(&record);
         }
         let opts = CheckOptions {
@@ -201,7 +201,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             record.watermark = Some(head.to_string());
             // The objects deleted outside Git as this process keeps them
             // (once it has read the record's).
-            let mut with_deleted = self.gone_loaded;
+            let mut with_deleted = self.gone_recorded.is_some();
             let stored = record.deleted.clone();
             if with_deleted {
                 record.set_deleted(&self.gone);
@@ -250,7 +250,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 ));
             }
             if with_deleted {
-                self.gone_unsaved = false;
+                self.gone_recorded = Some(self.gone.clone());
             }
         }
         Ok((judged, n))

@@ -304,13 +304,10 @@ pub struct Daemon<C: Cluster, R: Repo> {
     /// (`units::note_gone`), kept in lockstep's record as well
     /// (`record::Record::deleted`).
     gone: HashMap<Key, String>,
-    /// Whether `gone` holds what the record kept, read since this process
-    /// last began to lead.
-    gone_loaded: bool,
-    /// Whether `gone` changed since it was last written to the record.
-    gone_unsaved: bool,
-    /// The deleted objects the record holds, as last read or written.
-    gone_recorded: HashSet<Key>,
+    /// The deleted objects the record holds, as last read or written;
+    /// `None` until read since this process last began to lead. `gone`
+    /// differing from it is what is still to be written.
+    gone_recorded: Option<HashMap<Key, String>>,
     /// How many deleted objects there were when the record last could not
     /// hold them all: not tried again until there are fewer.
     gone_overflow: Option<usize>,
@@ -445,9 +442,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             posted: HashMap::new(),
             refused: HashMap::new(),
             gone: HashMap::new(),
-            gone_loaded: false,
-            gone_unsaved: false,
-            gone_recorded: HashSet::new(),
+            gone_recorded: None,
             gone_overflow: None,
             present: HashMap::new(),
             leader: None,
@@ -774,9 +769,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 // last saw them is no evidence of a deletion later. What
                 // the record keeps is read again when this one leads.
                 self.gone.clear();
-                self.gone_loaded = false;
-                self.gone_unsaved = false;
-                self.gone_recorded.clear();
+                self.gone_recorded = None;
                 self.gone_overflow = None;
                 self.unrecorded.clear();
                 self.present.clear();

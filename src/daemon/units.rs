@@ -131,7 +131,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // The objects deleted outside Git that the record keeps, before any
         // unit is decided: a restarted or newly elected leader must not
         // take such an object for a fresh install.
-        if !self.gone_loaded && self.leads() {
+        if self.gone_recorded.is_none() && self.leads() {
             match self.load_record().await {
                 Ok(r) => self.adopt_deleted(&r),
                 Err(e) => {
@@ -148,9 +148,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         self.unread.retain(|k, _| chains.contains_key(k));
         self.unrecorded.retain(|k| chains.contains_key(k));
         self.applies.retain(|k, _| chains.contains_key(k));
-        let kept = self.gone.len();
         self.gone.retain(|k, _| chains.contains_key(k));
-        self.gone_unsaved |= self.gone.len() != kept;
         self.present.retain(|k, _| chains.contains_key(k));
         if full {
             self.units.retain(|k, _| chains.contains_key(k));
@@ -287,7 +285,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 // Decided only once the record holds the deletion (one it
                 // already held is decided as usual: a re-creation is how
                 // the list gets shorter).
-                if state.gone_from.is_some() && !deletions_kept && !self.gone_recorded.contains(key)
+                if state.gone_from.is_some()
+                    && !deletions_kept
+                    && !self
+                        .gone_recorded
+                        .as_ref()
+                        .is_some_and(|r| r.contains_key(key))
                 {
                     self.dirty.insert(key.clone());
                     self.unrecorded.insert(key.clone());
@@ -323,20 +326,17 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// leadership; what this process saw since is kept over them.
     pub(super) fn adopt_deleted(&mut self, record: &super::record::Record) {
         let kept = record.deleted();
-        let n = kept.len();
-        self.gone_recorded = kept.keys().cloned().collect();
-        for (k, r) in kept {
-            self.gone.entry(k).or_insert(r);
+        for (k, r) in &kept {
+            self.gone.entry(k.clone()).or_insert_with(|| r.clone());
         }
-        self.gone_unsaved |= self.gone.len() != n;
-        self.gone_loaded = true;
+        self.gone_recorded = Some(kept);
     }
 
     /// Writes the objects deleted outside Git to the record when they
     /// changed. On failure they stay in memory and are written next pass.
     /// Returns whether the record holds them (false: not written).
     async fn save_deleted(&mut self) -> bool {
-        if !self.gone_unsaved || !self.gone_loaded {
+        if self.gone_recorded.as_ref().is_none_or(|r| *r == self.gone) {
             return true;
         }
         // Past the record's bound: not tried again (a read, two gzips and
@@ -371,9 +371,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         };
         match saved {
             Ok(()) => {
-                self.gone_unsaved = false;
                 self.gone_overflow = None;
-                self.gone_recorded = self.gone.keys().cloned().collect();
+                self.gone_recorded = Some(self.gone.clone());
                 true
             }
             Err(e) => {
@@ -399,12 +398,12 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
     /// never read present since, cannot be told from a first install.
     fn note_gone(&mut self, key: &Key, chain: &Chain, state: &mut UnitState) {
         if chain.removed.is_some() {
-            self.gone_unsaved |= self.gone.remove(key).is_some();
+            self.gone.remove(key);
             self.present.remove(key);
             return;
         }
         if let Some(spec) = &state.spec {
-            self.gone_unsaved |= self.gone.remove(key).is_some();
+            self.gone.remove(key);
             // Only a release that parses is kept (the record refuses any
             // other): a spec edited to something that is no release says
             // nothing of where the database is, the installed release does.
@@ -444,7 +443,6 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         if let Some(was) = was {
             if !self.gone.contains_key(key) {
                 tracing::warn!(object = %key, release = %was, "the object was deleted outside Git");
-                self.gone_unsaved = true;
             }
             self.gone.insert(key.clone(), was.clone());
             state.gone_from = Some(was);
