@@ -104,9 +104,26 @@ struct Sample {
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockstep");
 
+/// A command for `bin`. lockstep runs in a person's environment, emptied
+/// but for `PATH` and `HOME`: a CI variable in the bench's own environment
+/// would otherwise turn its names index off (`names::wanted`), and the
+/// default rows would measure a CI job's check.
+fn command(bin: &str) -> Command {
+    let mut cmd = Command::new(bin);
+    if bin != "git" {
+        cmd.env_clear();
+        for keep in ["PATH", "HOME"] {
+            if let Some(v) = std::env::var_os(keep) {
+                cmd.env(keep, v);
+            }
+        }
+    }
+    cmd
+}
+
 fn run(bin: &str, args: &[&str], dir: Option<&Path>) -> Sample {
     let start = Instant::now();
-    let mut cmd = Command::new(bin);
+    let mut cmd = command(bin);
     if let Some(d) = dir {
         cmd.current_dir(d);
     }
@@ -172,7 +189,7 @@ fn measure(label: &str, reps: usize, args: &[&str]) {
 
 /// What a binary prints for `args` (its exit code and stdout).
 fn output(bin: &str, args: &[&str]) -> (Option<i32>, Vec<u8>) {
-    let out = Command::new(bin).args(args).output().expect("spawn");
+    let out = command(bin).args(args).output().expect("spawn");
     (out.status.code(), out.stdout)
 }
 
@@ -186,7 +203,8 @@ fn measure_paired(label: &str, reps: usize, args: &[&str], repo: &Path, yard: &[
 
 /// [`measure_paired`], with `prepare` run (untimed) before each run of
 /// lockstep. An older build is given the same arguments without
-/// `--names-index` (builds before it have no such flag, and no index).
+/// `--names-index` and `--no-names-index` (builds before them have no such
+/// flags; before the first, no index; before the second, none unasked).
 fn measure_paired_with(
     label: &str,
     reps: usize,
@@ -199,7 +217,7 @@ fn measure_paired_with(
     let old_args: Vec<&str> = args
         .iter()
         .copied()
-        .filter(|a| *a != "--names-index")
+        .filter(|a| *a != "--names-index" && *a != "--no-names-index")
         .collect();
     let old_args = old_args.as_slice();
     if let Some(old) = &before {
@@ -385,51 +403,53 @@ fn main() {
             &fleet.path,
             &["diff", "HEAD~2", "HEAD~1"],
         );
-        // The names index (`src/names.rs`, `--names-index`): the plain
-        // search (the default), the first check with the flag (it builds
-        // and saves the index) paired with it, and the checks after it.
+        // The names index (`src/names.rs`, `names::wanted`): a person's
+        // check keeps it, so a check after the first costs what a hop
+        // does; a CI job's (or `--no-names-index`) searches every file. The
+        // first check of a clone builds it, paired with the full search.
         let index = fleet.path.join(".git/lockstep").join(lockstep::names::FILE);
         let forget = || {
             let _ = std::fs::remove_file(&index);
         };
-        let plain = ["check", "--repo", &repo, "-o", "json"];
-        let with_index = ["check", "--repo", &repo, "-o", "json", "--names-index"];
+        let person = ["check", "--repo", &repo, "-o", "json"];
+        let search = ["check", "--repo", &repo, "-o", "json", "--no-names-index"];
+        forget();
+        output(BIN, &person);
         measure_paired(
             "check, one-file PR adding a new object",
             reps,
-            &plain,
+            &person,
+            &fleet.path,
+            &["diff", "HEAD~1", "HEAD"],
+        );
+        if let Ok(len) = std::fs::metadata(&index).map(|m| m.len()) {
+            println!("    names index: {:.2} MiB", len as f64 / (1 << 20) as f64);
+        }
+        measure_paired(
+            "  --no-names-index (a CI job's check)",
+            reps,
+            &search,
             &fleet.path,
             &["diff", "HEAD~1", "HEAD"],
         );
         // What Git itself takes to search every file of the tree for one
         // name (the new one, in the tree before it: no match, so every blob
-        // is read), which a plain check cannot avoid: no file may define the
+        // is read), which such a check cannot avoid: no file may define the
         // new name a second time (`docs/names-index.md`).
         measure_paired(
             "  the same, against Git searching every file",
             reps,
-            &plain,
+            &search,
             &fleet.path,
             &["grep", "-F", "-q", "-e", "nova-new", "HEAD~1"],
         );
         measure_two(
-            "  the same again (paired with the next)",
-            &plain,
-            "  --names-index, cold (builds the index)",
-            &with_index,
+            "  --no-names-index again (paired with the next)",
+            &search,
+            "  a clone's first check (builds the index)",
+            &person,
             reps,
             &forget,
-        );
-        if let Ok(len) = std::fs::metadata(&index).map(|m| m.len()) {
-            println!("    names index: {:.2} MiB", len as f64 / (1 << 20) as f64);
-        }
-        measure_paired_with(
-            "  --names-index, warm (the index saved)",
-            reps,
-            &with_index,
-            &fleet.path,
-            &["diff", "HEAD~1", "HEAD"],
-            &|| {},
         );
         measure_paired(
             "full judgment of the whole tree",

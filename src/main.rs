@@ -98,15 +98,17 @@ enum Command {
         /// (armored *.asc files) with a user ID of the committer's email.
         #[arg(long, value_name = "DIR")]
         trusted_keys: Option<PathBuf>,
-        /// Keep and use a names index in $GIT_DIR/lockstep/names-v1 (off by
-        /// default: check then neither reads nor writes anything there). A
+        /// Keep and use a names index in $GIT_DIR/lockstep/names-v1: a
         /// commit adding an object skips the directories that cannot hold
-        /// its name. Only where no one else's job can write this .git: a
-        /// forged index can hide a duplicate name from the check (never
-        /// from `run`, which keeps its own in memory). See
-        /// docs/names-index.md.
-        #[arg(long)]
+        /// its name. [default: on in a person's clone; off in a CI job and
+        /// with --report, where another job could forge the file and hide a
+        /// duplicate name from the check (never from `run`, which keeps its
+        /// own in memory)]. See docs/names-index.md.
+        #[arg(long, overrides_with = "no_names_index")]
         names_index: bool,
+        /// Neither read nor write the names index: search every file.
+        #[arg(long, overrides_with = "names_index")]
+        no_names_index: bool,
         /// The range reaches the cluster one commit at a time: merged by
         /// rebase or fast-forward onto a branch lockstep applies. Without
         /// it the range is also judged as the one change a merge commit, a
@@ -429,6 +431,7 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
             allowed_signers,
             trusted_keys,
             names_index,
+            no_names_index,
             lands_commit_by_commit,
             report: report_args,
         } => {
@@ -441,9 +444,8 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
                 .map(|path| lockstep::file::read_live(&path, max_live_bytes))
                 .transpose()?;
             let git = GitRepo::open(&repo)?;
-            // Off by default: a read-only check reads and writes nothing
-            // under the Git directory; the daemon keeps its own in memory.
-            let names = names_index
+            let asked = (names_index || no_names_index).then_some(names_index);
+            let names = lockstep::names::wanted(asked, report_args.report.is_some())
                 .then(|| std::sync::Arc::new(lockstep::names::NameIndex::new(git.common_dir())));
             let mut report = check(
                 &git,

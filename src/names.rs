@@ -18,14 +18,15 @@
 //! anything. A tree id names its content forever, so an entry never goes
 //! stale.
 //!
-//! `lockstep check --names-index` keeps it in a file (off by default: a
-//! forged file can hide a duplicate from such a check; `docs/names-index.md`,
+//! `lockstep check` keeps it in a file in a person's clone, and not in a CI
+//! job or a check that posts statuses, unless told otherwise ([`wanted`]): a
+//! forged file can hide a duplicate from such a check (`docs/names-index.md`,
 //! "Threat model"). The daemon keeps one in its own memory only
 //! ([`NameIndex::in_memory`]), built from blobs it read itself.
 //!
 //! Where it lives: `$GIT_DIR/lockstep/names-v1` (the common directory of
 //! worktrees), derived data like Git's own commit-graph: safe to delete,
-//! rebuilt by the next check with the flag. Written to a temporary file and renamed into
+//! rebuilt by the next check that uses it. Written to a temporary file and renamed into
 //! place; versioned and checksummed. A file that is missing, truncated,
 //! corrupt, of another version or unreadable is ignored (and replaced when
 //! the run has something worth saving); a repository lockstep cannot write
@@ -48,6 +49,27 @@ const VERSION: u32 = 3;
 const MAGIC: &[u8; 8] = b"LSNAMES\0";
 /// The file's name under `$GIT_DIR/lockstep/`.
 pub const FILE: &str = "names-v1";
+
+/// Whether `lockstep check` keeps and uses the index file. A flag
+/// (`asked`: `--names-index`, `--no-names-index`) always wins. Without one
+/// it is on in a person's own clone, where no one else writes the Git
+/// directory and a repeated check of a commit adding an object costs what
+/// a hop does; and off where a wrong "no" would be taken as a verdict by
+/// others: a check that posts statuses (`reports`), and any CI job, whose
+/// runner may share a persistent workspace with other branches' or forks'
+/// jobs, one of which could forge the file (`docs/names-index.md`, "Threat
+/// model"). A fresh clone per job never finds it warm anyway.
+pub fn wanted(asked: Option<bool>, reports: bool) -> bool {
+    asked.unwrap_or_else(|| !reports && !in_ci())
+}
+
+/// A CI job, as the services announce it (`is_ci`, about thirty of them,
+/// Jenkins and Azure Pipelines included), or any `CI` variable but an
+/// empty one, `0` or `false`: when in doubt, off.
+fn in_ci() -> bool {
+    is_ci::uncached()
+        || std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
 
 /// Directories with fewer manifest files than this are not kept: reading
 /// their few blobs costs about what reading their entry would.
@@ -670,7 +692,9 @@ impl NameIndex {
         let Some(file) = &self.shared.file else {
             return Ok(false);
         };
-        let s = self.shared.state();
+        // Not `state()`: a check that built nothing (a hop) never loads the
+        // file, and there is nothing to save.
+        let s = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.built == 0 || s.blobs_read < SAVE_AFTER_BLOBS {
             return Ok(false);
         }

@@ -5,8 +5,9 @@
 //! index built in the run, and with the index saved by an earlier run. A
 //! damaged index file is ignored, so it cannot hide a duplicate; a
 //! repository where the index cannot be written is checked all the same.
-//! The index is opt-in: a check without `--names-index` leaves the Git
-//! directory as it was and ignores a forged index that fools one with it.
+//! The file is used by a person's check only: a CI job's, one posting
+//! statuses and one told `--no-names-index` leave the Git directory as it
+//! was and ignore a forged index that fools a check using it.
 //!
 //! Histories are written with libgit2 in process (real repositories);
 //! `PROPTEST_CASES` sets the number of cases (default 48).
@@ -385,9 +386,38 @@ fn an_index_that_cannot_be_written_or_read_changes_nothing() {
     assert!(idx.save().is_err());
 }
 
-/// `lockstep check` on `dir` (head `main`, JSON): exit code and stdout.
-fn cli(dir: &Path, extra: &[&str]) -> (Option<i32>, Vec<u8>) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockstep"))
+/// Where `lockstep check` runs: a person's shell, or a CI job as the
+/// services announce it.
+#[derive(Clone, Copy)]
+enum Env {
+    Person,
+    /// `CI=true`, which GitHub, GitLab, Gitea and Forgejo Actions set.
+    Ci,
+    /// Jenkins sets no `CI`, but `JENKINS_URL`.
+    Jenkins,
+}
+
+/// `lockstep check` on `dir` (head `main`, JSON) in `env`: exit code and
+/// stdout. The environment is emptied first, so that the CI this suite
+/// runs in cannot decide for a test what the default is.
+fn cli_in(env: Env, dir: &Path, extra: &[&str]) -> (Option<i32>, Vec<u8>) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lockstep"));
+    cmd.env_clear();
+    for keep in ["PATH", "HOME"] {
+        if let Some(v) = std::env::var_os(keep) {
+            cmd.env(keep, v);
+        }
+    }
+    match env {
+        Env::Person => {}
+        Env::Ci => {
+            cmd.env("CI", "true");
+        }
+        Env::Jenkins => {
+            cmd.env("JENKINS_URL", "https://jenkins.example.invalid/");
+        }
+    }
+    let out = cmd
         .args(["check", "--repo"])
         .arg(dir)
         .args(["--head", "main", "-o", "json"])
@@ -397,36 +427,58 @@ fn cli(dir: &Path, extra: &[&str]) -> (Option<i32>, Vec<u8>) {
     (out.status.code(), out.stdout)
 }
 
-#[test]
-fn a_default_check_writes_nothing_into_the_git_directory() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let (git, _) = duplicate_fleet(dir.path());
-    let lockdir = git.common_dir().join("lockstep");
-    // This check reads 80 untouched files, more than enough for an index
-    // to be saved if one were kept.
-    let off = cli(dir.path(), &[]);
-    assert_eq!(off.0, Some(1), "the duplicate is refused");
-    assert!(
-        !lockdir.exists(),
-        "a check without --names-index leaves {} absent",
-        lockdir.display()
-    );
+/// [`cli_in`] a person's shell.
+fn cli(dir: &Path, extra: &[&str]) -> (Option<i32>, Vec<u8>) {
+    cli_in(Env::Person, dir, extra)
 }
 
 #[test]
-fn names_index_creates_the_index_and_answers_the_same() {
+fn a_check_in_ci_or_posting_statuses_writes_nothing_into_the_git_directory() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (git, _) = duplicate_fleet(dir.path());
+    let lockdir = git.common_dir().join("lockstep");
+    // Each check reads 80 untouched files, more than enough for an index
+    // to be saved if one were kept.
+    for (env, extra, why) in [
+        (Env::Ci, &[][..], "a CI job (CI=true)"),
+        (Env::Jenkins, &[][..], "a Jenkins job (JENKINS_URL)"),
+        (Env::Person, &["--no-names-index"][..], "--no-names-index"),
+        (
+            Env::Person,
+            &["--report", "notes"][..],
+            "a check posting statuses",
+        ),
+    ] {
+        let out = cli_in(env, dir.path(), extra);
+        assert_eq!(out.0, Some(1), "{why}: the duplicate is refused");
+        assert!(
+            !lockdir.exists(),
+            "{why}: leaves {} absent",
+            lockdir.display()
+        );
+    }
+}
+
+#[test]
+fn a_person_s_check_keeps_the_index_and_answers_the_same() {
     let dir = tempfile::tempdir().expect("tmp");
     let (git, _) = duplicate_fleet(dir.path());
     let file = index_file(&git);
-    let off = cli(dir.path(), &[]);
-    let cold = cli(dir.path(), &["--names-index"]);
-    assert!(file.is_file(), "--names-index keeps {}", file.display());
+    let off = cli(dir.path(), &["--no-names-index"]);
+    assert_eq!(off.0, Some(1), "the duplicate is refused");
+    let cold = cli(dir.path(), &[]);
+    assert!(file.is_file(), "a person's check keeps {}", file.display());
     assert!(
         decode_file(&file).is_some_and(|e| !e.is_empty()),
         "a whole index file with entries"
     );
     assert_eq!(cold, off, "cold: the same answer");
-    assert_eq!(cli(dir.path(), &["--names-index"]), off, "warm: the same");
+    assert_eq!(cli(dir.path(), &[]), off, "warm: the same");
+    assert_eq!(
+        cli_in(Env::Ci, dir.path(), &["--names-index"]),
+        off,
+        "asked for in CI, warm: the same"
+    );
 }
 
 fn decode_file(file: &Path) -> Option<std::collections::HashMap<Oid, lockstep::names::Entry>> {
@@ -435,10 +487,12 @@ fn decode_file(file: &Path) -> Option<std::collections::HashMap<Oid, lockstep::n
 
 /// The threat `docs/names-index.md` describes, shown rather than told: an
 /// index forged with a valid checksum, claiming d3 holds no name windows,
-/// hides d3's definition from `check --names-index` (the duplicate is
-/// accepted), and changes nothing for a default check, which never reads it.
+/// hides d3's definition from the checks that use the file (the duplicate
+/// is accepted): a person's, and one asked for it. It changes nothing for
+/// the checks whose verdict others take: a CI job's, one posting statuses,
+/// and one told `--no-names-index`; none of them opens the file.
 #[test]
-fn a_forged_index_fools_only_the_checks_that_opt_in() {
+fn a_forged_index_fools_only_the_checks_that_use_it() {
     let dir = tempfile::tempdir().expect("tmp");
     let (git, _) = duplicate_fleet(dir.path());
     let repo = Repository::open(dir.path()).expect("open");
@@ -449,16 +503,37 @@ fn a_forged_index_fools_only_the_checks_that_opt_in() {
     std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
     std::fs::write(&file, &forged).expect("write");
 
-    let plain = cli(dir.path(), &[]);
-    assert_eq!(plain.0, Some(1), "a default check ignores the file");
-    assert!(
-        String::from_utf8_lossy(&plain.1).contains("d3/act-0-0.yaml"),
-        "and names the other definition"
-    );
-    let fooled = cli(dir.path(), &["--names-index"]);
-    assert_eq!(
-        fooled.0,
-        Some(0),
-        "the forged entry hides the duplicate (why the index is opt-in)"
-    );
+    for (env, extra, why) in [
+        (Env::Ci, &[][..], "a CI job"),
+        (Env::Jenkins, &[][..], "a Jenkins job"),
+        (Env::Person, &["--no-names-index"][..], "--no-names-index"),
+        (
+            Env::Person,
+            &["--report", "notes"][..],
+            "a check posting statuses",
+        ),
+    ] {
+        let out = cli_in(env, dir.path(), extra);
+        assert_eq!(out.0, Some(1), "{why} ignores the file");
+        assert!(
+            String::from_utf8_lossy(&out.1).contains("d3/act-0-0.yaml"),
+            "{why}: and names the other definition"
+        );
+        assert_eq!(
+            std::fs::read(&file).expect("still there"),
+            forged,
+            "{why}: nor rewrites it"
+        );
+    }
+    for (env, extra, why) in [
+        (Env::Person, &[][..], "a person's check"),
+        (Env::Ci, &["--names-index"][..], "a CI job asking for it"),
+    ] {
+        let fooled = cli_in(env, dir.path(), extra);
+        assert_eq!(
+            fooled.0,
+            Some(0),
+            "{why}: the forged entry hides the duplicate (why CI never uses the file unasked)"
+        );
+    }
 }
