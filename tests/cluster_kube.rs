@@ -10,7 +10,7 @@ use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use lockstep::cluster::kube::KubeCluster;
@@ -562,11 +562,20 @@ async fn kube_cluster_against_a_real_api_server() {
         .await
         .unwrap();
     for round in 0..2 {
-        c.save_record("verdicts.eu", &format!("eu {round}"))
-            .await
-            .unwrap();
+        let before = |name: &str| (round > 0).then(|| format!("{name} {}", round - 1));
+        c.save_record(
+            "verdicts.eu",
+            &format!("eu {round}"),
+            before("eu").as_deref(),
+        )
+        .await
+        .unwrap();
         other
-            .save_record("verdicts.us", &format!("us {round}"))
+            .save_record(
+                "verdicts.us",
+                &format!("us {round}"),
+                before("us").as_deref(),
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -593,6 +602,82 @@ async fn kube_cluster_against_a_real_api_server() {
         );
     }
 
+    // A record is written only over what the writer read: a save from a
+    // stale read (another process wrote since) is refused and changes
+    // nothing; so is a first write when another process created it first.
+    let stale = c
+        .save_record("verdicts.eu", "stale", Some("eu 0"))
+        .await
+        .unwrap_err();
+    assert!(matches!(stale, ClusterError::RecordChanged(_)), "{stale}");
+    assert_eq!(
+        c.load_record("verdicts.eu").await.unwrap().as_deref(),
+        Some("eu 1")
+    );
+    c.save_record("verdicts.new", "first", None).await.unwrap();
+    let second = other
+        .save_record("verdicts.new", "second", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(second, ClusterError::RecordChanged(_)), "{second}");
+    assert_eq!(
+        other.load_record("verdicts.new").await.unwrap().as_deref(),
+        Some("first")
+    );
+    {
+        // The ConfigMap deleted: the first write creates it again.
+        let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+        cms.delete(
+            lockstep::cluster::kube::RECORD_CONFIGMAP,
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+        c.save_record("verdicts.eu", "eu again", None)
+            .await
+            .unwrap();
+        assert_eq!(
+            other.load_record("verdicts.eu").await.unwrap().as_deref(),
+            Some("eu again")
+        );
+        // What the write's second half relies on: a forced server-side
+        // apply that carries a resourceVersion read before another write
+        // is refused (409), not applied.
+        let read = cms
+            .get(lockstep::cluster::kube::RECORD_CONFIGMAP)
+            .await
+            .unwrap();
+        other
+            .save_record("verdicts.us", "us meanwhile", None)
+            .await
+            .unwrap();
+        let body = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": lockstep::cluster::kube::RECORD_CONFIGMAP,
+                "resourceVersion": read.metadata.resource_version,
+            },
+            "data": {"verdicts.eu": "from a stale read"},
+        });
+        let refused = cms
+            .patch(
+                lockstep::cluster::kube::RECORD_CONFIGMAP,
+                &PatchParams::apply("lockstep/verdicts.eu").force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&refused, kube::Error::Api(s) if s.code == 409),
+            "{refused}"
+        );
+        assert_eq!(
+            c.load_record("verdicts.eu").await.unwrap().as_deref(),
+            Some("eu again")
+        );
+    }
+
     // Four cluster names, each record at its bound (gzip'd text does not
     // compress further), fit the one ConfigMap the API server caps at 1 MiB.
     let full = |c: char| {
@@ -606,7 +691,9 @@ async fn kube_cluster_against_a_real_api_server() {
     };
     for name in ["eu", "us", "ap", "sa"] {
         let text = full(name.chars().next().unwrap());
-        c.save_record(&format!("verdicts.{name}"), &text)
+        let key = format!("verdicts.{name}");
+        let base = c.load_record(&key).await.unwrap();
+        c.save_record(&key, &text, base.as_deref())
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(

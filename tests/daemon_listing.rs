@@ -96,9 +96,14 @@ impl Cluster for Logged {
         tokio::time::sleep(Duration::from_millis(slow)).await;
         self.inner.load_record(name).await
     }
-    async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
+    async fn save_record(
+        &self,
+        name: &str,
+        text: &str,
+        base: Option<&str>,
+    ) -> Result<(), ClusterError> {
         self.note("save_record");
-        self.inner.save_record(name, text).await
+        self.inner.save_record(name, text, base).await
     }
     async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
         let o = self.inner.get(key).await?;

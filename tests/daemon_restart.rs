@@ -96,8 +96,13 @@ impl Cluster for Chaos {
     async fn applied_object(&self) -> Result<Option<Key>, ClusterError> {
         call!(self, self.inner.applied_object().await)
     }
-    async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
-        call!(self, self.inner.save_record(name, text).await)
+    async fn save_record(
+        &self,
+        name: &str,
+        text: &str,
+        base: Option<&str>,
+    ) -> Result<(), ClusterError> {
+        call!(self, self.inner.save_record(name, text, base).await)
     }
     async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {
         call!(self, self.inner.get(key).await)
@@ -600,7 +605,7 @@ async fn a_lost_record_stops_judging_until_a_person_restores_it() {
     assert!(mem.remove_record(&name).is_none(), "no record written");
 
     // The backup restored: the abort stands.
-    mem.save_record(&name, &backup).await.unwrap();
+    mem.save_record(&name, &backup, None).await.unwrap();
     assert!(drive(&mut d, &chaos, &forge, &queue).await);
     assert_eq!(chaos.applies.load(Ordering::SeqCst), 2, "the abort stands");
     assert_eq!(glance(), aborted);
@@ -609,7 +614,9 @@ async fn a_lost_record_stops_judging_until_a_person_restores_it() {
     // An empty record: Git alone, as documented. The abort is a downgrade
     // there, so Git's last accepted release, 2026.2, is applied again.
     mem.remove_record(&name);
-    mem.save_record(&name, r#"{"version":1}"#).await.unwrap();
+    mem.save_record(&name, r#"{"version":1}"#, None)
+        .await
+        .unwrap();
     let mut d = daemon(repo.path(), &chaos, &queue);
     assert!(drive(&mut d, &chaos, &forge, &queue).await);
     assert_eq!(chaos.applies.load(Ordering::SeqCst), 3, "{}", glance());

@@ -449,14 +449,14 @@ async fn deploy_applies_and_the_service_account_has_least_privilege() {
         .await
         .expect("the history is written");
     let big = "r".repeat(600 * 1024);
-    c.save_record("verdicts.prod", &big)
+    c.save_record("verdicts.prod", &big, None)
         .await
         .expect("the record is written beside a full history");
     history
         .save(full.clone())
         .await
         .expect("the history is written again");
-    c.save_record("verdicts.prod", "small")
+    c.save_record("verdicts.prod", "small", Some(&big))
         .await
         .expect("the record is written again");
     assert_eq!(history.load().await.expect("read back"), Some(full));

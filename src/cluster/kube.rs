@@ -304,6 +304,10 @@ fn to_object(key: &Key, obj: &DynamicObject) -> ClusterObject {
 pub const RECORD_CONFIGMAP: &str = "lockstep-records";
 
 /// A record name as a ConfigMap data key (`[-._a-zA-Z0-9]+`).
+/// Writes of the record that meet a ConfigMap changed since its read
+/// (another cluster's key, most often) before the pass gives up.
+const RECORD_WRITE_TRIES: usize = 5;
+
 fn record_key(name: &str) -> String {
     let k: String = name
         .chars()
@@ -448,25 +452,84 @@ impl Cluster for KubeCluster {
         }))
     }
 
-    async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
+    async fn save_record(
+        &self,
+        name: &str,
+        text: &str,
+        base: Option<&str>,
+    ) -> Result<(), ClusterError> {
         let api: Api<ConfigMap> = Api::default_namespaced(self.client.clone());
-        let body = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": RECORD_CONFIGMAP,
-                "labels": {"app.kubernetes.io/managed-by": "lockstep"},
-            },
-            "data": { record_key(name): text },
-        });
-        // Only lockstep writes this object: a field manager of the key's
-        // own, forced, so a record is never lost to a conflict with a past
-        // instance, nor to the write of another cluster's record.
-        let pp = PatchParams::apply(&key_manager(&record_key(name))).force();
-        api.patch(RECORD_CONFIGMAP, &pp, &Patch::Apply(&body))
-            .await
-            .map_err(|e| self.record_error("write", e))?;
-        Ok(())
+        let key = record_key(name);
+        // Compare and swap: read the key, refuse if it moved from `base`,
+        // and write with the resourceVersion read as a precondition, so
+        // nothing written between the read and the write is lost. A 409
+        // means the ConfigMap changed in between (often another cluster's
+        // key beside ours): read again and compare again.
+        for _ in 0..RECORD_WRITE_TRIES {
+            let current = api
+                .get_opt(RECORD_CONFIGMAP)
+                .await
+                .map_err(|e| self.record_error("read", e))?;
+            let value = current
+                .as_ref()
+                .and_then(|cm| cm.data.as_ref())
+                .and_then(|d| d.get(&key));
+            if value.map(String::as_str) != base {
+                return Err(ClusterError::RecordChanged(self.record_location(name)));
+            }
+            let manager = key_manager(&key);
+            let written = match current.and_then(|cm| cm.metadata.resource_version) {
+                Some(rv) => {
+                    let body = serde_json::json!({
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {
+                            "name": RECORD_CONFIGMAP,
+                            "resourceVersion": rv,
+                            "labels": {"app.kubernetes.io/managed-by": "lockstep"},
+                        },
+                        "data": { &key: text },
+                    });
+                    // Only lockstep writes this object: a field manager of
+                    // the key's own, forced, so a record is never lost to a
+                    // field conflict with a past instance, nor to the write
+                    // of another cluster's record.
+                    let pp = PatchParams::apply(&manager).force();
+                    api.patch(RECORD_CONFIGMAP, &pp, &Patch::Apply(&body))
+                        .await
+                        .map(drop)
+                }
+                // None yet: created, which fails if another process
+                // created it first.
+                None => {
+                    let cm = ConfigMap {
+                        metadata: ObjectMeta {
+                            name: Some(RECORD_CONFIGMAP.into()),
+                            labels: Some(
+                                [("app.kubernetes.io/managed-by".into(), "lockstep".into())].into(),
+                            ),
+                            ..Default::default()
+                        },
+                        data: Some([(key.clone(), text.to_owned())].into()),
+                        ..Default::default()
+                    };
+                    let pp = PostParams {
+                        field_manager: Some(manager),
+                        ..Default::default()
+                    };
+                    api.create(&pp, &cm).await.map(drop)
+                }
+            };
+            match written {
+                Ok(()) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(self.record_error("write", e)),
+            }
+        }
+        Err(ClusterError::Unavailable(format!(
+            "{}: changed by others on each of {RECORD_WRITE_TRIES} tries to write it",
+            self.record_location(name)
+        )))
     }
 
     async fn get(&self, key: &Key) -> Result<Option<ClusterObject>, ClusterError> {

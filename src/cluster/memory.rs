@@ -146,11 +146,19 @@ impl Cluster for MemoryCluster {
             .map(|(k, _)| k.clone()))
     }
 
-    async fn save_record(&self, name: &str, text: &str) -> Result<(), ClusterError> {
+    async fn save_record(
+        &self,
+        name: &str,
+        text: &str,
+        base: Option<&str>,
+    ) -> Result<(), ClusterError> {
         let mut r = self
             .records
             .lock()
             .map_err(|_| ClusterError::Other("simulated cluster poisoned".into()))?;
+        if r.get(name).map(String::as_str) != base {
+            return Err(ClusterError::RecordChanged(self.record_location(name)));
+        }
         r.insert(name.to_owned(), text.to_owned());
         Ok(())
     }

@@ -239,6 +239,12 @@ pub enum ClusterError {
     /// Down, slow, throttled or failing: worth another try later.
     #[error("API server unavailable: {0}")]
     Unavailable(String),
+    /// The record (at the location named) no longer reads what this
+    /// process judged from: it is read again and the pass judged again.
+    #[error(
+        "{0} was written by another lockstep process since this one read it; read again and judged again next pass"
+    )]
+    RecordChanged(String),
     #[error("cluster: {0}")]
     Other(String),
 }
@@ -254,7 +260,10 @@ pub fn unserved(kind: Kind) -> String {
 
 impl ClusterError {
     pub fn retryable(&self) -> bool {
-        matches!(self, ClusterError::Unavailable(_))
+        matches!(
+            self,
+            ClusterError::Unavailable(_) | ClusterError::RecordChanged(_)
+        )
     }
 }
 
@@ -372,11 +381,17 @@ pub trait Cluster: Send + Sync {
     /// without looking would let a lost record pass for a first start.
     fn applied_object(&self) -> impl Future<Output = Result<Option<Key>, ClusterError>> + Send;
 
-    /// Replaces the record under `name`.
+    /// Replaces the record under `name` if it still reads `base`, what
+    /// this process loaded and judged from (`None`: there was none), and
+    /// fails with [`ClusterError::RecordChanged`] otherwise. Another
+    /// process (a replica that led meanwhile, a leader that has not yet
+    /// noticed it lost the lease) may have written it since; saving over
+    /// that would put back an older watermark and drop its verdicts.
     fn save_record(
         &self,
         name: &str,
         text: &str,
+        base: Option<&str>,
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
 
     /// Where the dashboard's history is kept between processes

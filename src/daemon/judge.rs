@@ -165,7 +165,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         head: Oid,
         prev: Option<Judged>,
     ) -> Result<(Judged, usize), (PassError, Option<Judged>)> {
-        let mut record = match self.load_record().await {
+        let (mut record, base) = match self.load_record().await {
             Ok(r) => r,
             Err(e) => return Err((e, prev)),
         };
@@ -237,10 +237,19 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             }
             if let Err(e) = self
                 .cluster
-                .save_record(&super::record::name(&self.opts.cluster_name), &text)
+                .save_record(
+                    &super::record::name(&self.opts.cluster_name),
+                    &text,
+                    base.as_deref(),
+                )
                 .await
             {
-                // Judged again next pass, from where the record stands.
+                // Judged again next pass, from where the record stands;
+                // written by another process, its deleted objects are
+                // taken again too.
+                if matches!(e, crate::cluster::ClusterError::RecordChanged(_)) {
+                    self.gone_recorded = None;
+                }
                 return Err((
                     PassError::Cluster {
                         what: "lockstep's record of live verdicts (writing it)".into(),
@@ -258,12 +267,16 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
 
     /// The record, read from the cluster on every new head: another
     /// replica may have led (and recorded) since this one last did, and a
-    /// stale copy saved back would lose its entries.
+    /// stale copy saved back would lose its entries. With it, the text it
+    /// was read from: a save hands that back, and is refused if another
+    /// process wrote the record since (`Cluster::save_record`).
     /// A missing record is a first start only while no object carries
     /// lockstep's applied annotation: the record is written before the
     /// first apply, so otherwise it was lost, and judging from Git alone
     /// could turn an abort around (`docs/gate.md`, "Verdicts don't move").
-    pub(super) async fn load_record(&mut self) -> Result<super::record::Record, PassError> {
+    pub(super) async fn load_record(
+        &mut self,
+    ) -> Result<(super::record::Record, Option<String>), PassError> {
         let name = super::record::name(&self.opts.cluster_name);
         let cluster_error = |e| PassError::Cluster {
             what: "lockstep's record of live verdicts".into(),
@@ -275,9 +288,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             .await
             .map_err(cluster_error)?;
         match text {
-            Some(t) => Ok(super::record::Record::parse(&t)?),
+            Some(t) => Ok((super::record::Record::parse(&t)?, Some(t))),
             None => match self.cluster.applied_object().await.map_err(cluster_error)? {
-                None => Ok(super::record::Record::new()),
+                None => Ok((super::record::Record::new(), None)),
                 Some(key) => Err(super::record::RecordError::Lost {
                     location: self.cluster.record_location(&name),
                     object: key.to_string(),

@@ -133,7 +133,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // take such an object for a fresh install.
         if self.gone_recorded.is_none() && self.leads() {
             match self.load_record().await {
-                Ok(r) => self.adopt_deleted(&r),
+                Ok((r, _)) => self.adopt_deleted(&r),
                 Err(e) => {
                     tracing::error!(error = %e, "reading lockstep's record failed; no unit is decided this pass");
                     out.source_error = Some(e.to_string());
@@ -346,10 +346,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         }
         let name = super::record::name(&self.opts.cluster_name);
         let text = match self.load_record().await {
-            Ok(mut r) => {
+            Ok((mut r, base)) => {
                 r.set_deleted(&self.gone);
                 match r.fit(0) {
-                    Ok((t, _)) => Ok(t),
+                    Ok((t, _)) => Ok((t, base)),
                     Err(e) => {
                         if matches!(e, super::record::RecordError::TooManyDeleted { .. }) {
                             self.gone_overflow = Some(self.gone.len());
@@ -362,11 +362,17 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         };
         let saved = match text {
             Ok(_) if !self.leads() => return false,
-            Ok(t) => self
-                .cluster
-                .save_record(&name, &t)
-                .await
-                .map_err(|e| e.to_string()),
+            Ok((t, base)) => match self.cluster.save_record(&name, &t, base.as_deref()).await {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    // Written by another process since the read: its
+                    // deleted objects are taken again before the next try.
+                    if matches!(e, crate::cluster::ClusterError::RecordChanged(_)) {
+                        self.gone_recorded = None;
+                    }
+                    Err(e.to_string())
+                }
+            },
             Err(e) => Err(e.to_string()),
         };
         match saved {

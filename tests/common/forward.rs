@@ -50,8 +50,9 @@ macro_rules! forward_cluster {
             &self,
             name: &str,
             text: &str,
+            base: Option<&str>,
         ) -> Result<(), ::lockstep::cluster::ClusterError> {
-            self.inner.save_record(name, text).await
+            self.inner.save_record(name, text, base).await
         }
     };
     (@ get) => {

@@ -1,0 +1,186 @@
+//! lockstep's record of live verdicts is written only over what the
+//! writer read. Between a pass's read of the record and its write, another
+//! process may write it: a replica that led meanwhile, or this one's
+//! successor while this one has not yet noticed it lost the lease. A write
+//! over that would put back an older watermark and drop the other's
+//! verdicts. The write hands back the text it judged from, and is refused
+//! when the record moved: nothing that record decided is applied, and the
+//! next pass judges again from the other's record.
+//!
+//! The simulated cluster behind a wrapper that writes the record as
+//! another process would, right after this one reads it (no real process
+//! can be made to write at a chosen call; `tests/cluster_kube.rs` checks
+//! the compare and swap against a real API server).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::{FleetRepo, nova};
+use lockstep::cluster::memory::MemoryCluster;
+use lockstep::cluster::{ApplyRequest, Cluster, ClusterError, ClusterObject};
+use lockstep::daemon::record::{self, Record};
+use lockstep::daemon::{Daemon, Options};
+use lockstep::forge::delivery::StatusQueue;
+use lockstep::kind::{Key, Kind};
+use lockstep::metrics::Metrics;
+use lockstep::sim::{Params, World};
+use lockstep::source::{Origin, Source};
+
+const NOVA: &str = "standalone/compute/nova.yaml";
+
+/// The simulated cluster; armed, the next read of the record is followed
+/// by another process's write of it (`other`'s text), once.
+#[derive(Clone)]
+struct WrittenMeanwhile {
+    inner: MemoryCluster,
+    armed: Arc<AtomicBool>,
+    other: Arc<std::sync::Mutex<String>>,
+}
+
+impl Cluster for WrittenMeanwhile {
+    lockstep_forward!();
+    async fn load_record(&self, name: &str) -> Result<Option<String>, ClusterError> {
+        let read = self.inner.load_record(name).await?;
+        if self.armed.swap(false, Ordering::SeqCst) {
+            let other = self.other.lock().expect("text").clone();
+            self.inner
+                .save_record(name, &other, read.as_deref())
+                .await?;
+        }
+        Ok(read)
+    }
+}
+
+/// Every call but `load_record` goes to the simulated cluster as it is.
+macro_rules! lockstep_forward {
+    () => {
+        crate::forward_cluster!(
+            applied_object,
+            save_record,
+            get,
+            jobs,
+            deployments,
+            events,
+            watch,
+            delete_job,
+            record_event,
+            dry_run,
+            set_repair_record
+        );
+        async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
+            self.inner.apply(req).await
+        }
+    };
+}
+use lockstep_forward;
+
+fn key() -> Key {
+    Key {
+        kind: Kind::Nova,
+        namespace: "compute".into(),
+        name: "nova".into(),
+    }
+}
+
+fn daemon<C: Cluster + 'static>(
+    repo: &FleetRepo,
+    cluster: C,
+    mem: &MemoryCluster,
+) -> Daemon<C, Source> {
+    let source = Source::open(Origin::Local(repo.path().to_owned()), "main").expect("source");
+    let opts = Options {
+        cluster_name: "t".into(),
+        poll: Duration::from_millis(10),
+        ..Options::default()
+    };
+    Daemon::new(
+        opts,
+        source,
+        cluster,
+        Arc::new(lockstep::daemon::VirtualClock::new(mem.clone())),
+        StatusQueue::new(10_000),
+        Arc::new(Metrics::new()),
+    )
+}
+
+fn release(mem: &MemoryCluster) -> Option<String> {
+    mem.world()
+        .expect("world")
+        .objects
+        .get(&key())
+        .and_then(|o| o.release.clone())
+}
+
+async fn until_idle<C: Cluster + 'static>(d: &mut Daemon<C, Source>, mem: &MemoryCluster) {
+    for _ in 0..2_000 {
+        let out = d.pass().await;
+        let busy = mem.step(Duration::from_secs(60)).expect("step");
+        if !out.busy && !busy {
+            return;
+        }
+    }
+    panic!("never idle");
+}
+
+#[tokio::test]
+async fn a_record_written_meanwhile_is_not_written_over() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let first = repo.commit("nova at 2026.1");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let cluster = WrittenMeanwhile {
+        inner: mem.clone(),
+        armed: Arc::default(),
+        other: Arc::default(),
+    };
+    let mut d = daemon(&repo, cluster.clone(), &mem);
+    until_idle(&mut d, &mem).await;
+    assert_eq!(release(&mem).as_deref(), Some("2026.1"));
+    let name = record::name("t");
+    let ours = mem
+        .load_record(&name)
+        .await
+        .expect("read")
+        .expect("written");
+    assert!(ours.contains(&first), "the watermark is the head: {ours}");
+
+    // A hop pushed; as this process reads the record, another writes it:
+    // its own record, with an entry this one has never seen (a deletion
+    // it saw, of an object this test's Git does not hold).
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    let hop = repo.commit("nova to 2026.2");
+    let mut theirs = Record::parse(&ours).expect("parsed");
+    let elsewhere = Key::new(Kind::Glance, "image", "elsewhere");
+    theirs.set_deleted(&[(elsewhere, "2026.1".to_owned())].into());
+    let (theirs, _) = theirs.fit(0).expect("fits");
+    *cluster.other.lock().expect("text") = theirs.clone();
+    cluster.armed.store(true, Ordering::SeqCst);
+
+    let out = d.pass().await;
+    assert_eq!(
+        mem.load_record(&name).await.expect("read").as_deref(),
+        Some(theirs.as_str()),
+        "the other process's record was written over"
+    );
+    assert!(
+        out.source_error
+            .as_deref()
+            .is_some_and(|e| e.contains("another lockstep process")),
+        "the pass says why it judged nothing: {:?}",
+        out.source_error
+    );
+    assert_eq!(
+        release(&mem).as_deref(),
+        Some("2026.1"),
+        "nothing is applied on a judgment that could not be recorded"
+    );
+
+    // The next pass reads the other's record and judges from it.
+    until_idle(&mut d, &mem).await;
+    assert_eq!(release(&mem).as_deref(), Some("2026.2"));
+    let now = mem.load_record(&name).await.expect("read").expect("kept");
+    assert!(now.contains(&hop), "the watermark moved on: {now}");
+}
