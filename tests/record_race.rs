@@ -184,3 +184,77 @@ async fn a_record_written_meanwhile_is_not_written_over() {
     let now = mem.load_record(&name).await.expect("read").expect("kept");
     assert!(now.contains(&hop), "the watermark moved on: {now}");
 }
+
+/// Passes until idle; the releases the cluster's Nova had along the way,
+/// repeats folded.
+async fn releases_until_idle(
+    d: &mut Daemon<MemoryCluster, Source>,
+    mem: &MemoryCluster,
+) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    for _ in 0..2_000 {
+        let out = d.pass().await;
+        let now = release(mem).unwrap_or_else(|| "absent".into());
+        if seen.last() != Some(&now) {
+            seen.push(now);
+        }
+        let busy = mem.step(Duration::from_secs(60)).expect("step");
+        if !out.busy && !busy {
+            return seen;
+        }
+    }
+    panic!("never idle: {seen:?}");
+}
+
+/// Another process led for a while (this one had not noticed it lost the
+/// lease): Nova was added in Git at 2026.1, it installed it, saw it
+/// deleted by hand and recorded the deletion. This one never saw Nova;
+/// its next write of the record keeps that deletion all the same, since
+/// the record's list changed since this one last read it. Written over,
+/// Nova would be created afresh at Git's 2026.2, its 2026.1 database
+/// migrated as if new.
+#[tokio::test]
+async fn a_deletion_another_process_recorded_is_kept() {
+    let repo = FleetRepo::new();
+    repo.write(
+        "standalone/compute/other.yaml",
+        nova("other", "2026.1", "2026.1"),
+    );
+    repo.commit("another nova at 2026.1");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let mut d = daemon(&repo, mem.clone(), &mem);
+    assert_eq!(releases_until_idle(&mut d, &mem).await, ["absent"]);
+    let name = record::name("t");
+    let ours = mem
+        .load_record(&name)
+        .await
+        .expect("read")
+        .expect("written");
+
+    // The other process: Nova added, installed, deleted by hand; its
+    // deletion recorded over this one's record, with its watermark.
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    let added = repo.commit("nova at 2026.1");
+    let mut theirs = Record::parse(&ours).expect("parsed");
+    theirs.watermark = Some(added);
+    theirs.set_deleted(&[(key(), "2026.1".to_owned())].into());
+    let (theirs, _) = theirs.fit(0).expect("fits");
+    mem.save_record(&name, &theirs, Some(&ours))
+        .await
+        .expect("written meanwhile");
+
+    repo.write(NOVA, nova("nova", "2026.2", "2026.2"));
+    repo.commit("nova to 2026.2");
+    assert_eq!(
+        releases_until_idle(&mut d, &mem).await,
+        ["2026.1", "2026.2"],
+        "re-created where it was, then the hop"
+    );
+    let end =
+        Record::parse(&mem.load_record(&name).await.expect("read").expect("kept")).expect("parsed");
+    assert!(
+        end.deleted().is_empty(),
+        "back in the cluster: {:?}",
+        end.deleted()
+    );
+}

@@ -303,11 +303,11 @@ fn to_object(key: &Key, obj: &DynamicObject) -> ClusterObject {
 /// (the pod's own, in a cluster); one data key per record name.
 pub const RECORD_CONFIGMAP: &str = "lockstep-records";
 
-/// A record name as a ConfigMap data key (`[-._a-zA-Z0-9]+`).
 /// Writes of the record that meet a ConfigMap changed since its read
 /// (another cluster's key, most often) before the pass gives up.
 const RECORD_WRITE_TRIES: usize = 5;
 
+/// A record name as a ConfigMap data key (`[-._a-zA-Z0-9]+`).
 fn record_key(name: &str) -> String {
     let k: String = name
         .chars()
@@ -474,11 +474,24 @@ impl Cluster for KubeCluster {
                 .as_ref()
                 .and_then(|cm| cm.data.as_ref())
                 .and_then(|d| d.get(&key));
+            // Another process wrote just this: nothing to write.
+            if value.map(String::as_str) == Some(text) {
+                return Ok(());
+            }
             if value.map(String::as_str) != base {
                 return Err(ClusterError::RecordChanged(self.record_location(name)));
             }
             let manager = key_manager(&key);
+            let exists = current.is_some();
             let written = match current.and_then(|cm| cm.metadata.resource_version) {
+                // The API server always sets one; without it there would
+                // be no precondition to write with.
+                None if exists => {
+                    return Err(ClusterError::Other(format!(
+                        "{}: the ConfigMap has no resourceVersion",
+                        self.record_location(name)
+                    )));
+                }
                 Some(rv) => {
                     let body = serde_json::json!({
                         "apiVersion": "v1",

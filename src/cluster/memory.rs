@@ -156,7 +156,11 @@ impl Cluster for MemoryCluster {
             .records
             .lock()
             .map_err(|_| ClusterError::Other("simulated cluster poisoned".into()))?;
-        if r.get(name).map(String::as_str) != base {
+        let now = r.get(name).map(String::as_str);
+        if now == Some(text) {
+            return Ok(());
+        }
+        if now != base {
             return Err(ClusterError::RecordChanged(self.record_location(name)));
         }
         r.insert(name.to_owned(), text.to_owned());

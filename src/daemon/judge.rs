@@ -169,7 +169,7 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             Ok(r) => r,
             Err(e) => return Err((e, prev)),
         };
-        if self.gone_recorded.is_none() && self.leads() {
+        if self.leads() {
             self.adopt_deleted(&record);
         }
         let opts = CheckOptions {
@@ -244,12 +244,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 )
                 .await
             {
-                // Judged again next pass, from where the record stands;
-                // written by another process, its deleted objects are
-                // taken again too.
-                if matches!(e, crate::cluster::ClusterError::RecordChanged(_)) {
-                    self.gone_recorded = None;
-                }
+                // Judged again next pass, from where the record stands
+                // (written by another process: what it changed in the
+                // deleted objects is taken then, `adopt_deleted`).
                 return Err((
                     PassError::Cluster {
                         what: "lockstep's record of live verdicts (writing it)".into(),

@@ -294,6 +294,10 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 {
                     self.dirty.insert(key.clone());
                     self.unrecorded.insert(key.clone());
+                    // A write that failed (the API server, another
+                    // process's write meanwhile) is tried again next pass;
+                    // only a list past the record's bound waits on a person.
+                    out.busy |= self.gone_overflow.is_none();
                     continue;
                 }
                 self.unrecorded.remove(key);
@@ -322,14 +326,37 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         }
     }
 
-    /// Takes the objects deleted outside Git that `record` keeps, once per
-    /// leadership; what this process saw since is kept over them.
+    /// Takes the objects deleted outside Git that `record` keeps: all of
+    /// them on the first read of a leadership (what this process saw since
+    /// is kept over them), and on every later read what another process
+    /// changed since this one last read or wrote the list (a replica that
+    /// led meanwhile, while this one had not noticed it lost the lease):
+    /// its additions are taken, and its removals (an object back in the
+    /// cluster) unless this process changed that entry itself since.
+    /// Every write of the list follows a read through here, so a write
+    /// never drops another's deletion it did not see.
     pub(super) fn adopt_deleted(&mut self, record: &super::record::Record) {
-        let kept = record.deleted();
-        for (k, r) in &kept {
-            self.gone.entry(k.clone()).or_insert_with(|| r.clone());
+        let theirs = record.deleted();
+        match self.gone_recorded.take() {
+            None => {
+                for (k, r) in &theirs {
+                    self.gone.entry(k.clone()).or_insert_with(|| r.clone());
+                }
+            }
+            Some(known) => {
+                for (k, r) in &theirs {
+                    if known.get(k) != Some(r) {
+                        self.gone.insert(k.clone(), r.clone());
+                    }
+                }
+                for (k, r) in &known {
+                    if !theirs.contains_key(k) && self.gone.get(k) == Some(r) {
+                        self.gone.remove(k);
+                    }
+                }
+            }
         }
-        self.gone_recorded = Some(kept);
+        self.gone_recorded = Some(theirs);
     }
 
     /// Writes the objects deleted outside Git to the record when they
@@ -347,6 +374,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         let name = super::record::name(&self.opts.cluster_name);
         let text = match self.load_record().await {
             Ok((mut r, base)) => {
+                // What another process changed in the list since this one
+                // last read or wrote it is kept, not written over.
+                self.adopt_deleted(&r);
                 r.set_deleted(&self.gone);
                 match r.fit(0) {
                     Ok((t, _)) => Ok((t, base)),
@@ -362,17 +392,11 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         };
         let saved = match text {
             Ok(_) if !self.leads() => return false,
-            Ok((t, base)) => match self.cluster.save_record(&name, &t, base.as_deref()).await {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    // Written by another process since the read: its
-                    // deleted objects are taken again before the next try.
-                    if matches!(e, crate::cluster::ClusterError::RecordChanged(_)) {
-                        self.gone_recorded = None;
-                    }
-                    Err(e.to_string())
-                }
-            },
+            Ok((t, base)) => self
+                .cluster
+                .save_record(&name, &t, base.as_deref())
+                .await
+                .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         match saved {
