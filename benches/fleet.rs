@@ -104,26 +104,9 @@ struct Sample {
 
 const BIN: &str = env!("CARGO_BIN_EXE_lockstep");
 
-/// A command for `bin`. lockstep runs in a person's environment, emptied
-/// but for `PATH` and `HOME`: a CI variable in the bench's own environment
-/// would otherwise turn its names index off (`names::wanted`), and the
-/// default rows would measure a CI job's check.
-fn command(bin: &str) -> Command {
-    let mut cmd = Command::new(bin);
-    if bin != "git" {
-        cmd.env_clear();
-        for keep in ["PATH", "HOME"] {
-            if let Some(v) = std::env::var_os(keep) {
-                cmd.env(keep, v);
-            }
-        }
-    }
-    cmd
-}
-
 fn run(bin: &str, args: &[&str], dir: Option<&Path>) -> Sample {
     let start = Instant::now();
-    let mut cmd = command(bin);
+    let mut cmd = Command::new(bin);
     if let Some(d) = dir {
         cmd.current_dir(d);
     }
@@ -189,7 +172,7 @@ fn measure(label: &str, reps: usize, args: &[&str]) {
 
 /// What a binary prints for `args` (its exit code and stdout).
 fn output(bin: &str, args: &[&str]) -> (Option<i32>, Vec<u8>) {
-    let out = command(bin).args(args).output().expect("spawn");
+    let out = Command::new(bin).args(args).output().expect("spawn");
     (out.status.code(), out.stdout)
 }
 
@@ -260,8 +243,9 @@ fn measure_paired_with(
 }
 
 /// Two ways of running the same check timed in the same rounds (`prepare`
-/// run untimed before each run of `b`): how a cold `--names-index` run,
-/// the index removed before it, is compared with the plain search. Prints
+/// run untimed before each run of `b`): how a clone's first check with the
+/// names index, the index removed before it, compares with the search
+/// without it. Prints
 /// both rows, the ratio of the medians and the median of the per-round
 /// ratios (each round's two runs saw the same load).
 fn measure_two(
@@ -404,19 +388,21 @@ fn main() {
             &["diff", "HEAD~2", "HEAD~1"],
         );
         // The names index (`src/names.rs`, `names::wanted`): a person's
-        // check keeps it, so a check after the first costs what a hop
-        // does; a CI job's (or `--no-names-index`) searches every file. The
-        // first check of a clone builds it, paired with the full search.
+        // check at a terminal keeps it, so a check after the first costs
+        // what a hop does (`--names-index` here, where no terminal is); a
+        // CI job's or a script's searches every file (`--no-names-index`,
+        // their default). The first check of a clone builds it, paired
+        // with the full search.
         let index = fleet.path.join(".git/lockstep").join(lockstep::names::FILE);
         let forget = || {
             let _ = std::fs::remove_file(&index);
         };
-        let person = ["check", "--repo", &repo, "-o", "json"];
+        let person = ["check", "--repo", &repo, "-o", "json", "--names-index"];
         let search = ["check", "--repo", &repo, "-o", "json", "--no-names-index"];
         forget();
         output(BIN, &person);
         measure_paired(
-            "check, one-file PR adding a new object",
+            "check, one-file PR adding a new object (a person's)",
             reps,
             &person,
             &fleet.path,
@@ -426,7 +412,7 @@ fn main() {
             println!("    names index: {:.2} MiB", len as f64 / (1 << 20) as f64);
         }
         measure_paired(
-            "  --no-names-index (a CI job's check)",
+            "  without the index (a CI job's, a script's)",
             reps,
             &search,
             &fleet.path,

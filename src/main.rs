@@ -100,11 +100,12 @@ enum Command {
         trusted_keys: Option<PathBuf>,
         /// Keep and use a names index in $GIT_DIR/lockstep/names-v1: a
         /// commit adding an object skips the directories that cannot hold
-        /// its name. [default: on in a person's clone; off in a CI job and
-        /// with --report, where another job could forge the file and hide a
-        /// duplicate name from the check (never from `run`, which keeps its
-        /// own in memory)]. See docs/names-index.md.
-        #[arg(long, overrides_with = "no_names_index")]
+        /// its name. [default: on for a person at a terminal; off in a CI
+        /// job, without a terminal, and with --report (which it conflicts
+        /// with), where another job could forge the file and hide a
+        /// duplicate name from the check; never from `run`, which keeps its
+        /// own in memory]. See docs/names-index.md.
+        #[arg(long, overrides_with = "no_names_index", conflicts_with = "report")]
         names_index: bool,
         /// Neither read nor write the names index: search every file.
         #[arg(long, overrides_with = "names_index")]

@@ -52,23 +52,64 @@ pub const FILE: &str = "names-v1";
 
 /// Whether `lockstep check` keeps and uses the index file. A flag
 /// (`asked`: `--names-index`, `--no-names-index`) always wins. Without one
-/// it is on in a person's own clone, where no one else writes the Git
-/// directory and a repeated check of a commit adding an object costs what
-/// a hop does; and off where a wrong "no" would be taken as a verdict by
-/// others: a check that posts statuses (`reports`), and any CI job, whose
-/// runner may share a persistent workspace with other branches' or forks'
-/// jobs, one of which could forge the file (`docs/names-index.md`, "Threat
-/// model"). A fresh clone per job never finds it warm anyway.
+/// it is on only for a person at a terminal (stderr is one), where a
+/// repeated check of a commit adding an object costs what a hop does; and
+/// off wherever a wrong "no" could be taken as a verdict by others: a
+/// check that posts statuses (`reports`), a CI job (any marker of one,
+/// even at a terminal), and anything run without a terminal (a script, a
+/// hook run by a tool, a runner no marker names), whose workspace may be
+/// shared with other branches' or forks' jobs, one of which could forge
+/// the file (`docs/names-index.md`, "Threat model"). When in doubt, off.
 pub fn wanted(asked: Option<bool>, reports: bool) -> bool {
-    asked.unwrap_or_else(|| !reports && !in_ci())
+    use std::io::IsTerminal as _;
+    decide(
+        asked,
+        reports,
+        std::io::stderr().is_terminal(),
+        is_ci::uncached() || ci_marked(|v| std::env::var_os(v)),
+    )
 }
 
-/// A CI job, as the services announce it (`is_ci`, about thirty of them,
-/// Jenkins and Azure Pipelines included), or any `CI` variable but an
-/// empty one, `0` or `false`: when in doubt, off.
-fn in_ci() -> bool {
-    is_ci::uncached()
-        || std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+/// [`wanted`] over what it reads from the process.
+pub fn decide(asked: Option<bool>, reports: bool, terminal: bool, ci: bool) -> bool {
+    asked.unwrap_or(!reports && terminal && !ci)
+}
+
+/// Markers of a CI job or a pod beyond those `is_ci` knows: any `CI` but
+/// an empty one, `0` or `false` (`is_ci` takes only `true` and `1`);
+/// TeamCity, Azure Pipelines, Bamboo (which exports `bamboo_buildKey`),
+/// Jenkins without a root URL; and any process in a Kubernetes pod
+/// (Tekton, Argo Workflows, a runner's pod), which is not a person's shell.
+pub fn ci_marked(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> bool {
+    var("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+        || [
+            "TEAMCITY_VERSION",
+            "TF_BUILD",
+            "bamboo_buildKey",
+            "JENKINS_HOME",
+            "KUBERNETES_SERVICE_HOST",
+        ]
+        .iter()
+        .any(|m| var(m).is_some())
+}
+
+/// Whether `path` (the index file or its directory) is this user's alone:
+/// owned by the effective user and writable by no group or other. A file
+/// others can write (`core.sharedRepository`, a group-writable clone) is
+/// one they could forge, and is neither read nor written.
+fn private(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    meta.uid() == me && meta.mode() & 0o022 == 0
+}
+
+/// The index file and its directory, both [`private`] (neither followed
+/// if a link: a link could only be planted by whoever may write there).
+fn private_file(file: &Path) -> bool {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && private(&m))
+        && std::fs::symlink_metadata(file).is_ok_and(|m| m.is_file() && private(&m))
 }
 
 /// Directories with fewer manifest files than this are not kept: reading
@@ -287,6 +328,10 @@ impl Shared {
             let Some(file) = &self.file else {
                 return s;
             };
+            if !private_file(file) {
+                tracing::debug!(file = %file.display(), "names index or its directory not this user's alone (another owner, or writable by a group or others): ignored");
+                return s;
+            }
             s.entries = match std::fs::read(file) {
                 Ok(bytes) => match decode(&bytes) {
                     Some(e) => e,
@@ -708,7 +753,19 @@ impl NameIndex {
         };
         let bytes = encode(keep);
         let dir = file.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
+        {
+            use std::os::unix::fs::DirBuilderExt as _;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+        }
+        if !std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && private(&m)) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "the index's directory is not this user's alone",
+            ));
+        }
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
         tmp.write_all(&bytes)?;
         tmp.persist(file).map_err(|e| e.error)?;
@@ -845,6 +902,48 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_index_is_used_unasked_only_by_a_person_at_a_terminal() {
+        // A flag wins everywhere.
+        for (reports, terminal, ci) in [(false, true, false), (true, false, true)] {
+            assert!(decide(Some(true), reports, terminal, ci));
+            assert!(!decide(Some(false), reports, terminal, ci));
+        }
+        assert!(decide(None, false, true, false), "a person at a terminal");
+        assert!(!decide(None, false, false, false), "no terminal: a script");
+        assert!(!decide(None, false, true, true), "a CI job at a terminal");
+        assert!(!decide(None, true, true, false), "posting statuses");
+    }
+
+    /// An environment of `pairs` only.
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> + use<> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |var| pairs.iter().find(|(k, _)| k == var).map(|(_, v)| v.into())
+    }
+
+    #[test]
+    fn ci_markers_fail_closed() {
+        for ci in ["true", "1", "yes", "False0", "woodpecker"] {
+            assert!(ci_marked(env(&[("CI", ci)])), "CI={ci}");
+        }
+        for ci in ["", "0", "false"] {
+            assert!(!ci_marked(env(&[("CI", ci)])), "CI={ci:?}");
+        }
+        assert!(!ci_marked(env(&[])), "no marker");
+        for m in [
+            "TEAMCITY_VERSION",
+            "TF_BUILD",
+            "bamboo_buildKey",
+            "JENKINS_HOME",
+            "KUBERNETES_SERVICE_HOST",
+        ] {
+            assert!(ci_marked(env(&[(m, "x")])), "{m}");
+        }
+    }
 
     fn entry(text: &str) -> Entry {
         let mut w = Windows::default();

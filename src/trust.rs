@@ -768,6 +768,17 @@ impl Keyring {
             let primary = &key.primary_key;
             let source = file.display().to_string();
             let name = format!("OpenPGP key {}", hex_fp(&primary.fingerprint()));
+            // Only the key that made the signature is judged: another key
+            // of the directory (a revoked one kept for the record, say)
+            // says nothing of this signature.
+            if !names(&primary.fingerprint(), &primary.legacy_key_id())
+                && !key
+                    .public_subkeys
+                    .iter()
+                    .any(|s| names(&s.key.fingerprint(), &s.key.legacy_key_id()))
+            {
+                continue;
+            }
             // The primary key's validity bounds every subkey's: a subkey
             // outliving an expired primary key is not trusted (as gpg and
             // `git verify-commit` say "This key has expired").

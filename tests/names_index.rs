@@ -5,9 +5,11 @@
 //! index built in the run, and with the index saved by an earlier run. A
 //! damaged index file is ignored, so it cannot hide a duplicate; a
 //! repository where the index cannot be written is checked all the same.
-//! The file is used by a person's check only: a CI job's, one posting
-//! statuses and one told `--no-names-index` leave the Git directory as it
-//! was and ignore a forged index that fools a check using it.
+//! The file is used unasked by a person's check at a terminal only: a
+//! script's, a CI job's, a pod's, one posting statuses and one told
+//! `--no-names-index` leave the Git directory as it was and ignore a forged
+//! index that fools a check using it; so does every check while the file
+//! or its directory is writable by others.
 //!
 //! Histories are written with libgit2 in process (real repositories);
 //! `PROPTEST_CASES` sets the number of cases (default 48).
@@ -386,15 +388,21 @@ fn an_index_that_cannot_be_written_or_read_changes_nothing() {
     assert!(idx.save().is_err());
 }
 
-/// Where `lockstep check` runs: a person's shell, or a CI job as the
-/// services announce it.
+/// Where `lockstep check` runs.
 #[derive(Clone, Copy)]
 enum Env {
+    /// A person's shell: stderr a terminal (a pseudo-terminal here).
     Person,
-    /// `CI=true`, which GitHub, GitLab, Gitea and Forgejo Actions set.
+    /// A script, or a runner no marker names: no terminal.
+    Script,
+    /// `CI=true` (GitHub, GitLab, Gitea and Forgejo Actions), even with a
+    /// terminal.
     Ci,
-    /// Jenkins sets no `CI`, but `JENKINS_URL`.
+    /// Jenkins sets no `CI`, but `JENKINS_URL`; with a terminal.
     Jenkins,
+    /// A pod (Tekton, Argo Workflows): `KUBERNETES_SERVICE_HOST`; with a
+    /// terminal.
+    Pod,
 }
 
 /// `lockstep check` on `dir` (head `main`, JSON) in `env`: exit code and
@@ -409,14 +417,23 @@ fn cli_in(env: Env, dir: &Path, extra: &[&str]) -> (Option<i32>, Vec<u8>) {
         }
     }
     match env {
-        Env::Person => {}
+        Env::Person | Env::Script => {}
         Env::Ci => {
             cmd.env("CI", "true");
         }
         Env::Jenkins => {
             cmd.env("JENKINS_URL", "https://jenkins.example.invalid/");
         }
+        Env::Pod => {
+            cmd.env("KUBERNETES_SERVICE_HOST", "10.96.0.1");
+        }
     }
+    // Kept open until the check ends: its stderr is the terminal's other end.
+    let _terminal = (!matches!(env, Env::Script)).then(|| {
+        let (main, other) = pty();
+        cmd.stderr(std::process::Stdio::from(other));
+        main
+    });
     let out = cmd
         .args(["check", "--repo"])
         .arg(dir)
@@ -427,28 +444,58 @@ fn cli_in(env: Env, dir: &Path, extra: &[&str]) -> (Option<i32>, Vec<u8>) {
     (out.status.code(), out.stdout)
 }
 
+/// A pseudo-terminal: its main end and the end a process writes to.
+fn pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd as _;
+    let (mut main, mut other) = (-1, -1);
+    // SAFETY: out-parameters for two descriptors; the name, settings and
+    // window size are left to the system (null).
+    let r = unsafe {
+        libc::openpty(
+            &mut main,
+            &mut other,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned here alone.
+    unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(main),
+            std::os::fd::OwnedFd::from_raw_fd(other),
+        )
+    }
+}
+
 /// [`cli_in`] a person's shell.
 fn cli(dir: &Path, extra: &[&str]) -> (Option<i32>, Vec<u8>) {
     cli_in(Env::Person, dir, extra)
 }
 
+/// The checks whose verdict others may take: they never open the file.
+const OTHERS: [(Env, &[&str], &str); 6] = [
+    (Env::Script, &[], "a script (no terminal)"),
+    (Env::Ci, &[], "a CI job (CI=true)"),
+    (Env::Jenkins, &[], "a Jenkins job (JENKINS_URL)"),
+    (Env::Pod, &[], "a pod (KUBERNETES_SERVICE_HOST)"),
+    (Env::Person, &["--no-names-index"], "--no-names-index"),
+    (
+        Env::Person,
+        &["--report", "notes"],
+        "a check posting statuses",
+    ),
+];
+
 #[test]
-fn a_check_in_ci_or_posting_statuses_writes_nothing_into_the_git_directory() {
+fn a_check_others_may_take_writes_nothing_into_the_git_directory() {
     let dir = tempfile::tempdir().expect("tmp");
     let (git, _) = duplicate_fleet(dir.path());
     let lockdir = git.common_dir().join("lockstep");
     // Each check reads 80 untouched files, more than enough for an index
     // to be saved if one were kept.
-    for (env, extra, why) in [
-        (Env::Ci, &[][..], "a CI job (CI=true)"),
-        (Env::Jenkins, &[][..], "a Jenkins job (JENKINS_URL)"),
-        (Env::Person, &["--no-names-index"][..], "--no-names-index"),
-        (
-            Env::Person,
-            &["--report", "notes"][..],
-            "a check posting statuses",
-        ),
-    ] {
+    for (env, extra, why) in OTHERS {
         let out = cli_in(env, dir.path(), extra);
         assert_eq!(out.0, Some(1), "{why}: the duplicate is refused");
         assert!(
@@ -479,6 +526,16 @@ fn a_person_s_check_keeps_the_index_and_answers_the_same() {
         off,
         "asked for in CI, warm: the same"
     );
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |p: &Path| std::fs::metadata(p).expect("mode").permissions().mode() & 0o777;
+        assert_eq!(mode(&file), 0o600, "the file is the user's alone");
+        assert_eq!(
+            mode(file.parent().expect("dir")),
+            0o700,
+            "so is its directory"
+        );
+    }
 }
 
 fn decode_file(file: &Path) -> Option<std::collections::HashMap<Oid, lockstep::names::Entry>> {
@@ -489,10 +546,13 @@ fn decode_file(file: &Path) -> Option<std::collections::HashMap<Oid, lockstep::n
 /// index forged with a valid checksum, claiming d3 holds no name windows,
 /// hides d3's definition from the checks that use the file (the duplicate
 /// is accepted): a person's, and one asked for it. It changes nothing for
-/// the checks whose verdict others take: a CI job's, one posting statuses,
-/// and one told `--no-names-index`; none of them opens the file.
+/// the checks whose verdict others may take (a script's, a CI job's, a
+/// pod's, one posting statuses, one told `--no-names-index`): none of them
+/// opens the file. Nor for any check while the file or its directory is
+/// writable by others (who could have forged it), or another user's.
 #[test]
 fn a_forged_index_fools_only_the_checks_that_use_it() {
+    use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().expect("tmp");
     let (git, _) = duplicate_fleet(dir.path());
     let repo = Repository::open(dir.path()).expect("open");
@@ -500,19 +560,16 @@ fn a_forged_index_fools_only_the_checks_that_use_it() {
     let empty = lockstep::names::Entry::new(&lockstep::names::Windows::default(), false, 99);
     let forged = lockstep::names::encode([(&d3, &empty)]);
     let file = index_file(&git);
-    std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+    let lockdir = file.parent().expect("parent").to_owned();
+    std::fs::create_dir_all(&lockdir).expect("mkdir");
     std::fs::write(&file, &forged).expect("write");
+    let chmod = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod")
+    };
+    chmod(&lockdir, 0o755);
+    chmod(&file, 0o644);
 
-    for (env, extra, why) in [
-        (Env::Ci, &[][..], "a CI job"),
-        (Env::Jenkins, &[][..], "a Jenkins job"),
-        (Env::Person, &["--no-names-index"][..], "--no-names-index"),
-        (
-            Env::Person,
-            &["--report", "notes"][..],
-            "a check posting statuses",
-        ),
-    ] {
+    for (env, extra, why) in OTHERS {
         let out = cli_in(env, dir.path(), extra);
         assert_eq!(out.0, Some(1), "{why} ignores the file");
         assert!(
@@ -525,6 +582,22 @@ fn a_forged_index_fools_only_the_checks_that_use_it() {
             "{why}: nor rewrites it"
         );
     }
+    for (path, mode, why) in [
+        (&file, 0o664, "the file writable by its group"),
+        (&file, 0o646, "the file writable by others"),
+        (&lockdir, 0o775, "its directory writable by its group"),
+    ] {
+        chmod(path, mode);
+        let out = cli(dir.path(), &["--names-index"]);
+        assert_eq!(out.0, Some(1), "{why}: ignored, the duplicate refused");
+        // Replaced by this user's own file where the directory is its
+        // alone; left as it is where it is not.
+        let replaced = std::fs::read(&file).expect("there") != forged;
+        assert_eq!(replaced, path == &file, "{why}: replaced");
+        std::fs::write(&file, &forged).expect("forged again");
+        chmod(&lockdir, 0o755);
+        chmod(&file, 0o644);
+    }
     for (env, extra, why) in [
         (Env::Person, &[][..], "a person's check"),
         (Env::Ci, &["--names-index"][..], "a CI job asking for it"),
@@ -533,7 +606,7 @@ fn a_forged_index_fools_only_the_checks_that_use_it() {
         assert_eq!(
             fooled.0,
             Some(0),
-            "{why}: the forged entry hides the duplicate (why CI never uses the file unasked)"
+            "{why}: the forged entry hides the duplicate (why others' checks never use the file unasked)"
         );
     }
 }

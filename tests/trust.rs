@@ -690,7 +690,17 @@ fn openpgp_revocations_and_expiry_are_read_from_self_signatures() {
     let (reason, message) = refusal(&json);
     assert_eq!(reason, "UntrustedCommit");
     assert!(message.contains("holds its revocation"), "{message}");
+    f.git(&["reset", "-q", "--hard", "HEAD~1"], WHEN);
+    // The revoked key kept in the directory beside a valid one (read after
+    // it): a commit the valid key signs is accepted. A revoked key refuses
+    // only what it signed.
+    let valid = f.gpg_key(&format!("Valid <{EMAIL}>"), "never");
+    f.trust_gpg(&dir, "valid", &valid);
+    f.commit_gpg("2026.2", &valid, &now().to_string());
+    let (code, json) = check(&f);
+    accepted(code, &json);
     std::fs::remove_file(dir.join("revoked.asc")).expect("rm");
+    std::fs::remove_file(dir.join("valid.asc")).expect("rm");
     f.git(&["reset", "-q", "--hard", "HEAD~1"], WHEN);
 
     // The committer's user ID revoked, another one kept: it names no one.

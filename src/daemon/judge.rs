@@ -758,7 +758,7 @@ fn judge_blocking(
             let touched = report.commits[report.commits.len() - n..]
                 .iter()
                 .any(|c| crate::plan::exec::touched(&repo, &c.sha, &opts.prefixes));
-            let plans = if prev_plans.plans.is_empty() && !touched {
+            let plans = if prev_plans.plans.is_empty() && prev_plans.error.is_none() && !touched {
                 prev_plans
             } else {
                 Arc::new(read_plans(&repo, head, &report, opts))
@@ -837,8 +837,12 @@ fn read_plans(
     report: &CheckReport,
     opts: &CheckOptions,
 ) -> crate::plan::exec::TreePlans {
+    // Not read is not "no plans": an empty set would lift every window.
     let mut tp = crate::plan::exec::read(repo, head, &opts.prefixes, opts.max_file_bytes)
-        .unwrap_or_default();
+        .unwrap_or_else(|e| crate::plan::exec::TreePlans {
+            error: Some(e.to_string()),
+            ..Default::default()
+        });
     if !tp.plans.is_empty() {
         // A base that cannot be read gives nothing: every unit without a
         // report then waits (fail closed).
@@ -868,6 +872,10 @@ fn in_effect(
     Option<Arc<AcceptedWaits>>,
 ) {
     let mut gates = read_gates(repo, head, opts.max_file_bytes);
+    // Fail closed: every hop waits, saying why.
+    if let Some(e) = &plans.error {
+        gates.error = Some(format!("the upgrade plans of {head} cannot be read: {e}"));
+    }
     let mut windows = crate::plan::exec::holds(plans);
     let refused = report
         .commits
@@ -1312,6 +1320,63 @@ mod tests {
         assert!(mine.is_some_and(|m| m.commit.to_string() == accepted));
         assert_eq!(gates.gates.len(), 1, "{gates:?}");
         assert_eq!(windows.get(&plane).map(Vec::len), Some(1), "{windows:?}");
+    }
+
+    /// Plans that cannot be read (Git fails on the tree: a blob gone, an
+    /// I/O error) are not "no plans": every hop waits, saying why, and the
+    /// next judgment reads them again rather than keep the empty set.
+    #[test]
+    fn plans_that_cannot_be_read_hold_every_hop() {
+        const PLAN: &str = "apiVersion: lockstep.c5c3.io/v1alpha1\nkind: UpgradePlan\nmetadata: {name: p}\nspec:\n  to: \"2026.2\"\n  windows:\n    - {start: \"0 0 * * *\", duration: 16m, timeZone: UTC}\n  waves:\n    - name: all\n      select: [{kind: ControlPlane, namespace: openstack, name: prod}]\n";
+        let dir = tempfile::tempdir().unwrap();
+        let raw = git2::Repository::init(dir.path()).unwrap();
+        let head = commit(&raw, &[("p.yaml", PLANE), ("plan.yaml", PLAN)]);
+        // The plan's blob removed from the object store (written loose).
+        let blob = raw
+            .revparse_single(&format!("{head}:plan.yaml"))
+            .unwrap()
+            .id()
+            .to_string();
+        std::fs::remove_file(
+            dir.path()
+                .join(".git/objects")
+                .join(&blob[..2])
+                .join(&blob[2..]),
+        )
+        .unwrap();
+        let repo = GitRepo::open(dir.path()).unwrap();
+        let opts = CheckOptions::default();
+        let report = CheckReport {
+            verdict: Verdict::Accepted,
+            base: None,
+            head: head.clone(),
+            commits: vec![crate::verdict::CommitReport {
+                sha: head.clone(),
+                summary: String::new(),
+                verdict: Verdict::Accepted,
+                objects: Vec::new(),
+                skipped: Vec::new(),
+                files_changed: 0,
+            }],
+            memory: Default::default(),
+        };
+        let head = Oid::from_str(&head).unwrap();
+        let plans = read_plans(&repo, head, &report, &opts);
+        assert!(
+            plans.plans.is_empty() && plans.error.is_some(),
+            "{:?}",
+            plans.error
+        );
+        let (gates, _, _) = in_effect(&repo, head, &report, &plans, &opts, None);
+        assert!(
+            gates
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("upgrade plans") && e.contains("cannot be read")),
+            "every hop waits: {:?}",
+            gates.error
+        );
+        assert!(!gates.is_empty(), "the gates hold");
     }
 
     /// A plan that a later commit made invalid without touching it (its

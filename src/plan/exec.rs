@@ -41,6 +41,10 @@ pub struct TreePlans {
     /// Plan documents that do not read (the gate refuses their commit as
     /// `PlanInvalid`); `lockstep plan status` shows them.
     pub unreadable: Vec<super::PlanError>,
+    /// The tree could not be read (Git failed: an I/O error, a pack being
+    /// replaced): which plans it holds is unknown, so the daemon holds
+    /// every hop, and reads the plans again with the next judgment.
+    pub error: Option<String>,
 }
 
 impl TreePlans {
@@ -184,6 +188,7 @@ pub fn read(
         origins,
         given: BTreeMap::new(),
         unreadable,
+        error: None,
     })
 }
 

@@ -298,8 +298,15 @@ pub fn prepare(
         if repo.find_commit(tip).is_err() {
             target.fetch_branch(repo, &req.branch)?;
         }
+        // Reused only as lockstep wrote it: the wave's tree on this head
+        // and lockstep's message to the byte (a trailer added, such as an
+        // acknowledgement a policy asks for, would be proposed, and merged,
+        // under lockstep's name: it is written over instead).
         let reusable = repo.find_commit(tip).is_ok_and(|c| {
-            c.parent_count() == 1 && c.parent_id(0).ok() == Some(req.head) && c.tree_id() == tree
+            c.parent_count() == 1
+                && c.parent_id(0).ok() == Some(req.head)
+                && c.tree_id() == tree
+                && c.message_raw_bytes() == req.message.as_bytes()
         });
         // Written by lockstep for this plan and never rewritten: one
         // parent, the trailer `writeback::message` puts in the last
@@ -322,8 +329,9 @@ pub fn prepare(
         let kept = tip == req.head
             || repo.graph_descendant_of(req.head, tip).unwrap_or(false)
             || merged.iter().any(|m| *m == tip.to_string());
-        // A tip carrying exactly the wave's edits on this head is reused
-        // whoever committed it (nothing is pushed over it).
+        // A tip carrying exactly the wave's edits on this head under
+        // lockstep's message is reused whoever committed it (nothing is
+        // pushed over it).
         if !ours && !kept && !reusable {
             return Err(ProposeError::Foreign {
                 branch: req.branch.clone(),
@@ -606,6 +614,42 @@ mod tests {
             git(&bare, &["rev-parse", &format!("refs/heads/{branch}~1")]),
             head.to_string(),
             "the wave's commit on the watched branch's head"
+        );
+
+        // Someone pushes the wave's tree on the head under lockstep's
+        // message with an acknowledgement added: it is written over with
+        // lockstep's own commit, never proposed as lockstep's.
+        let repo = git2::Repository::open(&work).expect("open");
+        let parent = repo.find_commit(head).expect("head");
+        let tree = crate::plan::writeback::wave_tree(&repo, &parent, &req.bumps()).expect("tree");
+        let sig = git2::Signature::now("lockstep", "lockstep@example.com").expect("sig");
+        let forged = repo
+            .commit(
+                None,
+                &sig,
+                &sig,
+                &format!("{}\nLockstep-Ack: nova-api-removal\n", req.message),
+                &repo.find_tree(tree).expect("tree"),
+                &[&parent],
+            )
+            .expect("commit");
+        git(
+            &work,
+            &[
+                "push",
+                "-q",
+                "-f",
+                &url,
+                &format!("{forged}:refs/heads/{branch}"),
+            ],
+        );
+        let p = prepare(&work, &req, &author, None, &target, &[]).expect("pushed over");
+        assert!(p.wrote, "reused a commit lockstep did not write");
+        assert_eq!(tip(), p.commit.to_string());
+        assert_eq!(
+            git(&bare, &["log", "-1", "--format=%B", &branch]).trim_end(),
+            req.message,
+            "lockstep's message, nothing added"
         );
     }
 
