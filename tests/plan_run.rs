@@ -970,6 +970,71 @@ spec:
     }
 }
 
+/// The soak between hops survives an edit of the plan after hop 1's
+/// commit (a pause and a resume, which restart the count of hops) in a
+/// plan of one wave: there the hop advances in the pass that sees its one
+/// wave complete, so no wave of hop 1 is ever remembered complete. Hop 2
+/// still waits the wave's 2h from when hop 1 completed. Before, it counted
+/// as the plan's first hop and started at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_between_hops_of_a_one_wave_plan_keeps_the_soak() {
+    let plan = r#"apiVersion: lockstep.c5c3.io/v1alpha1
+kind: UpgradePlan
+metadata:
+  name: rings
+spec:
+  to: "2027.1"
+  waves:
+    - name: all
+      select: [{kind: ControlPlane}]
+      maxParallel: 20
+      soak: 2h
+"#;
+    let rig = Rig::at(plan, Vec::new(), "2025.2");
+    let mut d = rig.daemon();
+    let hop1 = |r: &Rig| r.hop_commits().iter().any(|(to, _, _)| to == "2026.1");
+    assert!(!rig.drive(&mut d, |_| {}, hop1).await, "hop 1 written");
+    // lockstep commits to the branch, not to the work tree: bring it up,
+    // then pause and resume the plan. The commit that last changed it has
+    // every plane at 2026.1, so the count of hops starts there.
+    git(rig.dir.path(), &["reset", "-q", "--hard", "main"]);
+    let paused = plan.replacen("to: \"2027.1\"\n", "to: \"2027.1\"\n  paused: true\n", 1);
+    assert_ne!(paused, plan);
+    for (text, what) in [(paused.as_str(), "pause"), (plan, "resume")] {
+        std::fs::write(rig.dir.path().join("plans/rings.yaml"), text).unwrap();
+        git(rig.dir.path(), &["commit", "-q", "-am", what]);
+    }
+    let completed = std::cell::Cell::new(None);
+    let watch = |w: &World| {
+        let done = w.planes.len() == 20
+            && w.objects
+                .values()
+                .filter(|o| o.key.kind != lockstep::kind::Kind::Horizon)
+                .all(|o| {
+                    o.status.installed_release.as_deref() == Some("2026.1")
+                        && o.status.upgrade_phase.is_none()
+                });
+        if done && completed.get().is_none() {
+            completed.set(Some(w.now));
+        }
+    };
+    let started = std::cell::Cell::new(None);
+    let stop = |r: &Rig| {
+        let hop2 = r.hop_commits().iter().any(|(to, _, _)| to == "2026.2");
+        if hop2 {
+            started.set(Some(r.mem.now()));
+        }
+        hop2
+    };
+    assert!(!rig.drive(&mut d, watch, stop).await, "hop 2 started");
+    let waited = started.get().expect("hop 2") - completed.get().expect("hop 1 completed");
+    assert!(
+        waited >= Duration::from_secs(7200),
+        "hop 2 started {}s after hop 1 completed, within the wave's 2h soak",
+        waited.as_secs()
+    );
+}
+
 /// A wave's commit written in the last minute of its window is applied on a
 /// later pass, when the window may have closed: the daemon checks the
 /// plan's windows again before it applies a hop, so production (committed at

@@ -35,6 +35,12 @@ pub struct TreePlans {
     /// selected objects in the commit that last changed the plan. A
     /// fast-forward counts its hops from there ("hop 2/3").
     pub origins: BTreeMap<(String, String), Release>,
+    /// Each plan's first origin, by (file, name): the lowest release of its
+    /// selected objects in the commit that added the plan's file. Objects
+    /// that have moved past it since took a hop while the plan was there,
+    /// so the next hop soaks after it whatever the count since the last
+    /// edit says ([`run`]).
+    pub first_origins: BTreeMap<(String, String), Release>,
     /// The releases of the judged range's base tree ([`given`]), filled in
     /// by the daemon, which knows the range.
     pub given: BTreeMap<Key, String>,
@@ -51,6 +57,13 @@ impl TreePlans {
     /// The origin of a plan (see [`TreePlans::origins`]).
     pub fn origin(&self, p: &Located) -> Option<Release> {
         self.origins
+            .get(&(p.file.to_string(), p.plan.metadata.name.clone()))
+            .copied()
+    }
+
+    /// The first origin of a plan (see [`TreePlans::first_origins`]).
+    pub fn first_origin(&self, p: &Located) -> Option<Release> {
+        self.first_origins
             .get(&(p.file.to_string(), p.plan.metadata.name.clone()))
             .copied()
     }
@@ -168,24 +181,33 @@ pub fn read(
         docs.extend(manifest::parse_file(path, blob.content(), max).documents);
     }
     let units = validate::units(&docs);
-    let plans: Vec<(Located, String)> = plans
+    let changes: Vec<(Located, (String, String))> = plans
         .into_iter()
         .map(|p| {
-            let sha = last_change(repo, head, &p.file).unwrap_or_else(|| head.to_string());
-            (p, sha)
+            let at = changes_of(repo, head, &p.file)
+                .unwrap_or_else(|| (head.to_string(), head.to_string()));
+            (p, at)
         })
         .collect();
-    let origins = plans
-        .iter()
-        .filter_map(|(p, sha)| {
-            let o = origin(repo, sha, &p.plan, &units, max)?;
-            Some(((p.file.to_string(), p.plan.metadata.name.clone()), o))
-        })
+    let (mut origins, mut first_origins) = (BTreeMap::new(), BTreeMap::new());
+    for (p, (last, first)) in &changes {
+        let key = (p.file.to_string(), p.plan.metadata.name.clone());
+        if let Some(o) = origin(repo, last, &p.plan, &units, max) {
+            origins.insert(key.clone(), o);
+        }
+        if let Some(o) = origin(repo, first, &p.plan, &units, max) {
+            first_origins.insert(key, o);
+        }
+    }
+    let plans = changes
+        .into_iter()
+        .map(|(p, (last, _))| (p, last))
         .collect();
     Ok(TreePlans {
         plans,
         units,
         origins,
+        first_origins,
         given: BTreeMap::new(),
         unreadable,
         error: None,
@@ -225,8 +247,9 @@ pub fn touched(repo: &GitRepo, sha: &str, prefixes: &[String]) -> bool {
     })
 }
 
-/// The newest first-parent commit that changed `file`.
-fn last_change(repo: &GitRepo, head: Oid, file: &str) -> Option<String> {
+/// The newest first-parent commit that changed `file`, and the one that
+/// added it (where its history along first parents begins): one walk.
+fn changes_of(repo: &GitRepo, head: Oid, file: &str) -> Option<(String, String)> {
     let raw = repo.raw();
     let blob_at = |c: &git2::Commit<'_>| {
         c.tree()
@@ -234,13 +257,20 @@ fn last_change(repo: &GitRepo, head: Oid, file: &str) -> Option<String> {
             .and_then(|t| t.get_path(Path::new(file)).ok().map(|e| e.id()))
     };
     let mut cur = raw.find_commit(head).ok()?;
+    let mut last = None;
     loop {
         let here = blob_at(&cur);
         let Ok(parent) = cur.parent(0) else {
-            return Some(cur.id().to_string());
+            let at = cur.id().to_string();
+            return Some((last.unwrap_or_else(|| at.clone()), at));
         };
-        if blob_at(&parent) != here {
-            return Some(cur.id().to_string());
+        let before = blob_at(&parent);
+        if last.is_none() && before != here {
+            last = Some(cur.id().to_string());
+        }
+        if before.is_none() {
+            let at = cur.id().to_string();
+            return Some((last.unwrap_or_else(|| at.clone()), at));
         }
         cur = parent;
     }
@@ -432,12 +462,16 @@ pub fn run(
             }
         }
         // The previous hop completed when this one was first seen. There
-        // was one when the plan's history since its last edit shows it, or
-        // when this run saw a wave of it complete: an edit (a pause and a
-        // resume) restarts the count of hops, never the soak between them.
+        // was one when the plan's history since its last edit shows it,
+        // when its objects stood below this hop's start when the plan's
+        // file was added, or when this run saw a wave of it complete: an
+        // edit (a pause and a resume) restarts the count of hops, never the
+        // soak between them, and neither does a restart or a plan of one
+        // wave (whose hop moves on in the pass that sees that wave done).
         let previous_clock = format!("{name}@{}", hop.from);
         let ran_before = completed_at.keys().any(|(c, _)| *c == previous_clock);
-        let previous_hop = (hop.index > 0 || ran_before).then(|| {
+        let moved_since = tp.first_origin(p).is_some_and(|o| o < hop.from);
+        let previous_hop = (hop.index > 0 || ran_before || moved_since).then(|| {
             *completed_at
                 .entry((previous_clock, usize::MAX))
                 .or_insert(now)
