@@ -351,7 +351,13 @@ struct ReportArgs {
     target_url: Option<String>,
     /// With --report notes: push refs/notes/lockstep afterwards, to REMOTE or,
     /// without one, to the current branch's remote.
-    #[arg(long, value_name = "REMOTE", num_args = 0..=1, default_missing_value = "")]
+    #[arg(
+        long,
+        value_name = "REMOTE",
+        num_args = 0..=1,
+        default_missing_value = "",
+        requires = "report"
+    )]
     push_notes: Option<String>,
 }
 
