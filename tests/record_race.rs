@@ -85,6 +85,8 @@ fn key() -> Key {
     }
 }
 
+/// A daemon on `repo`'s main over `cluster`. Every pass reads every unit
+/// (`resync` zero): this harness's passes do not read the watch.
 fn daemon<C: Cluster + 'static>(
     repo: &FleetRepo,
     cluster: C,
@@ -94,6 +96,7 @@ fn daemon<C: Cluster + 'static>(
     let opts = Options {
         cluster_name: "t".into(),
         poll: Duration::from_millis(10),
+        resync: Duration::ZERO,
         ..Options::default()
     };
     Daemon::new(
@@ -256,5 +259,56 @@ async fn a_deletion_another_process_recorded_is_kept() {
         end.deleted().is_empty(),
         "back in the cluster: {:?}",
         end.deleted()
+    );
+}
+
+/// The same through the write of the deleted objects alone (no new head,
+/// so no judgment writes the record): this process sees Nova deleted; as
+/// it reads the record to write that down, another process writes the
+/// record with a deletion of its own. The write keeps both.
+#[tokio::test]
+async fn a_deletion_written_meanwhile_is_kept_beside_this_one_s() {
+    let repo = FleetRepo::new();
+    repo.write(NOVA, nova("nova", "2026.1", "2026.1"));
+    repo.commit("nova at 2026.1");
+    let mem = MemoryCluster::new(World::new(Params::default()));
+    let cluster = WrittenMeanwhile {
+        inner: mem.clone(),
+        armed: Arc::default(),
+        other: Arc::default(),
+    };
+    let mut d = daemon(&repo, cluster.clone(), &mem);
+    until_idle(&mut d, &mem).await;
+    let name = record::name("t");
+    let ours = mem
+        .load_record(&name)
+        .await
+        .expect("read")
+        .expect("written");
+    let elsewhere = Key::new(Kind::Glance, "image", "elsewhere");
+    let mut theirs = Record::parse(&ours).expect("parsed");
+    theirs.set_deleted(&[(elsewhere.clone(), "2026.1".to_owned())].into());
+    let (theirs, _) = theirs.fit(0).expect("fits");
+    *cluster.other.lock().expect("text") = theirs.clone();
+
+    // Nova deleted by hand.
+    mem.world().expect("world").objects.remove(&key());
+    cluster.armed.store(true, Ordering::SeqCst);
+    // One pass: the other's write comes as this one reads the record; the
+    // write of Nova's deletion that follows keeps the other's beside it.
+    d.pass().await;
+    assert!(!cluster.armed.load(Ordering::SeqCst), "the record was read");
+    let now = Record::parse(&mem.load_record(&name).await.expect("read").expect("kept"))
+        .expect("parsed")
+        .deleted();
+    assert_eq!(
+        now.get(&key()).map(String::as_str),
+        Some("2026.1"),
+        "{now:?}"
+    );
+    assert_eq!(
+        now.get(&elsewhere).map(String::as_str),
+        Some("2026.1"),
+        "the other's deletion was written over: {now:?}"
     );
 }
