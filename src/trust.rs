@@ -704,7 +704,21 @@ impl Keyring {
             })?;
             let mut n = 0;
             for k in parsed {
-                let k = k.map_err(|e| bad(format!("a key does not parse: {e}")))?;
+                let mut k = k.map_err(|e| bad(format!("a key does not parse: {e}")))?;
+                // Certifications of its user IDs by other people's keys
+                // (`gpg --export` includes them) are not the key's own:
+                // they would not verify against it, and vouch for nothing
+                // here. Only self-signatures (or unnamed ones, which must
+                // then verify as such) are kept.
+                let (fp, id) = (k.primary_key.fingerprint(), k.primary_key.legacy_key_id());
+                for u in &mut k.details.users {
+                    u.signatures.retain(|s| {
+                        let (fps, ids) = (s.issuer_fingerprint(), s.issuer_key_id());
+                        (fps.is_empty() && ids.is_empty())
+                            || fps.iter().any(|f| **f == fp)
+                            || ids.iter().any(|i| **i == id)
+                    });
+                }
                 k.verify_bindings().map_err(|e| {
                     bad(format!(
                         "key {} has a self-signature that does not verify ({e}); export it again",

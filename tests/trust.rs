@@ -695,6 +695,10 @@ fn openpgp_revocations_and_expiry_are_read_from_self_signatures() {
     // it): a commit the valid key signs is accepted. A revoked key refuses
     // only what it signed.
     let valid = f.gpg_key(&format!("Valid <{EMAIL}>"), "never");
+    // Certified by someone else's key too, as a web of trust has it: the
+    // export carries that certification, which is not the key's own.
+    let certifier = f.gpg_key("Certifier <certifier@example.invalid>", "never");
+    f.gpg(&["-u", &certifier, "--quick-sign-key", &valid]);
     f.trust_gpg(&dir, "valid", &valid);
     f.commit_gpg("2026.2", &valid, &now().to_string());
     let (code, json) = check(&f);
