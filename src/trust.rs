@@ -778,6 +778,15 @@ impl Keyring {
         let names = |fp: &pgp::types::Fingerprint, id: &pgp::types::KeyId| {
             fps.contains(&hex_fp(fp)) || ids.contains(&hex::encode_upper(id.as_ref()))
         };
+        // A key revoked in any file of the directory is revoked: another
+        // file's copy without the revocation (an older export) does not
+        // lift it.
+        let revoked: std::collections::HashSet<String> = self
+            .keys
+            .iter()
+            .filter(|(k, _)| !k.details.revocation_signatures.is_empty())
+            .map(|(k, _)| hex_fp(&k.primary_key.fingerprint()))
+            .collect();
         for (key, file) in &self.keys {
             let primary = &key.primary_key;
             let source = file.display().to_string();
@@ -798,10 +807,10 @@ impl Keyring {
             // `git verify-commit` say "This key has expired").
             // A revoked key vouches for nothing, whatever its revocation
             // says of the time (a compromised key signs any date).
-            if !key.details.revocation_signatures.is_empty() {
+            if revoked.contains(&hex_fp(&primary.fingerprint())) {
                 return Err(Untrusted::CannotSign {
                     key: name,
-                    why: "the key file holds its revocation",
+                    why: "a key file of the directory holds its revocation",
                     origin: source,
                 });
             }

@@ -683,6 +683,9 @@ fn openpgp_revocations_and_expiry_are_read_from_self_signatures() {
     let cert = cert.replacen(":-----BEGIN", "-----BEGIN", 1);
     let cert_file = f.keys.path().join("revoke.asc");
     std::fs::write(&cert_file, cert).expect("write");
+    // An older export without the revocation, in a file read first: the
+    // revocation in the other file stands all the same.
+    f.trust_gpg(&dir, "00-older-copy", &revoked);
     f.gpg(&["--import", &cert_file.to_string_lossy()]);
     f.trust_gpg(&dir, "revoked", &revoked);
     let (code, json) = check(&f);
@@ -704,6 +707,7 @@ fn openpgp_revocations_and_expiry_are_read_from_self_signatures() {
     let (code, json) = check(&f);
     accepted(code, &json);
     std::fs::remove_file(dir.join("revoked.asc")).expect("rm");
+    std::fs::remove_file(dir.join("00-older-copy.asc")).expect("rm");
     std::fs::remove_file(dir.join("valid.asc")).expect("rm");
     f.git(&["reset", "-q", "--hard", "HEAD~1"], WHEN);
 

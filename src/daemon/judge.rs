@@ -104,6 +104,26 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 }
             }
         }
+        // Plans that could not be read hold every hop: they are read again
+        // each pass until they are, or a failure of Git for a moment would
+        // hold the fleet until the next push.
+        if let Some(j) = self.judged.as_mut()
+            && j.plans.error.is_some()
+            && let Ok(repo) = GitRepo::open(path)
+        {
+            let opts = CheckOptions {
+                prefixes: self.opts.paths.clone(),
+                max_file_bytes: self.opts.max_file_bytes,
+                ..CheckOptions::default()
+            };
+            let plans = Arc::new(read_plans(&repo, j.head, &j.report, &opts));
+            let (gates, windows, kept) =
+                in_effect(&repo, j.head, &j.report, &plans, &opts, j.accepted_waits.clone());
+            j.plans = plans;
+            j.gates = Arc::new(gates);
+            j.windows = Arc::new(windows);
+            j.accepted_waits = kept;
+        }
         if self.opts.pull_requests && self.judge_pulls(path, head, pulls).await {
             // More pull requests wait for a verdict: a bounded run goes on.
             out.busy = true;

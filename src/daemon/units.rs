@@ -239,14 +239,16 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             // re-creation decided here must not leave the next leader
             // without them (and a namespace deleted at once is a few
             // writes, not one per object).
-            let mut deletions_kept = true;
+            let (mut deletions_kept, mut retry) = (true, false);
             if self.leads() {
                 for ((key, chain), state) in batch.iter().zip(states.iter_mut()) {
                     if let Ok((state, _)) = state {
                         self.note_gone(key, chain, state);
                     }
                 }
-                deletions_kept = self.save_deleted().await;
+                if let Err(r) = self.save_deleted().await {
+                    (deletions_kept, retry) = (false, r);
+                }
             }
             for ((key, chain), state) in batch.iter().zip(states) {
                 if !self.leads() {
@@ -296,8 +298,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                     self.unrecorded.insert(key.clone());
                     // A write that failed (the API server, another
                     // process's write meanwhile) is tried again next pass;
-                    // only a list past the record's bound waits on a person.
-                    out.busy |= self.gone_overflow.is_none();
+                    // one only a person can mend (the list past the
+                    // record's bound, writes forbidden) waits on them.
+                    out.busy |= retry;
                     continue;
                 }
                 self.unrecorded.remove(key);
@@ -344,14 +347,19 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 }
             }
             Some(known) => {
+                // Each key the other changed is read again next pass: an
+                // object present after all leaves the list then, rather
+                // than be re-created later where the other last saw it.
                 for (k, r) in &theirs {
                     if known.get(k) != Some(r) {
                         self.gone.insert(k.clone(), r.clone());
+                        self.dirty.insert(k.clone());
                     }
                 }
                 for (k, r) in &known {
                     if !theirs.contains_key(k) && self.gone.get(k) == Some(r) {
                         self.gone.remove(k);
+                        self.dirty.insert(k.clone());
                     }
                 }
             }
@@ -361,15 +369,22 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
 
     /// Writes the objects deleted outside Git to the record when they
     /// changed. On failure they stay in memory and are written next pass.
-    /// Returns whether the record holds them (false: not written).
-    async fn save_deleted(&mut self) -> bool {
-        if self.gone_recorded.as_ref().is_none_or(|r| *r == self.gone) {
-            return true;
+    /// `Ok`: the record holds them; `Err(retry)`: not written, and whether
+    /// passes alone may write them (a failure of the API server or a write
+    /// of another process meanwhile), or only a person (the list past the
+    /// record's bound, a record that does not read, writes forbidden).
+    async fn save_deleted(&mut self) -> Result<(), bool> {
+        match &self.gone_recorded {
+            Some(r) if *r == self.gone => return Ok(()),
+            // Not read this leadership: nothing of it is known to be kept.
+            None if !self.gone.is_empty() => return Err(false),
+            None => return Ok(()),
+            Some(_) => {}
         }
         // Past the record's bound: not tried again (a read, two gzips and
         // an error every pass) until some are back or gone from Git.
         if self.gone_overflow.is_some_and(|n| self.gone.len() >= n) {
-            return false;
+            return Err(false);
         }
         let name = super::record::name(&self.opts.cluster_name);
         let text = match self.load_record().await {
@@ -391,26 +406,29 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
             Err(e) => Err(e),
         };
         let saved = match text {
-            Ok(_) if !self.leads() => return false,
+            Ok(_) if !self.leads() => return Err(false),
             Ok((t, base)) => self
                 .cluster
                 .save_record(&name, &t, base.as_deref())
                 .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+                .map_err(|e| (e.retryable(), e.to_string())),
+            Err(e) => {
+                let retry = matches!(&e, super::PassError::Cluster { source, .. } if source.retryable());
+                Err((retry, e.to_string()))
+            }
         };
         match saved {
             Ok(()) => {
                 self.gone_overflow = None;
                 self.gone_recorded = Some(self.gone.clone());
-                true
+                Ok(())
             }
-            Err(e) => {
+            Err((retry, e)) => {
                 tracing::error!(
                     error = %e,
                     "writing the objects deleted outside Git to lockstep's record failed; such objects are not re-created until it is written"
                 );
-                false
+                Err(retry)
             }
         }
     }

@@ -257,14 +257,20 @@ fn changes_of(repo: &GitRepo, head: Oid, file: &str) -> Option<(String, String)>
             .and_then(|t| t.get_path(Path::new(file)).ok().map(|e| e.id()))
     };
     let mut cur = raw.find_commit(head).ok()?;
+    let mut here = blob_at(&cur);
     let mut last = None;
+    // One lookup per commit (the parent's, handed on), none for a commit
+    // that changed no file.
     loop {
-        let here = blob_at(&cur);
         let Ok(parent) = cur.parent(0) else {
             let at = cur.id().to_string();
             return Some((last.unwrap_or_else(|| at.clone()), at));
         };
-        let before = blob_at(&parent);
+        let before = if parent.tree_id() == cur.tree_id() {
+            here
+        } else {
+            blob_at(&parent)
+        };
         if last.is_none() && before != here {
             last = Some(cur.id().to_string());
         }
@@ -272,6 +278,7 @@ fn changes_of(repo: &GitRepo, head: Oid, file: &str) -> Option<(String, String)>
             let at = cur.id().to_string();
             return Some((last.unwrap_or_else(|| at.clone()), at));
         }
+        here = before;
         cur = parent;
     }
 }
