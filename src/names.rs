@@ -18,10 +18,10 @@
 //! anything. A tree id names its content forever, so an entry never goes
 //! stale.
 //!
-//! `lockstep check` keeps it in a file in a person's clone, and not in a CI
-//! job or a check that posts statuses, unless told otherwise ([`wanted`]): a
-//! forged file can hide a duplicate from such a check (`docs/names-index.md`,
-//! "Threat model"). The daemon keeps one in its own memory only
+//! `lockstep check` keeps it in a file when a person runs it at a terminal,
+//! and not in a CI job, a script or a check that posts statuses, unless
+//! told otherwise ([`wanted`]): a forged file can hide a duplicate from such
+//! a check (`docs/names-index.md`, "Threat model"). The daemon keeps one in its own memory only
 //! ([`NameIndex::in_memory`]), built from blobs it read itself.
 //!
 //! Where it lives: `$GIT_DIR/lockstep/names-v1` (the common directory of
@@ -71,7 +71,7 @@ pub fn wanted(asked: Option<bool>, reports: bool) -> bool {
 }
 
 /// [`wanted`] over what it reads from the process.
-pub fn decide(asked: Option<bool>, reports: bool, terminal: bool, ci: bool) -> bool {
+fn decide(asked: Option<bool>, reports: bool, terminal: bool, ci: bool) -> bool {
     asked.unwrap_or(!reports && terminal && !ci)
 }
 
@@ -80,7 +80,7 @@ pub fn decide(asked: Option<bool>, reports: bool, terminal: bool, ci: bool) -> b
 /// TeamCity, Azure Pipelines, Bamboo (which exports `bamboo_buildKey`),
 /// Jenkins without a root URL; and any process in a Kubernetes pod
 /// (Tekton, Argo Workflows, a runner's pod), which is not a person's shell.
-pub fn ci_marked(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> bool {
+fn ci_marked(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> bool {
     var("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
         || [
             "TEAMCITY_VERSION",
@@ -104,11 +104,15 @@ fn private(meta: &std::fs::Metadata) -> bool {
     meta.uid() == me && meta.mode() & 0o022 == 0
 }
 
-/// The index file and its directory, both [`private`] (neither followed
-/// if a link: a link could only be planted by whoever may write there).
-fn private_file(file: &Path) -> bool {
-    let dir = file.parent().unwrap_or(Path::new("."));
+/// The index's directory, [`private`] (not followed if a link: a link
+/// could only be planted by whoever may write there).
+fn private_dir(dir: &Path) -> bool {
     std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && private(&m))
+}
+
+/// The index file and its directory, both [`private`].
+fn private_file(file: &Path) -> bool {
+    private_dir(file.parent().unwrap_or(Path::new(".")))
         && std::fs::symlink_metadata(file).is_ok_and(|m| m.is_file() && private(&m))
 }
 
@@ -760,7 +764,7 @@ impl NameIndex {
                 .mode(0o700)
                 .create(dir)?;
         }
-        if !std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && private(&m)) {
+        if !private_dir(dir) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
                 "the index's directory is not this user's alone",

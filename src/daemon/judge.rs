@@ -117,8 +117,14 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 ..CheckOptions::default()
             };
             let plans = Arc::new(read_plans(&repo, j.head, &j.report, &opts));
-            let (gates, windows, kept) =
-                in_effect(&repo, j.head, &j.report, &plans, &opts, j.accepted_waits.clone());
+            let (gates, windows, kept) = in_effect(
+                &repo,
+                j.head,
+                &j.report,
+                &plans,
+                &opts,
+                j.accepted_waits.clone(),
+            );
             j.plans = plans;
             j.gates = Arc::new(gates);
             j.windows = Arc::new(windows);

@@ -413,7 +413,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
                 .await
                 .map_err(|e| (e.retryable(), e.to_string())),
             Err(e) => {
-                let retry = matches!(&e, super::PassError::Cluster { source, .. } if source.retryable());
+                let retry =
+                    matches!(&e, super::PassError::Cluster { source, .. } if source.retryable());
                 Err((retry, e.to_string()))
             }
         };

@@ -49,7 +49,7 @@ pub struct TreePlans {
     pub unreadable: Vec<super::PlanError>,
     /// The tree could not be read (Git failed: an I/O error, a pack being
     /// replaced): which plans it holds is unknown, so the daemon holds
-    /// every hop, and reads the plans again with the next judgment.
+    /// every hop, and reads the plans again every pass until they read.
     pub error: Option<String>,
 }
 
