@@ -442,6 +442,15 @@ fn run(cli: Cli, rt: &Runtime) -> anyhow::Result<ExitCode> {
             lands_commit_by_commit,
             report: report_args,
         } => {
+            if report_args.push_notes.is_some()
+                && !matches!(
+                    report_args.report,
+                    Some(lockstep::config::ReportKind::Notes)
+                )
+            {
+                errln!("lockstep: --push-notes pushes git notes: it needs --report notes");
+                return Ok(ExitCode::from(2));
+            }
             let spec = report_args.spec(&repo)?;
             let trust = lockstep::trust::TrustPolicy::load(
                 allowed_signers.as_deref(),

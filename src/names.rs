@@ -764,6 +764,20 @@ impl NameIndex {
                 .mode(0o700)
                 .create(dir)?;
         }
+        // A directory of this user's that others may write (an older
+        // lockstep made it under the umask, 0775 with per-user groups) is
+        // made this user's alone, and what it holds is written anew; one
+        // of another owner is left as it is, and nothing kept in it.
+        if let Ok(m) = std::fs::symlink_metadata(dir)
+            && m.is_dir()
+            && !private(&m)
+        {
+            use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            if m.uid() == unsafe { libc::geteuid() } {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+            }
+        }
         if !private_dir(dir) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,

@@ -711,14 +711,22 @@ impl Keyring {
                 // here. Only self-signatures (or unnamed ones, which must
                 // then verify as such) are kept.
                 let (fp, id) = (k.primary_key.fingerprint(), k.primary_key.legacy_key_id());
+                let own = |s: &pgp::packet::Signature| {
+                    let (fps, ids) = (s.issuer_fingerprint(), s.issuer_key_id());
+                    (fps.is_empty() && ids.is_empty())
+                        || fps.iter().any(|f| **f == fp)
+                        || ids.iter().any(|i| **i == id)
+                };
                 for u in &mut k.details.users {
-                    u.signatures.retain(|s| {
-                        let (fps, ids) = (s.issuer_fingerprint(), s.issuer_key_id());
-                        (fps.is_empty() && ids.is_empty())
-                            || fps.iter().any(|f| **f == fp)
-                            || ids.iter().any(|i| **i == id)
-                    });
+                    u.signatures.retain(own);
                 }
+                for a in &mut k.details.user_attributes {
+                    a.signatures.retain(own);
+                }
+                // One left with no signature of the key's own names no
+                // one (and would fail the check below for want of one).
+                k.details.users.retain(|u| !u.signatures.is_empty());
+                k.details.user_attributes.retain(|a| !a.signatures.is_empty());
                 k.verify_bindings().map_err(|e| {
                     bad(format!(
                         "key {} has a self-signature that does not verify ({e}); export it again",

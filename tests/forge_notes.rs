@@ -101,19 +101,23 @@ fn notes_in(bare: &std::path::Path) -> String {
 
 /// `check --report notes` of `repo` with `extra`, which must succeed; its
 /// standard error.
-/// `--push-notes` without `--report notes` is a usage error, not a check
-/// that silently pushes nothing.
+/// `--push-notes` without `--report notes` (none, or a host's) is a usage
+/// error, not a check that silently pushes nothing.
 #[test]
 fn push_notes_without_report_is_a_usage_error() {
     let repo = FleetRepo::new();
     let path = repo.path().to_string_lossy().into_owned();
-    let out = lockstep(&["check", "--repo", &path, "--push-notes"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--report"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for extra in [&[][..], &["--report", "github"][..]] {
+        let mut args = vec!["check", "--repo", &path, "--push-notes"];
+        args.extend_from_slice(extra);
+        let out = lockstep(&args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--report"),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 fn check_pushing(repo: &FleetRepo, extra: &[&str]) -> String {

@@ -590,10 +590,19 @@ fn a_forged_index_fools_only_the_checks_that_use_it() {
         chmod(path, mode);
         let out = cli(dir.path(), &["--names-index"]);
         assert_eq!(out.0, Some(1), "{why}: ignored, the duplicate refused");
-        // Replaced by this user's own file where the directory is its
-        // alone; left as it is where it is not.
-        let replaced = std::fs::read(&file).expect("there") != forged;
-        assert_eq!(replaced, path == &file, "{why}: replaced");
+        // Replaced by this user's own file, in a directory made this
+        // user's alone (as one an older lockstep made under the umask).
+        assert_ne!(
+            std::fs::read(&file).expect("there"),
+            forged,
+            "{why}: replaced"
+        );
+        let mode = std::fs::metadata(&lockdir)
+            .expect("dir")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode & 0o022, 0, "{why}: the directory made private");
         std::fs::write(&file, &forged).expect("forged again");
         chmod(&lockdir, 0o755);
         chmod(&file, 0o644);

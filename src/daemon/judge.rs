@@ -83,8 +83,9 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         pulls: Vec<(u64, Oid)>,
         out: &mut PassOutcome,
     ) -> Option<Judgment> {
-        let mut fresh = false;
+        let (mut fresh, mut judged_now) = (false, false);
         if self.judged.as_ref().is_none_or(|j| j.head != head) {
+            judged_now = true;
             // Taken, so that the report and chains are extended in place
             // rather than copied.
             let prev = self.judged.take();
@@ -107,7 +108,8 @@ impl<C: Cluster + 'static, R: Repo + 'static> Daemon<C, R> {
         // Plans that could not be read hold every hop: they are read again
         // each pass until they are, or a failure of Git for a moment would
         // hold the fleet until the next push.
-        if let Some(j) = self.judged.as_mut()
+        if !judged_now
+            && let Some(j) = self.judged.as_mut()
             && j.plans.error.is_some()
             && let Ok(repo) = GitRepo::open(path)
         {

@@ -192,10 +192,17 @@ pub fn read(
     let (mut origins, mut first_origins) = (BTreeMap::new(), BTreeMap::new());
     for (p, (last, first)) in &changes {
         let key = (p.file.to_string(), p.plan.metadata.name.clone());
-        if let Some(o) = origin(repo, last, &p.plan, &units, max) {
+        let at_last = origin(repo, last, &p.plan, &units, max);
+        // A plan never edited since its file was added: the same commit.
+        let at_first = if first == last {
+            at_last
+        } else {
+            origin(repo, first, &p.plan, &units, max)
+        };
+        if let Some(o) = at_last {
             origins.insert(key.clone(), o);
         }
-        if let Some(o) = origin(repo, first, &p.plan, &units, max) {
+        if let Some(o) = at_first {
             first_origins.insert(key, o);
         }
     }
