@@ -726,7 +726,9 @@ impl Keyring {
                 // One left with no signature of the key's own names no
                 // one (and would fail the check below for want of one).
                 k.details.users.retain(|u| !u.signatures.is_empty());
-                k.details.user_attributes.retain(|a| !a.signatures.is_empty());
+                k.details
+                    .user_attributes
+                    .retain(|a| !a.signatures.is_empty());
                 k.verify_bindings().map_err(|e| {
                     bad(format!(
                         "key {} has a self-signature that does not verify ({e}); export it again",
