@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use common::{FleetRepo, nova};
 use lockstep::cluster::memory::MemoryCluster;
-use lockstep::cluster::{ApplyRequest, Cluster, ClusterError, ClusterObject};
+use lockstep::cluster::{Cluster, ClusterError};
 use lockstep::daemon::record::{self, Record};
 use lockstep::daemon::{Daemon, Options};
 use lockstep::forge::delivery::StatusQueue;
@@ -41,7 +41,20 @@ struct WrittenMeanwhile {
 }
 
 impl Cluster for WrittenMeanwhile {
-    lockstep_forward!();
+    crate::forward_cluster!(
+        applied_object,
+        save_record,
+        get,
+        apply,
+        dry_run,
+        jobs,
+        deployments,
+        events,
+        watch,
+        delete_job,
+        set_repair_record,
+        record_event
+    );
     async fn load_record(&self, name: &str) -> Result<Option<String>, ClusterError> {
         let read = self.inner.load_record(name).await?;
         if self.armed.swap(false, Ordering::SeqCst) {
@@ -53,29 +66,6 @@ impl Cluster for WrittenMeanwhile {
         Ok(read)
     }
 }
-
-/// Every call but `load_record` goes to the simulated cluster as it is.
-macro_rules! lockstep_forward {
-    () => {
-        crate::forward_cluster!(
-            applied_object,
-            save_record,
-            get,
-            jobs,
-            deployments,
-            events,
-            watch,
-            delete_job,
-            record_event,
-            dry_run,
-            set_repair_record
-        );
-        async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
-            self.inner.apply(req).await
-        }
-    };
-}
-use lockstep_forward;
 
 fn key() -> Key {
     Key {

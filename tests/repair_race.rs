@@ -13,7 +13,7 @@ mod common;
 use std::time::Duration;
 
 use lockstep::cluster::memory::MemoryCluster;
-use lockstep::cluster::{ApplyRequest, Cluster, ClusterError, ClusterObject};
+use lockstep::cluster::{ApplyRequest, Cluster, ClusterError};
 use lockstep::kind::{Key, Kind};
 use lockstep::repair::{Action, RepairHistory};
 use lockstep::sim::{Fault, JobKind, JobState, Params, World};
@@ -36,11 +36,9 @@ impl Cluster for RerunMeanwhile {
         watch,
         delete_job,
         record_event,
-        dry_run
+        dry_run,
+        apply
     );
-    async fn apply(&self, req: &ApplyRequest) -> Result<ClusterObject, ClusterError> {
-        self.inner.apply(req).await
-    }
     async fn set_repair_record(&self, key: &Key, record: &str) -> Result<(), ClusterError> {
         self.inner.set_repair_record(key, record).await?;
         let mut w = self.inner.world().expect("world");

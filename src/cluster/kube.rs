@@ -474,12 +474,10 @@ impl Cluster for KubeCluster {
                 .as_ref()
                 .and_then(|cm| cm.data.as_ref())
                 .and_then(|d| d.get(&key));
-            // Another process wrote just this: nothing to write.
-            if value.map(String::as_str) == Some(text) {
+            if !super::record_write(value.map(String::as_str), text, base, || {
+                self.record_location(name)
+            })? {
                 return Ok(());
-            }
-            if value.map(String::as_str) != base {
-                return Err(ClusterError::RecordChanged(self.record_location(name)));
             }
             let manager = key_manager(&key);
             let exists = current.is_some();

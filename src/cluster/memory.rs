@@ -157,13 +157,9 @@ impl Cluster for MemoryCluster {
             .lock()
             .map_err(|_| ClusterError::Other("simulated cluster poisoned".into()))?;
         let now = r.get(name).map(String::as_str);
-        if now == Some(text) {
-            return Ok(());
+        if super::record_write(now, text, base, || self.record_location(name))? {
+            r.insert(name.to_owned(), text.to_owned());
         }
-        if now != base {
-            return Err(ClusterError::RecordChanged(self.record_location(name)));
-        }
-        r.insert(name.to_owned(), text.to_owned());
         Ok(())
     }
 

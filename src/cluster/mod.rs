@@ -258,6 +258,25 @@ pub fn unserved(kind: Kind) -> String {
     )
 }
 
+/// The compare of `Cluster::save_record`'s compare and swap, given what
+/// the record reads `now`: `Ok(true)` write `text`; `Ok(false)` nothing to
+/// write (another process wrote just this); `RecordChanged` (at
+/// `location`) when it no longer reads `base`.
+pub(crate) fn record_write(
+    now: Option<&str>,
+    text: &str,
+    base: Option<&str>,
+    location: impl FnOnce() -> String,
+) -> Result<bool, ClusterError> {
+    if now == Some(text) {
+        Ok(false)
+    } else if now == base {
+        Ok(true)
+    } else {
+        Err(ClusterError::RecordChanged(location()))
+    }
+}
+
 impl ClusterError {
     pub fn retryable(&self) -> bool {
         matches!(
